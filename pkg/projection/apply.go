@@ -1,0 +1,395 @@
+package projection
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Plan is seed 001's plan of a node, for the read model: bands of steps.
+type Plan struct {
+	PlanID    string
+	AgentID   string
+	BandCount int
+	Replan    bool
+	CreatedAt topics.Time
+	Bands     map[int]*Band
+}
+
+// Band is one band of a plan.
+type Band struct {
+	Index          int
+	Parallelizable bool
+	StepCount      int
+	Steps          []Step
+}
+
+// Step is one step of a band.
+type Step struct {
+	StepID       string
+	Index        int
+	ChildAgentID string
+}
+
+// Diagnostic is something the read model reports about the run (seed 003):
+// guard hits, expired leases, watchdog findings.
+type Diagnostic struct {
+	Kind    string // e.g. "guard:maxDepth", "lease_expired", "suspect_delivery_failure"
+	AgentID string
+	At      topics.Time
+	Detail  string
+}
+
+// Bounds on the read-model parts of a run, so that a hostile or buggy
+// producer cannot grow them without limit.
+const (
+	maxDiagnostics   = 100
+	maxPlansPerRun   = 10000
+	maxBandsPerPlan  = 64
+	maxStepsPerBand  = 256
+	maxPlanSummaries = 10000
+)
+
+// handleEffect is what an event does to its correlation handle.
+type handleEffect int
+
+const (
+	handleRefresh handleEffect = iota // keeps an active handle fresh
+	handleOpen                        // opens or refreshes
+	handleClose                       // the work it tracks is over
+)
+
+// apply applies ev to the run and returns the triggers it raises, timers that
+// fell due before it included. dup is true when ev.ID was already applied.
+func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool) {
+	if _, ok := r.applied[ev.ID]; ok {
+		return nil, true
+	}
+	r.applied[ev.ID] = struct{}{}
+	if ev.Time.After(r.clock) {
+		trigs = r.advance(ev.Time, cfg, trigs)
+	}
+	r.seq++
+	if r.sessionID == "" {
+		r.sessionID = ev.SessionID
+	}
+	if r.threadID == "" {
+		r.threadID = ev.ThreadID
+	}
+	at := ev.Time
+	n := r.node(ev.AgentID)
+	r.setCorrelation(n, ev.CorrelationID)
+	effect := handleRefresh
+	trig := func(k topics.TriggerKind, detail string) {
+		trigs = append(trigs, eventTrigger(k, ev, detail))
+	}
+
+	switch p := ev.Data.(type) {
+	case *topics.NodeCreated:
+		effect = handleOpen
+		r.create(n, p, at, cfg, trig)
+	case *topics.NodeDelegated:
+		effect = handleOpen
+		r.dispatch(n, p, at)
+	case *topics.NodeStatus:
+		if p.Status == topics.StatusRunning || p.Status == topics.StatusBlocked {
+			effect = handleOpen
+		}
+		r.setStatus(n, p.Status, at, p.Reason)
+		if strings.HasPrefix(p.Reason, "guard:") {
+			r.diagnose(p.Reason, n.AgentID, at, "")
+			trig(topics.TriggerGuard, p.Reason)
+		}
+		switch p.Status {
+		case topics.StatusBlocked:
+			trig(topics.TriggerStatusBlocked, p.Reason)
+		case topics.StatusFailed:
+			effect = handleClose
+			trig(topics.TriggerStatusFailed, p.Reason)
+		case topics.StatusCompleted:
+			effect = handleClose
+			r.complete(n, "", at, cfg)
+			trig(topics.TriggerCompleted, p.Reason)
+		}
+		r.reclassify(n, at)
+	case *topics.NodeCompleted:
+		effect = handleClose
+		r.setStatus(n, topics.StatusCompleted, at, "")
+		r.complete(n, p.ResultSource, at, cfg)
+		trig(topics.TriggerCompleted, p.ResultSource)
+	case *topics.Result:
+		effect = handleClose
+		r.signal(n, topics.SignalResult, at)
+		n.watchdog.hasResult = true
+		trig(topics.TriggerResult, p.ResultKind)
+	case *topics.Failed:
+		effect = handleClose
+		r.signal(n, topics.SignalFailed, at)
+		r.setStatus(n, topics.StatusFailed, at, p.ErrorCode)
+		r.reclassify(n, at)
+		trig(topics.TriggerFailed, p.ErrorCode)
+	case *topics.Request:
+		effect = handleOpen
+		r.signal(n, topics.SignalRequest, at)
+		r.openRequest(n, p, at)
+		trig(topics.TriggerRequest, p.RequestKind)
+	case *topics.RequestResolved:
+		effect = handleClose
+		if q, ok := r.requests[p.RequestID]; ok {
+			r.closeRequest(q)
+		}
+	case *topics.Progress:
+		effect = handleOpen
+		r.signal(n, topics.SignalProgress, at)
+		if n.Status == topics.StatusIdle || n.Status == topics.StatusUnknown {
+			r.setStatus(n, topics.StatusRunning, at, "progress")
+		}
+		if r.lastProgressWake.IsZero() || at.Sub(r.lastProgressWake) >= cfg.ProgressInterval {
+			r.lastProgressWake = at
+			trig(topics.TriggerProgress, p.StepID)
+		}
+	case *topics.Heartbeat:
+		r.signal(n, topics.SignalHeartbeat, at)
+	case *topics.Input:
+		effect = handleOpen
+		if !n.created && n.Role == "" {
+			// Only the human interface produces signal.input: that is
+			// evidence of the role, not a guess.
+			n.Role = topics.RoleHumanInterface
+		}
+		r.signal(n, topics.SignalInput, at)
+		t := eventTrigger(topics.TriggerHumanInput, ev, p.InputKind)
+		t.Input = &topics.TriggerInput{InputKind: p.InputKind, Text: p.Text, ContentRef: p.ContentRef}
+		trigs = append(trigs, t)
+	case *topics.Lease:
+		effect = handleOpen
+		r.setLease(n, p.Owner, p.ExpiresAt)
+	case *topics.LeaseReleased:
+		r.dropLease(n)
+	case *topics.WakeReceived:
+		// An acknowledgement never wakes: that would loop.
+		for _, id := range p.AgentIDs {
+			if m, ok := r.nodes[id]; ok {
+				r.forwarded(m, at)
+			}
+		}
+	case *topics.PlanCreated:
+		r.plan(n, p, at)
+	case *topics.PlanBandCreated:
+		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
+			b := pl.band(p.BandIndex)
+			b.Parallelizable, b.StepCount = p.Parallelizable, p.StepCount
+		}
+	case *topics.StepCreated:
+		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
+			if b := pl.band(p.BandIndex); len(b.Steps) < maxStepsPerBand {
+				b.Steps = append(b.Steps, Step{StepID: p.StepID, Index: p.StepIndex, ChildAgentID: p.ChildAgentID})
+			}
+		}
+	case *topics.ReplanRequested:
+		if pl := r.plans[p.PlanID]; pl != nil {
+			pl.Replan = true
+		}
+	case *topics.ArtifactCreated, *topics.ParentHint, *topics.ScratchpadUpdated:
+		// References only: counted in the read model, never in a snapshot.
+	}
+
+	if id := ev.CorrelationID; id != "" {
+		switch effect {
+		case handleOpen:
+			r.touchHandle(id, at)
+		case handleClose:
+			r.closeHandle(id)
+		default:
+			if _, active := r.corrAt[id]; active {
+				r.touchHandle(id, at)
+			}
+		}
+	}
+	return trigs, false
+}
+
+// create applies tree.node_created.
+func (r *Run) create(n *node, p *topics.NodeCreated, at topics.Time, cfg *Config, trig func(topics.TriggerKind, string)) {
+	if n.created {
+		// A second creation of the same node (a replan reusing its id)
+		// updates what it says but keeps its history.
+		n.Capability = firstNonEmpty(p.Capability, n.Capability)
+		n.ActiveTaskID = firstNonEmpty(p.TaskID, n.ActiveTaskID)
+		return
+	}
+	n.created = true
+	n.Role, n.ParentAgentID = p.Role, p.ParentAgentID
+	n.Capability, n.ActiveTaskID = p.Capability, p.TaskID
+	if n.Status == topics.StatusUnknown {
+		r.setStatus(n, topics.StatusIdle, at, "created")
+	}
+	switch parent, ok := r.nodes[p.ParentAgentID]; {
+	case p.ParentAgentID == "":
+		n.depth = 0
+		if p.Role == topics.RoleConductor && r.root == "" {
+			r.root = n.AgentID
+		}
+	case ok && parent.depth >= 0:
+		n.depth = parent.depth + 1
+	}
+	if cfg.MaxDepth >= 0 && n.depth > cfg.MaxDepth {
+		reason := "guard:maxDepth"
+		r.diagnose(reason, n.AgentID, at, "depth "+strconv.Itoa(n.depth)+" > "+strconv.Itoa(cfg.MaxDepth))
+		n.statusReason = reason
+		trig(topics.TriggerGuard, reason)
+	}
+}
+
+// dispatch applies the dispatch receipt (tree.node_delegated).
+func (r *Run) dispatch(n *node, p *topics.NodeDelegated, at topics.Time) {
+	w := &n.watchdog
+	if !w.ExpectedBy.IsZero() {
+		r.dispatchDue.Delete(timed{w.ExpectedBy.UnixMilli(), n.AgentID})
+	}
+	w.Dispatched, w.DispatchAt = true, at
+	w.ChildRunID, w.ChildSessionKey = p.ChildRunID, p.ChildSessionKey
+	w.ExpectedBy = topics.Time{}
+	// A new dispatch starts a new delivery: earlier receipts were for
+	// earlier work.
+	w.CompletionReceivedAt, w.ForwardedToMain, w.ResultSource = topics.Time{}, false, ""
+	w.wasSuspect, w.hasResult = false, false
+	r.dropGrace(n)
+	if p.ExpectedBy != nil {
+		w.ExpectedBy = *p.ExpectedBy
+		if w.ExpectedBy.After(r.clock) {
+			r.dispatchDue.ReplaceOrInsert(timed{w.ExpectedBy.UnixMilli(), n.AgentID})
+		} else {
+			w.wasSuspect = true
+		}
+	}
+	n.ActiveRunID = firstNonEmpty(p.ChildRunID, n.ActiveRunID)
+	n.ActiveTaskID = firstNonEmpty(p.TaskID, n.ActiveTaskID)
+	n.Capability = firstNonEmpty(p.Capability, n.Capability)
+	r.reclassify(n, at)
+}
+
+// complete records a completion receipt.
+func (r *Run) complete(n *node, source string, at topics.Time, cfg *Config) {
+	w := &n.watchdog
+	if w.CompletionReceivedAt.IsZero() {
+		w.CompletionReceivedAt = at
+		w.ResultSource = firstNonEmpty(source, "completion_event")
+		if !w.ExpectedBy.IsZero() {
+			r.dispatchDue.Delete(timed{w.ExpectedBy.UnixMilli(), n.AgentID})
+		}
+		if w.Dispatched && !w.ForwardedToMain {
+			w.graceDue = at.Add(cfg.ForwardGrace)
+			r.graceDue.ReplaceOrInsert(timed{w.graceDue.UnixMilli(), n.AgentID})
+		}
+	}
+	// Work is over: the node no longer has an active task.
+	n.ActiveRunID, n.ActiveTaskID = "", ""
+	r.reclassify(n, at)
+}
+
+// forwarded records that a conductor acknowledged a wake delivering n's
+// result or completion (seed 004 forwardedToMain).
+func (r *Run) forwarded(n *node, at topics.Time) {
+	w := &n.watchdog
+	if w.CompletionReceivedAt.IsZero() && !w.hasResult {
+		return // nothing of n's was there to forward
+	}
+	w.ForwardedToMain = true
+	r.dropGrace(n)
+	r.reclassify(n, at)
+}
+
+func (r *Run) dropGrace(n *node) {
+	if w := &n.watchdog; !w.graceDue.IsZero() {
+		r.graceDue.Delete(timed{w.graceDue.UnixMilli(), n.AgentID})
+		w.graceDue = topics.Time{}
+	}
+}
+
+// reclassify derives the watchdog status of a dispatched node from its
+// receipts. It reports whether the status changed.
+func (r *Run) reclassify(n *node, at topics.Time) bool {
+	w := &n.watchdog
+	if !w.Dispatched {
+		return false
+	}
+	var s topics.WatchdogStatus
+	var why string
+	switch done := !w.CompletionReceivedAt.IsZero(); {
+	case n.Status == topics.StatusBlocked:
+		s, why = topics.WatchdogBlocked, "the node reports blocked: it needs an action to go on"
+	case done && w.ForwardedToMain && (w.wasSuspect || w.ResultSource != "completion_event"):
+		s, why = topics.WatchdogRecovered, "completion received after the SLA or by recovery ("+w.ResultSource+"), and forwarded"
+	case done && w.ForwardedToMain:
+		s, why = topics.WatchdogCompleted, "completion receipt exists and the conductor acknowledged it"
+	case done:
+		s, why = topics.WatchdogDoneButNotForwarded, "completion receipt exists; no wake_received covers it yet"
+	case w.wasSuspect:
+		s, why = topics.WatchdogSuspectDeliveryFailure, "expected_by passed without a completion receipt"
+	default:
+		s, why = topics.WatchdogActive, "dispatch receipt exists and the SLA has not been crossed"
+	}
+	if s == w.Status {
+		return false
+	}
+	w.Status, w.StatusUpdatedAt, w.StatusReason = s, at, why
+	return true
+}
+
+func (r *Run) plan(n *node, p *topics.PlanCreated, at topics.Time) {
+	if _, ok := r.plans[p.PlanID]; !ok {
+		if len(r.plans) >= maxPlansPerRun {
+			return
+		}
+		r.planOrder = append(r.planOrder, p.PlanID)
+	}
+	r.plans[p.PlanID] = &Plan{PlanID: p.PlanID, AgentID: n.AgentID, BandCount: p.BandCount, Replan: p.Replan,
+		CreatedAt: at, Bands: make(map[int]*Band)}
+}
+
+func (p *Plan) band(i int) *Band {
+	b := p.Bands[i]
+	if b == nil {
+		b = &Band{Index: i}
+		p.Bands[i] = b
+	}
+	return b
+}
+
+func (r *Run) diagnose(kind, agentID string, at topics.Time, detail string) {
+	if len(r.diagnostics) == maxDiagnostics {
+		copy(r.diagnostics, r.diagnostics[1:])
+		r.diagnostics = r.diagnostics[:maxDiagnostics-1]
+	}
+	r.diagnostics = append(r.diagnostics, Diagnostic{Kind: kind, AgentID: agentID, At: at, Detail: detail})
+}
+
+func eventTrigger(k topics.TriggerKind, ev *topics.Event, detail string) topics.Trigger {
+	id := ev.ID
+	return topics.Trigger{Kind: k, EventID: &id, AgentID: ev.AgentID, CorrelationID: strPtr(ev.CorrelationID), At: ev.Time, Detail: strPtr(detail)}
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func msDuration(ms int64) time.Duration {
+	const maxMs = int64(1<<63-1) / int64(time.Millisecond)
+	if ms > maxMs {
+		ms = maxMs
+	}
+	return time.Duration(ms) * time.Millisecond
+}

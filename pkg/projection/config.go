@@ -1,0 +1,70 @@
+package projection
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+)
+
+// Config is the projection's behaviour. The zero value of a field means its
+// default.
+type Config struct {
+	// Limits bound the snapshots; defaults are seed 000's.
+	Limits snapshot.Limits
+	// MaxDepth is seed 001's maxDepth budget: a node created deeper raises a
+	// guard:maxDepth diagnostic and wake. Default 4; negative disables.
+	MaxDepth int
+	// ProgressInterval: progress signals wake a run's conductor at most once
+	// per interval of the run's clock. Default 5s.
+	ProgressInterval time.Duration
+	// ForwardGrace is how long after a completion receipt the watchdog waits
+	// for the conductor's wake_received before it raises
+	// done_but_not_forwarded. Default 30s.
+	ForwardGrace time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxDepth         = 4
+	DefaultProgressInterval = 5 * time.Second
+	DefaultForwardGrace     = 30 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by Config.Validate's error.
+var ErrInvalidConfig = errors.New("projection: invalid config")
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Limits = c.Limits.WithDefaults()
+	if c.MaxDepth == 0 {
+		c.MaxDepth = DefaultMaxDepth
+	}
+	if c.ProgressInterval == 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.ForwardGrace == 0 {
+		c.ForwardGrace = DefaultForwardGrace
+	}
+	return c
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []string
+	if err := c.Limits.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if c.ProgressInterval < 0 {
+		errs = append(errs, fmt.Sprintf("progress interval %v: must not be negative", c.ProgressInterval))
+	}
+	if c.ForwardGrace < 0 {
+		errs = append(errs, fmt.Sprintf("forward grace %v: must not be negative", c.ForwardGrace))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))
+	}
+	return nil
+}

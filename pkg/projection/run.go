@@ -1,0 +1,364 @@
+package projection
+
+import (
+	"iter"
+
+	"github.com/google/btree"
+
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// node is one node of a run's tree: the facts a snapshot digests plus what
+// the read model and the watchdog need.
+type node struct {
+	snapshot.Node
+	// created: a tree.node_created was applied (else the node is known only
+	// from its other events and its role is unknown).
+	created bool
+	// depth below the root; -1 when an ancestor is unknown.
+	depth        int
+	statusReason string
+	watchdog     Watchdog
+	// overdue: the lease fell due on the run's clock and was not renewed.
+	overdue bool
+}
+
+// Watchdog is seed 004's delivery state of a dispatched node. Every status is
+// derived from receipts, never assumed.
+type Watchdog struct {
+	Dispatched           bool
+	DispatchAt           topics.Time
+	ExpectedBy           topics.Time // zero: no SLA
+	ChildRunID           string
+	ChildSessionKey      string
+	CompletionReceivedAt topics.Time
+	ForwardedToMain      bool
+	ResultSource         string
+	Status               topics.WatchdogStatus
+	StatusUpdatedAt      topics.Time
+	StatusReason         string
+	// wasSuspect: the SLA passed before the completion receipt came, so a late
+	// completion is a recovery.
+	wasSuspect bool
+	// hasResult: a result signal of this dispatch was seen.
+	hasResult bool
+	// graceDue: when done_but_not_forwarded falls due (completion + grace).
+	graceDue topics.Time
+}
+
+// request is an open signal.request.
+type request struct {
+	id      string
+	agentID string
+	expires topics.Time // zero: no TTL
+}
+
+// timed orders index entries by a time and an id.
+type timed struct {
+	at int64 // Unix ms
+	id string
+}
+
+// newestFirst orders by time descending, then id ascending. The zero Time
+// (no fact) is before every valid time, so nodes without one come last.
+func newestFirst(a, b timed) bool {
+	if a.at != b.at {
+		return a.at > b.at
+	}
+	return a.id < b.id
+}
+
+// soonestFirst orders by time ascending, then id ascending.
+func soonestFirst(a, b timed) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+const btreeDegree = 16
+
+// Run is the projected state of one run. It implements snapshot.Tree. A Run
+// is not safe for concurrent use: its partition's goroutine owns it.
+type Run struct {
+	id, sessionID, threadID string
+	root                    string
+	nodes                   map[string]*node
+	seq                     int64
+	clock                   topics.Time
+	applied                 map[string]struct{}
+	stats                   snapshot.Stats
+
+	// Indexes for the snapshot's inclusion order.
+	urgent  *btree.BTreeG[timed] // blocked/failed nodes, newest status change first
+	leases  *btree.BTreeG[timed] // held leases by expiry
+	signals *btree.BTreeG[timed] // every node by last signal, newest first
+	byCorr  map[string]*btree.BTreeG[string]
+	// Active correlation handles, newest activity first.
+	corrActive *btree.BTreeG[timed]
+	corrAt     map[string]int64
+
+	// Timers on the run's clock.
+	leaseDue    *btree.BTreeG[timed] // leases not yet overdue
+	dispatchDue *btree.BTreeG[timed] // dispatches awaiting completion before expected_by
+	graceDue    *btree.BTreeG[timed] // completions awaiting forwarding
+	requestDue  *btree.BTreeG[timed] // open requests with a TTL, id = request id
+	requests    map[string]*request
+
+	lastProgressWake topics.Time
+	plans            map[string]*Plan
+	planOrder        []string
+	diagnostics      []Diagnostic
+}
+
+func newRun(id string) *Run {
+	return &Run{
+		id:          id,
+		nodes:       make(map[string]*node),
+		applied:     make(map[string]struct{}),
+		urgent:      btree.NewG(btreeDegree, newestFirst),
+		leases:      btree.NewG(btreeDegree, soonestFirst),
+		signals:     btree.NewG(btreeDegree, newestFirst),
+		byCorr:      make(map[string]*btree.BTreeG[string]),
+		corrActive:  btree.NewG(btreeDegree, newestFirst),
+		corrAt:      make(map[string]int64),
+		leaseDue:    btree.NewG(btreeDegree, soonestFirst),
+		dispatchDue: btree.NewG(btreeDegree, soonestFirst),
+		graceDue:    btree.NewG(btreeDegree, soonestFirst),
+		requestDue:  btree.NewG(btreeDegree, soonestFirst),
+		requests:    make(map[string]*request),
+		plans:       make(map[string]*Plan),
+	}
+}
+
+// ID is the run id.
+func (r *Run) ID() string { return r.id }
+
+// Seq is the number of events applied to the run: as_of_event_seq.
+func (r *Run) Seq() int64 { return r.seq }
+
+// Clock is the run's logical time.
+func (r *Run) Clock() topics.Time { return r.clock }
+
+// Len is the number of nodes.
+func (r *Run) Len() int { return len(r.nodes) }
+
+// RunID implements snapshot.Tree.
+func (r *Run) RunID() string { return r.id }
+
+// SessionID implements snapshot.Tree.
+func (r *Run) SessionID() string { return r.sessionID }
+
+// ThreadID implements snapshot.Tree.
+func (r *Run) ThreadID() string { return r.threadID }
+
+// Root implements snapshot.Tree.
+func (r *Run) Root() (snapshot.Node, bool) {
+	if r.root == "" {
+		return snapshot.Node{}, false
+	}
+	return r.Node(r.root)
+}
+
+// Node implements snapshot.Tree.
+func (r *Run) Node(id string) (snapshot.Node, bool) {
+	n, ok := r.nodes[id]
+	if !ok {
+		return snapshot.Node{}, false
+	}
+	return n.Node, true
+}
+
+// WithCorrelation implements snapshot.Tree.
+func (r *Run) WithCorrelation(id string) iter.Seq[snapshot.Node] {
+	return func(yield func(snapshot.Node) bool) {
+		t, ok := r.byCorr[id]
+		if !ok {
+			return
+		}
+		t.Ascend(func(a string) bool { return yield(r.nodes[a].Node) })
+	}
+}
+
+// Urgent implements snapshot.Tree.
+func (r *Run) Urgent() iter.Seq[snapshot.Node] { return r.walk(r.urgent) }
+
+// ByLeaseExpiry implements snapshot.Tree.
+func (r *Run) ByLeaseExpiry() iter.Seq[snapshot.Node] { return r.walk(r.leases) }
+
+// ByLastSignal implements snapshot.Tree.
+func (r *Run) ByLastSignal() iter.Seq[snapshot.Node] { return r.walk(r.signals) }
+
+func (r *Run) walk(t *btree.BTreeG[timed]) iter.Seq[snapshot.Node] {
+	return func(yield func(snapshot.Node) bool) {
+		t.Ascend(func(k timed) bool { return yield(r.nodes[k.id].Node) })
+	}
+}
+
+// ActiveCorrelations implements snapshot.Tree.
+func (r *Run) ActiveCorrelations() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		r.corrActive.Ascend(func(k timed) bool { return yield(k.id) })
+	}
+}
+
+// Stats implements snapshot.Tree.
+func (r *Run) Stats() snapshot.Stats {
+	s := r.stats
+	s.NodeCount = len(r.nodes)
+	s.OpenRequests = len(r.requests)
+	s.ActiveCorrelations = len(r.corrAt)
+	return s
+}
+
+// node returns the node with id, creating it (role and status unknown) on
+// first sight: events can arrive for a node whose creation is not yet seen.
+func (r *Run) node(id string) *node {
+	if n, ok := r.nodes[id]; ok {
+		return n
+	}
+	n := &node{depth: -1}
+	n.AgentID = id
+	n.Status = topics.StatusUnknown
+	r.nodes[id] = n
+	r.stats.ByStatus.Add(topics.StatusUnknown, 1)
+	r.signals.ReplaceOrInsert(timed{topics.Time{}.UnixMilli(), id})
+	return n
+}
+
+// setStatus moves a node to status s at time at, keeping counts and the
+// urgent index right.
+func (r *Run) setStatus(n *node, s topics.Status, at topics.Time, reason string) {
+	if isUrgent(n.Status) {
+		r.urgent.Delete(timed{n.StatusUpdatedAt.UnixMilli(), n.AgentID})
+	}
+	r.stats.ByStatus.Add(n.Status, -1)
+	r.stats.ByStatus.Add(s, 1)
+	n.Status, n.StatusUpdatedAt, n.statusReason = s, at, reason
+	if isUrgent(s) {
+		r.urgent.ReplaceOrInsert(timed{at.UnixMilli(), n.AgentID})
+	}
+}
+
+func isUrgent(s topics.Status) bool { return s == topics.StatusBlocked || s == topics.StatusFailed }
+
+// signal records a node's latest signal.
+func (r *Run) signal(n *node, k topics.SignalKind, at topics.Time) {
+	if !n.LastSignalAt.IsZero() && at.Before(n.LastSignalAt) {
+		return // an older signal arriving late does not replace a newer one
+	}
+	r.signals.Delete(timed{n.LastSignalAt.UnixMilli(), n.AgentID})
+	n.LastSignalKind, n.LastSignalAt = k, at
+	r.signals.ReplaceOrInsert(timed{at.UnixMilli(), n.AgentID})
+}
+
+// setCorrelation records the node's last correlation id.
+func (r *Run) setCorrelation(n *node, id string) {
+	if id == "" || id == n.LastCorrelationID {
+		return
+	}
+	if old := n.LastCorrelationID; old != "" {
+		if t := r.byCorr[old]; t != nil {
+			t.Delete(n.AgentID)
+			if t.Len() == 0 {
+				delete(r.byCorr, old)
+			}
+		}
+	}
+	n.LastCorrelationID = id
+	t := r.byCorr[id]
+	if t == nil {
+		t = btree.NewOrderedG[string](btreeDegree)
+		r.byCorr[id] = t
+	}
+	t.ReplaceOrInsert(n.AgentID)
+}
+
+// touchHandle marks a correlation handle active at at.
+func (r *Run) touchHandle(id string, at topics.Time) {
+	if old, ok := r.corrAt[id]; ok {
+		if at.UnixMilli() <= old {
+			return
+		}
+		r.corrActive.Delete(timed{old, id})
+	}
+	r.corrAt[id] = at.UnixMilli()
+	r.corrActive.ReplaceOrInsert(timed{at.UnixMilli(), id})
+}
+
+// closeHandle marks a correlation handle no longer active.
+func (r *Run) closeHandle(id string) {
+	if old, ok := r.corrAt[id]; ok {
+		r.corrActive.Delete(timed{old, id})
+		delete(r.corrAt, id)
+	}
+}
+
+// setLease records a held lease.
+func (r *Run) setLease(n *node, owner string, expires topics.Time) {
+	r.dropLease(n)
+	n.LeaseOwner, n.LeaseExpiresAt = owner, expires
+	k := timed{expires.UnixMilli(), n.AgentID}
+	r.leases.ReplaceOrInsert(k)
+	if expires.After(r.clock) {
+		r.leaseDue.ReplaceOrInsert(k)
+	} else {
+		n.overdue = true
+		r.stats.OverdueLeases++
+	}
+}
+
+// dropLease forgets a node's lease.
+func (r *Run) dropLease(n *node) {
+	if n.LeaseExpiresAt.IsZero() {
+		return
+	}
+	k := timed{n.LeaseExpiresAt.UnixMilli(), n.AgentID}
+	r.leases.Delete(k)
+	r.leaseDue.Delete(k)
+	if n.overdue {
+		n.overdue = false
+		r.stats.OverdueLeases--
+	}
+	n.LeaseOwner, n.LeaseExpiresAt = "", topics.Time{}
+}
+
+// openRequest adds an open request.
+func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
+	if old, ok := r.requests[p.RequestID]; ok {
+		r.closeRequest(old)
+	}
+	q := &request{id: p.RequestID, agentID: n.AgentID}
+	if p.TTLMs > 0 {
+		q.expires = at.Add(msDuration(p.TTLMs))
+		r.requestDue.ReplaceOrInsert(timed{q.expires.UnixMilli(), q.id})
+	}
+	r.requests[q.id] = q
+	n.OpenRequestCount++
+	n.LastRequestKind = p.RequestKind
+	if p.DedupeKey != "" {
+		keys := make([]string, 0, maxDedupeKeysKept)
+		keys = append(keys, p.DedupeKey)
+		for _, k := range n.RecentDedupeKeys {
+			if k != p.DedupeKey && len(keys) < maxDedupeKeysKept {
+				keys = append(keys, k)
+			}
+		}
+		n.RecentDedupeKeys = keys
+	}
+}
+
+// maxDedupeKeysKept bounds the dedupe keys kept per node, whatever the
+// snapshot limit (which takes the newest of these).
+const maxDedupeKeysKept = 16
+
+func (r *Run) closeRequest(q *request) {
+	delete(r.requests, q.id)
+	if !q.expires.IsZero() {
+		r.requestDue.Delete(timed{q.expires.UnixMilli(), q.id})
+	}
+	if n, ok := r.nodes[q.agentID]; ok && n.OpenRequestCount > 0 {
+		n.OpenRequestCount--
+	}
+}

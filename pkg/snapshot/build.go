@@ -1,0 +1,329 @@
+package snapshot
+
+import (
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// widest are the wall-clock values of the widest encoding: the byte budget is
+// measured with them so that the real values can only make the snapshot
+// smaller. A Time always encodes to the same width.
+var (
+	widestGeneratedAt = topics.NewTime(time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC))
+	widestAgeMs       = int64(math.MaxInt64)
+)
+
+// Build returns the snapshot of t for wake w under limits l, generated at
+// now, and its encoded size. It reads at most l.MaxNodes candidates from each
+// of t's rankings and never the whole tree.
+func Build(t Tree, w Wake, l Limits, now time.Time) (*topics.AgentTreeSnapshot, Info, error) {
+	if err := l.Validate(); err != nil {
+		return nil, Info{}, err
+	}
+	l = l.WithDefaults()
+	cands := candidates(t, w, l.MaxNodes)
+	stats := t.Stats()
+
+	// The string cut is normally l.MaxStringLength. Only when even the root
+	// and the summary cannot fit the byte budget (pathological ids of
+	// multi-byte or escaped characters) is it halved until they do: the
+	// snapshot stays within bounds and says, in cut_strings, that it cut.
+	for cut := l.MaxStringLength; ; cut /= 2 {
+		b := builder{limits: l, cut: cut}
+		s, size, ok := b.fit(t, w, cands, stats)
+		if !ok && cut > 0 {
+			continue
+		}
+		return b.finish(s, size, w, now)
+	}
+}
+
+// candidates returns up to max distinct nodes in inclusion order (seed 000
+// "Deterministic Truncation Policy").
+func candidates(t Tree, w Wake, max int) []Node {
+	out := make([]Node, 0, max)
+	seen := make(map[string]struct{}, max)
+	add := func(n Node) bool {
+		if _, dup := seen[n.AgentID]; !dup {
+			seen[n.AgentID] = struct{}{}
+			out = append(out, n)
+		}
+		return len(out) < max
+	}
+	addAll := func(seq func(func(Node) bool)) bool {
+		more := true
+		seq(func(n Node) bool { more = add(n); return more })
+		return more
+	}
+	// 1. The root conductor.
+	if root, ok := t.Root(); ok && !add(root) {
+		return out
+	}
+	// 2. Nodes the wake refers to, directly and by correlation.
+	for _, id := range w.AgentIDs {
+		if n, ok := t.Node(id); ok && !add(n) {
+			return out
+		}
+	}
+	for _, id := range w.CorrelationIDs {
+		if !addAll(t.WithCorrelation(id)) {
+			return out
+		}
+	}
+	// 3. Blocked and failed; 4. leases nearest expiry; 5. newest signal.
+	for _, seq := range []func(func(Node) bool){t.Urgent(), t.ByLeaseExpiry(), t.ByLastSignal()} {
+		if !addAll(seq) {
+			return out
+		}
+	}
+	return out
+}
+
+type builder struct {
+	limits Limits
+	cut    int
+	cuts   int // strings cut by str so far
+}
+
+// fit builds the snapshot with as many candidates as the byte budget allows.
+// ok is false when not even the envelope with the root fits.
+func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
+	l := b.limits
+	s := &topics.AgentTreeSnapshot{
+		SnapshotID:   w.SnapshotID,
+		GeneratedAt:  widestGeneratedAt,
+		AsOfEventSeq: w.Seq,
+		Scope: topics.Scope{
+			RunID:     b.str(t.RunID()),
+			SessionID: b.ptr(t.SessionID()),
+			ThreadID:  b.ptr(t.ThreadID()),
+		},
+		SnapshotAgeMs: widestAgeMs,
+	}
+	if root, ok := t.Root(); ok {
+		s.RootAgentID = b.ptr(root.AgentID)
+	}
+	handles := make([]string, 0, l.MaxCorrelationHandles)
+	if l.MaxCorrelationHandles > 0 {
+		for h := range t.ActiveCorrelations() {
+			handles = append(handles, b.str(h))
+			if len(handles) == l.MaxCorrelationHandles {
+				break
+			}
+		}
+	}
+	s.Summary = topics.Summary{
+		NodeCountTotal:           stats.NodeCount,
+		CountsByStatus:           stats.ByStatus,
+		BlockedCount:             stats.ByStatus.Blocked,
+		FailedCount:              stats.ByStatus.Failed,
+		OverdueLeaseCount:        stats.OverdueLeases,
+		ActiveCorrelationHandles: handles,
+		OpenRequestCount:         stats.OpenRequests,
+	}
+
+	envCuts := b.cuts
+	digests := make([]topics.NodeDigest, len(cands))
+	sizes := make([]int, len(cands))    // encoded size of each digest
+	nodeCuts := make([]int, len(cands)) // strings cut in each digest
+	for i, n := range cands {
+		before := b.cuts
+		digests[i] = b.digest(n, w.At)
+		nodeCuts[i] = b.cuts - before
+		enc, err := topics.Marshal(&digests[i])
+		if err != nil {
+			// Digests hold only strings, ints and valid times.
+			panic(fmt.Sprintf("snapshot: encoding a digest: %v", err))
+		}
+		sizes[i] = len(enc)
+	}
+
+	// Try the most nodes first and drop from the lowest rank; the envelope
+	// is re-measured for each count because its counters change width.
+	minNodes := 0
+	if s.RootAgentID != nil && len(cands) > 0 {
+		minNodes = 1
+	}
+	for {
+		sum, cuts := 0, envCuts
+		for i := range cands {
+			sum += sizes[i]
+			cuts += nodeCuts[i]
+		}
+		for k := len(cands); k >= minNodes; k-- {
+			b.account(s, cands[:k], stats, len(handles), cuts)
+			env := b.envelopeSize(s)
+			size := env + sum
+			if k > 1 {
+				size += k - 1
+			}
+			if size <= l.MaxBytes {
+				s.Nodes = digests[:k]
+				return s, size, true
+			}
+			if k > 0 {
+				sum -= sizes[k-1]
+				cuts -= nodeCuts[k-1]
+			}
+		}
+		// Not even the root fits with all handles: drop handles from the
+		// tail, then give up on this string length.
+		if len(handles) == 0 {
+			return s, 0, false
+		}
+		handles = handles[:len(handles)-1]
+		s.Summary.ActiveCorrelationHandles = handles
+	}
+}
+
+// account fills the summary's and truncation_meta's counters for a snapshot
+// that includes nodes.
+func (b *builder) account(s *topics.AgentTreeSnapshot, nodes []Node, stats Stats, handles, cuts int) {
+	s.Summary.NodeCountIncluded = len(nodes)
+	omitted := stats.ByStatus
+	for _, n := range nodes {
+		omitted.Add(statusOf(n), -1)
+	}
+	// A tree whose totals disagree with its nodes (never, from the
+	// projection) must not produce negative counts.
+	for _, st := range topics.Statuses {
+		if c := omitted.Get(st); c < 0 {
+			omitted.Add(st, -c)
+		}
+	}
+	m := topics.TruncationMeta{
+		OmittedCountTotal:         max(stats.NodeCount-len(nodes), 0),
+		OmittedByStatus:           omitted,
+		ByteBudget:                b.limits.MaxBytes,
+		PolicyVersion:             PolicyVersion,
+		OmittedCorrelationHandles: max(stats.ActiveCorrelations-handles, 0),
+		CutStrings:                cuts,
+	}
+	s.TruncationMeta = m
+	s.Truncated = m.OmittedCountTotal > 0 || m.OmittedCorrelationHandles > 0 || m.CutStrings > 0
+}
+
+// envelopeSize is the encoded size of s with an empty node list.
+func (b *builder) envelopeSize(s *topics.AgentTreeSnapshot) int {
+	nodes := s.Nodes
+	s.Nodes = []topics.NodeDigest{}
+	enc, err := topics.Marshal(s)
+	s.Nodes = nodes
+	if err != nil {
+		panic(fmt.Sprintf("snapshot: encoding the envelope: %v", err))
+	}
+	return len(enc)
+}
+
+// finish sets the wall-clock fields and checks the bound on the real bytes.
+func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now time.Time) (*topics.AgentTreeSnapshot, Info, error) {
+	src := w.Source
+	if src.IsZero() {
+		src = w.At
+	}
+	age := now.Sub(src.Std()).Milliseconds()
+	if age < 0 {
+		age = 0
+	}
+	s.GeneratedAt = topics.NewTime(now)
+	s.SnapshotAgeMs = age
+	s.Stale = time.Duration(age)*time.Millisecond > b.limits.StaleAfter
+	if s.Nodes == nil {
+		s.Nodes = []topics.NodeDigest{}
+	}
+	enc, err := topics.Marshal(s)
+	if err != nil {
+		return nil, Info{}, fmt.Errorf("snapshot: encoding: %w", err)
+	}
+	if len(enc) > b.limits.MaxBytes || len(enc) > measured {
+		return nil, Info{}, fmt.Errorf("snapshot: encoded %d bytes, measured %d, budget %d: the byte accounting is wrong", len(enc), measured, b.limits.MaxBytes)
+	}
+	return s, Info{
+		Bytes:         len(enc),
+		NodesIncluded: len(s.Nodes),
+		NodesOmitted:  s.TruncationMeta.OmittedCountTotal,
+		Truncated:     s.Truncated,
+		Stale:         s.Stale,
+		AgeMs:         age,
+	}, nil
+}
+
+func (b *builder) digest(n Node, at topics.Time) topics.NodeDigest {
+	d := topics.NodeDigest{
+		AgentID:           b.str(n.AgentID),
+		Role:              n.Role,
+		ParentAgentID:     b.ptr(n.ParentAgentID),
+		Status:            statusOf(n),
+		StatusUpdatedAt:   timePtr(n.StatusUpdatedAt),
+		ActiveRunID:       b.ptr(n.ActiveRunID),
+		ActiveTaskID:      b.ptr(n.ActiveTaskID),
+		Capability:        b.ptr(n.Capability),
+		LastSignalAt:      timePtr(n.LastSignalAt),
+		LastCorrelationID: b.ptr(n.LastCorrelationID),
+		OpenRequestCount:  max(n.OpenRequestCount, 0),
+		LastRequestKind:   b.ptr(n.LastRequestKind),
+	}
+	if d.Role == "" {
+		d.Role = topics.RoleUnknown
+	}
+	if n.LastSignalKind != "" {
+		k := n.LastSignalKind
+		d.LastSignalKind = &k
+	}
+	if !n.LeaseExpiresAt.IsZero() {
+		d.LeaseOwner = b.ptr(n.LeaseOwner)
+		d.LeaseExpiresAt = timePtr(n.LeaseExpiresAt)
+		rem := n.LeaseExpiresAt.Sub(at).Milliseconds()
+		d.LeaseRemainingMs = &rem
+	}
+	keys := n.RecentDedupeKeys
+	if len(keys) > b.limits.MaxDedupeKeys {
+		keys = keys[:b.limits.MaxDedupeKeys]
+	}
+	d.RecentRequestDedupeKeys = make([]string, len(keys))
+	for i, k := range keys {
+		d.RecentRequestDedupeKeys[i] = b.str(k)
+	}
+	return d
+}
+
+func statusOf(n Node) topics.Status {
+	if n.Status == "" {
+		return topics.StatusUnknown
+	}
+	return n.Status
+}
+
+// str cuts s to the string bound, on a character boundary, counting cuts.
+func (b *builder) str(s string) string {
+	if len(s) <= b.cut || utf8.RuneCountInString(s) <= b.cut {
+		return s
+	}
+	b.cuts++
+	i, n := 0, 0
+	for n < b.cut {
+		_, w := utf8.DecodeRuneInString(s[i:])
+		i += w
+		n++
+	}
+	return s[:i]
+}
+
+func (b *builder) ptr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	c := b.str(s)
+	return &c
+}
+
+func timePtr(t topics.Time) *topics.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

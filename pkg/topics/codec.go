@@ -1,0 +1,366 @@
+package topics
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Content types of record values.
+const (
+	// ContentTypeCloudEvents marks a structured-mode CloudEvent in the value.
+	ContentTypeCloudEvents = "application/cloudevents+json"
+	// ContentTypeJSON marks plain JSON: a binary-mode event's data, or a wake.
+	ContentTypeJSON = "application/json"
+)
+
+// envelope attribute names, CloudEvents spelling.
+const (
+	attrSpecVersion     = "specversion"
+	attrID              = "id"
+	attrSource          = "source"
+	attrType            = "type"
+	attrTime            = "time"
+	attrDataContentType = "datacontenttype"
+	attrDataSchema      = "dataschema"
+	attrSubject         = "subject"
+	attrRunID           = "runid"
+	attrAgentID         = "agentid"
+	attrSchemaVersion   = "schemaversion"
+	attrSessionID       = "sessionid"
+	attrThreadID        = "threadid"
+	attrCorrelationID   = "correlationid"
+	attrCausationID     = "causationid"
+	attrData            = "data"
+	attrDataBase64      = "data_base64"
+)
+
+// snakeHints maps DESIGN.md's snake_case names, which a producer may
+// reasonably try, to the attribute CloudEvents requires instead.
+var snakeHints = map[string]string{
+	"event_id": attrID, "occurred_at": attrTime, "run_id": attrRunID, "agent_id": attrAgentID,
+	"schema_version": attrSchemaVersion, "session_id": attrSessionID, "thread_id": attrThreadID,
+	"correlation_id": attrCorrelationID, "causation_id": attrCausationID, "payload": attrData,
+}
+
+// DecodeEvent decodes a structured-mode CloudEvent (the JSON object of the
+// whole event). Unknown CloudEvents extension attributes are ignored, as the
+// CloudEvents spec requires; everything canopy reads is checked strictly.
+//
+// The error, if any, is a *DecodeError wrapping ErrInvalidEvent,
+// ErrUnknownType or ErrUnsupportedVersion.
+func DecodeEvent(value []byte) (*Event, error) {
+	var attrs map[string]json.RawMessage
+	if err := json.Unmarshal(value, &attrs); err != nil {
+		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: " + jsonProblem(err)}}}
+	}
+	if attrs == nil {
+		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: null"}}}
+	}
+	str := func(name string) (string, bool, string) {
+		raw, ok := attrs[name]
+		if !ok || string(raw) == "null" {
+			return "", false, ""
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", true, "want a string, got " + clip(string(raw), 40)
+		}
+		return s, true, ""
+	}
+	get := func(name string) (string, bool, string) { return str(name) }
+	var data []byte
+	if raw, ok := attrs[attrData]; ok && string(raw) != "null" {
+		data = raw
+	}
+	var ps problems
+	if _, ok := attrs[attrDataBase64]; ok {
+		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
+	}
+	for name := range attrs {
+		if knownAttr(name) {
+			continue
+		}
+		if hint, ok := snakeHints[name]; ok {
+			ps.add(name, "not a CloudEvents attribute; use "+quote(hint))
+		} else if !extensionName.MatchString(name) {
+			ps.add(name, "not a valid CloudEvents attribute name (lower-case letters and digits only)")
+		}
+	}
+	return decode(get, data, "", ps)
+}
+
+// DecodeRecord decodes an event from a Kafka record in either CloudEvents
+// Kafka protocol binding mode: binary (ce_* headers, data in the value) when
+// a ce_specversion header is present, structured otherwise. A non-empty key
+// must equal the event's run id; an event without a runid takes the key's.
+func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error) {
+	var binary bool
+	for _, h := range headers {
+		if h.Key == "ce_"+attrSpecVersion {
+			binary = true
+			break
+		}
+	}
+	if !binary {
+		ev, err := DecodeEvent(value)
+		return checkKey(ev, err, key)
+	}
+	get := func(name string) (string, bool, string) {
+		for _, h := range headers {
+			if h.Key == "ce_"+name {
+				return string(h.Value), true, ""
+			}
+		}
+		return "", false, ""
+	}
+	var ps problems
+	for _, h := range headers {
+		if h.Key == HeaderContentType {
+			ct := mediaType(string(h.Value))
+			if ct != ContentTypeJSON && ct != "" {
+				ps.add("content-type", "binary-mode data must be "+ContentTypeJSON+", got "+quote(string(h.Value)))
+			}
+		}
+	}
+	var data []byte
+	if len(bytes.TrimSpace(value)) > 0 {
+		data = value
+	}
+	ev, err := decode(get, data, "ce_", ps)
+	return checkKey(ev, err, key)
+}
+
+func checkKey(ev *Event, err error, key []byte) (*Event, error) {
+	if err != nil {
+		return ev, err
+	}
+	if len(key) == 0 {
+		if ev.RunID == "" {
+			return nil, &DecodeError{kind: ErrInvalidEvent, EventID: ev.ID, Type: string(ev.Type),
+				Problems: []Problem{{"ce_" + attrRunID, "required (or key the record by run id)"}}}
+		}
+		return ev, nil
+	}
+	if ev.RunID == "" {
+		ev.RunID = string(key)
+		return ev, nil
+	}
+	if ev.RunID != string(key) {
+		return nil, &DecodeError{kind: ErrInvalidEvent, EventID: ev.ID, Type: string(ev.Type),
+			Problems: []Problem{{"(key)", fmt.Sprintf("record key %s differs from runid %s; key records by run id", quote(string(key)), quote(ev.RunID))}}}
+	}
+	return ev, nil
+}
+
+// decode is shared by both modes: get returns an attribute's string form
+// (whether present, and a problem with its JSON type, if any).
+func decode(get func(string) (string, bool, string), data []byte, prefix string, ps problems) (*Event, error) {
+	ev := &Event{}
+	attr := func(name string, required bool) string {
+		v, ok, bad := get(name)
+		switch {
+		case bad != "":
+			ps.add(prefix+name, bad)
+		case !ok && required:
+			ps.add(prefix+name, "required")
+		}
+		return v
+	}
+	if v := attr(attrSpecVersion, true); v != "" && v != SpecVersion {
+		ps.add(prefix+attrSpecVersion, "want \"1.0\", got "+quote(v))
+	}
+	ev.ID = attr(attrID, true)
+	checkID(&ps, prefix+attrID, ev.ID, false)
+	ev.Source = attr(attrSource, true)
+	if len(ev.Source) > MaxIDLength {
+		ps.add(prefix+attrSource, fmt.Sprintf("longer than %d bytes", MaxIDLength))
+	}
+	ev.Type = EventType(attr(attrType, true))
+	if t := attr(attrTime, true); t != "" {
+		tt, err := ParseTime(t)
+		if err != nil {
+			ps.add(prefix+attrTime, err.Error())
+		}
+		ev.Time = tt
+	}
+	if ct := attr(attrDataContentType, false); ct != "" && mediaType(ct) != ContentTypeJSON {
+		ps.add(prefix+attrDataContentType, "want "+ContentTypeJSON+", got "+quote(ct))
+	}
+	attr(attrDataSchema, false)
+	attr(attrSubject, false)
+	ev.RunID = attr(attrRunID, prefix == "") // binary mode may take it from the key
+	checkID(&ps, prefix+attrRunID, ev.RunID, false)
+	ev.AgentID = attr(attrAgentID, true)
+	checkID(&ps, prefix+attrAgentID, ev.AgentID, false)
+	ev.SessionID = attr(attrSessionID, false)
+	checkID(&ps, prefix+attrSessionID, ev.SessionID, false)
+	ev.ThreadID = attr(attrThreadID, false)
+	checkID(&ps, prefix+attrThreadID, ev.ThreadID, false)
+	ev.CorrelationID = attr(attrCorrelationID, false)
+	checkID(&ps, prefix+attrCorrelationID, ev.CorrelationID, false)
+	ev.CausationID = attr(attrCausationID, false)
+	checkID(&ps, prefix+attrCausationID, ev.CausationID, false)
+
+	kind := ErrInvalidEvent
+	if v, ok, bad := get(attrSchemaVersion); bad != "" || !ok {
+		// In structured mode the attribute is a JSON number; get reports it as
+		// "want a string", so read it again as a number.
+		n, numOK := schemaVersionNumber(get, bad)
+		switch {
+		case numOK:
+			ev.SchemaVersion = n
+		case !ok && bad == "":
+			ps.add(prefix+attrSchemaVersion, "required; this build speaks 1")
+		default:
+			ps.add(prefix+attrSchemaVersion, "want a positive integer")
+		}
+	} else if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		ev.SchemaVersion = n
+	} else {
+		ps.add(prefix+attrSchemaVersion, "want a positive integer, got "+quote(v))
+	}
+	if ev.SchemaVersion > CurrentSchemaVersion && len(ps) == 0 {
+		kind = ErrUnsupportedVersion
+		ps.add(prefix+attrSchemaVersion, fmt.Sprintf("version %d is newer than this build speaks (%d); upgrade canopy", ev.SchemaVersion, CurrentSchemaVersion))
+	}
+
+	if ev.Type != "" && !ev.Type.Known() && len(ps) == 0 {
+		return ev, &DecodeError{kind: ErrUnknownType, EventID: ev.ID, Type: string(ev.Type),
+			Problems: []Problem{{prefix + attrType, "unknown event type " + quote(string(ev.Type)) + " (newer producer?)"}}}
+	}
+	if ev.Type.Known() && kind == ErrInvalidEvent {
+		ev.Data = NewPayload(ev.Type)
+		decodePayload(ev.Data, data, &ps)
+	}
+	if len(ps) > 0 {
+		return nil, &DecodeError{kind: kind, EventID: ev.ID, Type: string(ev.Type), Problems: ps}
+	}
+	return ev, nil
+}
+
+// schemaVersionNumber re-reads schemaversion when it was given as a JSON
+// number in structured mode. The bad string carries the raw JSON.
+func schemaVersionNumber(get func(string) (string, bool, string), bad string) (int, bool) {
+	const prefix = "want a string, got "
+	if !strings.HasPrefix(bad, prefix) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(bad, prefix))
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+func decodePayload(p Payload, data []byte, ps *problems) {
+	if data != nil {
+		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
+			ps.add("data", "want a JSON object")
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(p); err != nil {
+			if pr, ok := payloadTypeError(err); ok {
+				ps.add(pr.Field, pr.Problem)
+			} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+				ps.add("data."+strings.Trim(f, `"`), "unknown field for "+string(p.EventType()))
+			} else {
+				ps.add("data", jsonProblem(err))
+			}
+			return
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			ps.add("data", "trailing data after the JSON object")
+			return
+		}
+	}
+	p.validate(ps)
+}
+
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func knownAttr(name string) bool {
+	switch name {
+	case attrSpecVersion, attrID, attrSource, attrType, attrTime, attrDataContentType, attrDataSchema,
+		attrSubject, attrRunID, attrAgentID, attrSchemaVersion, attrSessionID, attrThreadID,
+		attrCorrelationID, attrCausationID, attrData, attrDataBase64:
+		return true
+	}
+	return false
+}
+
+func mediaType(ct string) string {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
+}
+
+// MarshalJSON encodes the event as a structured-mode CloudEvent.
+func (e *Event) MarshalJSON() ([]byte, error) {
+	type wire struct {
+		SpecVersion     string  `json:"specversion"`
+		ID              string  `json:"id"`
+		Source          string  `json:"source"`
+		Type            string  `json:"type"`
+		Time            Time    `json:"time"`
+		DataContentType string  `json:"datacontenttype"`
+		RunID           string  `json:"runid"`
+		AgentID         string  `json:"agentid"`
+		SchemaVersion   int     `json:"schemaversion"`
+		SessionID       string  `json:"sessionid,omitempty"`
+		ThreadID        string  `json:"threadid,omitempty"`
+		CorrelationID   string  `json:"correlationid,omitempty"`
+		CausationID     string  `json:"causationid,omitempty"`
+		Data            Payload `json:"data"`
+	}
+	typ := e.Type
+	if typ == "" && e.Data != nil {
+		typ = e.Data.EventType()
+	}
+	sv := e.SchemaVersion
+	if sv == 0 {
+		sv = CurrentSchemaVersion
+	}
+	data := e.Data
+	if data == nil {
+		data = &Heartbeat{}
+	}
+	return Marshal(wire{SpecVersion, e.ID, e.Source, string(typ), e.Time, ContentTypeJSON, e.RunID, e.AgentID, sv,
+		e.SessionID, e.ThreadID, e.CorrelationID, e.CausationID, data})
+}
+
+// Validate checks an event built in Go the way DecodeEvent checks one read
+// from the wire, so producers find their mistakes before sending.
+func (e *Event) Validate() error {
+	b, err := e.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = DecodeEvent(b)
+	return err
+}
+
+// Marshal encodes v as compact JSON without HTML escaping, the one encoding
+// every canopy message uses: the same value always gives the same bytes.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
