@@ -54,6 +54,7 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		now  = fs.String("now", "", "wall clock of the wakes, RFC 3339; timers due by then fire at the end (default: each run's own logical time, fully deterministic)")
 		opts replay.Options
 	)
+	format := fs.String("format", "json", "output: json (the wakes exactly as published) or summary (one line per wake, for people)")
 	fs.IntVar(&opts.Batch, "batch", 1, "input lines per processing batch; a run's triggers in one batch are coalesced into one wake")
 	addProjectionFlags(fs, &opts.Projection)
 	fs.Usage = func() {
@@ -65,6 +66,14 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "projector replay: unexpected argument %q: events are read from stdin\n", fs.Arg(0))
+		return 2
+	}
+	switch *format {
+	case "json":
+	case "summary":
+		opts.Summary = true
+	default:
+		fmt.Fprintf(stderr, "projector replay: -format %q: want json or summary\n", *format)
 		return 2
 	}
 	if *now != "" {

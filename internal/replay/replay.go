@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/wakefmt"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -30,6 +31,8 @@ type Options struct {
 	Batch int
 	// MaxLineBytes bounds an input line; default 1 MiB.
 	MaxLineBytes int
+	// Summary writes one human-readable line per wake instead of its JSON.
+	Summary bool
 }
 
 // Stats count what a replay did.
@@ -62,13 +65,18 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 			return err
 		}
 		for _, b := range built {
+			st.Wakes++
+			if opts.Summary {
+				bw.WriteString(wakefmt.Line(b.Wake))
+				bw.WriteByte('\n')
+				continue
+			}
 			enc, err := topics.Marshal(b.Wake)
 			if err != nil {
 				return fmt.Errorf("replay: encoding wake %s: %w", b.Wake.WakeID, err)
 			}
 			bw.Write(enc)
 			bw.WriteByte('\n')
-			st.Wakes++
 		}
 		return nil
 	}

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,14 +64,28 @@ const (
 
 // apply applies ev to the run and returns the triggers it raises, timers that
 // fell due before it included. dup is true when ev.ID was already applied.
-func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool) {
+func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
 	if _, ok := r.applied[ev.ID]; ok {
-		return nil, true
+		return nil, true, nil
+	}
+	if r.seen != nil {
+		if ok, err := r.seen(ev.ID); err != nil || ok {
+			return nil, ok, err
+		}
 	}
 	r.applied[ev.ID] = struct{}{}
-	if ev.Time.After(r.clock) {
-		trigs = r.advance(ev.Time, cfg, trigs)
+	if r.dirty != nil {
+		r.dirty.meta = true
+		r.dirty.applied = append(r.dirty.applied, ev.ID)
 	}
+	// Fire what fell due before this event. Also when the event is late
+	// (older than the clock): a late event may have left a timer due in the
+	// past, which fires now rather than never.
+	to := r.clock
+	if ev.Time.After(to) {
+		to = ev.Time
+	}
+	trigs = r.advance(to, cfg, trigs)
 	r.seq++
 	if r.sessionID == "" {
 		r.sessionID = ev.SessionID
@@ -80,6 +95,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	}
 	at := ev.Time
 	n := r.node(ev.AgentID)
+	r.mark('n', n.AgentID)
 	r.setCorrelation(n, ev.CorrelationID)
 	effect := handleRefresh
 	trig := func(k topics.TriggerKind, detail string) {
@@ -136,7 +152,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		r.openRequest(n, p, at)
 		trig(topics.TriggerRequest, p.RequestKind)
 	case *topics.RequestResolved:
-		effect = handleClose
+		// The request is over, not the work it belongs to: the handle stays.
 		if q, ok := r.requests[p.RequestID]; ok {
 			r.closeRequest(q)
 		}
@@ -179,17 +195,20 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		r.plan(n, p, at)
 	case *topics.PlanBandCreated:
 		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
+			r.mark('p', p.PlanID)
 			b := pl.band(p.BandIndex)
 			b.Parallelizable, b.StepCount = p.Parallelizable, p.StepCount
 		}
 	case *topics.StepCreated:
 		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
+			r.mark('p', p.PlanID)
 			if b := pl.band(p.BandIndex); len(b.Steps) < maxStepsPerBand {
 				b.Steps = append(b.Steps, Step{StepID: p.StepID, Index: p.StepIndex, ChildAgentID: p.ChildAgentID})
 			}
 		}
 	case *topics.ReplanRequested:
 		if pl := r.plans[p.PlanID]; pl != nil {
+			r.mark('p', p.PlanID)
 			pl.Replan = true
 		}
 	case *topics.ArtifactCreated, *topics.ParentHint, *topics.ScratchpadUpdated:
@@ -208,7 +227,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 			}
 		}
 	}
-	return trigs, false
+	return trigs, false, nil
 }
 
 // create applies tree.node_created.
@@ -285,8 +304,14 @@ func (r *Run) complete(n *node, source string, at topics.Time, cfg *Config) {
 			r.graceDue.ReplaceOrInsert(timed{w.graceDue.UnixMilli(), n.AgentID})
 		}
 	}
-	// Work is over: the node no longer has an active task.
+	// Work is over: the node no longer has an active task, its lease is
+	// moot (its expiry must not wake anybody) and nobody will answer its
+	// requests.
 	n.ActiveRunID, n.ActiveTaskID = "", ""
+	r.dropLease(n)
+	for _, id := range slices.Clone(n.requests) {
+		r.closeRequest(r.requests[id])
+	}
 	r.reclassify(n, at)
 }
 
@@ -298,6 +323,7 @@ func (r *Run) forwarded(n *node, at topics.Time) {
 		return // nothing of n's was there to forward
 	}
 	w.ForwardedToMain = true
+	r.mark('n', n.AgentID)
 	r.dropGrace(n)
 	r.reclassify(n, at)
 }
@@ -340,6 +366,7 @@ func (r *Run) reclassify(n *node, at topics.Time) bool {
 }
 
 func (r *Run) plan(n *node, p *topics.PlanCreated, at topics.Time) {
+	defer r.mark('p', p.PlanID)
 	if _, ok := r.plans[p.PlanID]; !ok {
 		if len(r.plans) >= maxPlansPerRun {
 			return

@@ -24,6 +24,10 @@ type Config struct {
 	// for the conductor's wake_received before it raises
 	// done_but_not_forwarded. Default 30s.
 	ForwardGrace time.Duration
+	// MaxHotNodes bounds the nodes a store-backed projection keeps in
+	// memory; colder runs are read back from Pebble when next used.
+	// Default 1,000,000.
+	MaxHotNodes int
 }
 
 // Defaults of Config.
@@ -31,6 +35,7 @@ const (
 	DefaultMaxDepth         = 4
 	DefaultProgressInterval = 5 * time.Second
 	DefaultForwardGrace     = 30 * time.Second
+	DefaultMaxHotNodes      = 1_000_000
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate's error.
@@ -48,6 +53,9 @@ func (c Config) WithDefaults() Config {
 	if c.ForwardGrace == 0 {
 		c.ForwardGrace = DefaultForwardGrace
 	}
+	if c.MaxHotNodes == 0 {
+		c.MaxHotNodes = DefaultMaxHotNodes
+	}
 	return c
 }
 
@@ -62,6 +70,9 @@ func (c Config) Validate() error {
 	}
 	if c.ForwardGrace < 0 {
 		errs = append(errs, fmt.Sprintf("forward grace %v: must not be negative", c.ForwardGrace))
+	}
+	if c.MaxHotNodes < 0 {
+		errs = append(errs, fmt.Sprintf("max hot nodes %d: must not be negative", c.MaxHotNodes))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))

@@ -1,10 +1,15 @@
 package projection
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
 
 	"github.com/oklog/ulid/v2"
 
@@ -13,51 +18,257 @@ import (
 )
 
 // Projection holds the runs of one partition (or, in replay, of a whole
-// file). It is not safe for concurrent use.
+// file). It is not safe for concurrent use: one goroutine owns it.
+//
+// With a Store, runs live in Pebble and the hottest stay in memory (up to
+// Config.MaxHotNodes nodes); Commit writes everything that changed since the
+// last commit together with the consumed offsets in one atomic batch. A
+// storage failure is sticky: Apply and Advance do nothing more once one has
+// happened, and Commit and Err return it.
 type Projection struct {
 	cfg  Config
 	runs map[string]*Run
+
+	store *Store
+	err   error
+	// dues holds (next timer due, run) of every run with a timer, in memory
+	// or not, so that timers fire for runs that are not loaded.
+	dues     *btree.BTreeG[timed]
+	due      map[string]int64
+	dueDirty map[string]struct{}
+	hotNodes int
+	tick     uint64
 }
 
-// New returns an empty projection.
+// New returns an empty projection held in memory only.
 func New(cfg Config) (*Projection, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Projection{cfg: cfg.WithDefaults(), runs: make(map[string]*Run)}, nil
+	return &Projection{cfg: cfg.WithDefaults(), runs: make(map[string]*Run), dues: btree.NewG(btreeDegree, soonestFirst),
+		due: make(map[string]int64), dueDirty: make(map[string]struct{})}, nil
+}
+
+// Open returns the projection of a store, resuming where its last Commit left
+// it: runs are loaded when first used, timers are known at once.
+func Open(cfg Config, s *Store) (*Projection, error) {
+	p, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.store = s
+	dues, err := s.dues()
+	if err != nil {
+		return nil, err
+	}
+	for run, at := range dues {
+		p.due[run] = at
+		p.dues.ReplaceOrInsert(timed{at, run})
+	}
+	return p, nil
 }
 
 // Config returns the projection's config, with defaults filled in.
 func (p *Projection) Config() Config { return p.cfg }
 
-// Run returns the run with id, if any event of it was applied.
+// Err returns the sticky storage error, if any.
+func (p *Projection) Err() error { return p.err }
+
+// Run returns the run with id, loading it from the store if needed; ok is
+// false when no event of it was applied (or the store failed: see Err).
 func (p *Projection) Run(id string) (*Run, bool) {
-	r, ok := p.runs[id]
-	return r, ok
+	r, _ := p.run(id, false)
+	return r, r != nil
+}
+
+// run returns the run with id: from memory, else from the store, else (when
+// create is set) a new one.
+func (p *Projection) run(id string, create bool) (*Run, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	p.tick++
+	if r, ok := p.runs[id]; ok {
+		r.lastUsed = p.tick
+		return r, nil
+	}
+	var r *Run
+	if p.store != nil {
+		loaded, ok, err := p.store.loadRun(id)
+		if err != nil {
+			p.err = fmt.Errorf("projection: loading run %q: %w", id, err)
+			return nil, p.err
+		}
+		if ok {
+			r = loaded
+		}
+	}
+	if r == nil {
+		if !create {
+			return nil, nil
+		}
+		r = newRun(id)
+	}
+	if p.store != nil {
+		r.dirty = newDirt()
+		st := p.store
+		r.seen = func(ev string) (bool, error) { return st.applied(id, ev) }
+	}
+	r.lastUsed = p.tick
+	p.runs[id] = r
+	p.hotNodes += len(r.nodes)
+	return r, nil
 }
 
 // Apply applies a decoded event to its run. It returns the triggers raised
 // (timers of the run that fell due before the event first) and whether the
 // event was a duplicate, already applied and so ignored.
 func (p *Projection) Apply(ev *topics.Event) (trigs []topics.Trigger, dup bool) {
-	r, ok := p.runs[ev.RunID]
-	if !ok {
-		r = newRun(ev.RunID)
-		p.runs[ev.RunID] = r
+	r, err := p.run(ev.RunID, true)
+	if err != nil {
+		return nil, false
 	}
-	return r.apply(ev, &p.cfg)
+	before := len(r.nodes)
+	trigs, dup, err = r.apply(ev, &p.cfg)
+	if err != nil {
+		p.err = fmt.Errorf("projection: run %q: %w", r.id, err)
+		return nil, false
+	}
+	p.hotNodes += len(r.nodes) - before
+	p.updateDue(r)
+	return trigs, dup
 }
 
 // Advance moves a run's clock to `to`, firing its timers due by then.
 func (p *Projection) Advance(runID string, to topics.Time) []topics.Trigger {
-	r, ok := p.runs[runID]
-	if !ok || !to.After(r.clock) {
+	r, err := p.run(runID, false)
+	if err != nil || r == nil {
 		return nil
 	}
-	return r.advance(to, &p.cfg, nil)
+	trigs := r.advance(to, &p.cfg, nil)
+	p.updateDue(r)
+	return trigs
 }
 
-// RunIDs returns the ids of every run, in no particular order.
+// NextDue returns the earliest timer of any run.
+func (p *Projection) NextDue() (topics.Time, bool) {
+	k, ok := p.dues.Min()
+	if !ok {
+		return topics.Time{}, false
+	}
+	return topics.UnixMilliTime(k.at), true
+}
+
+// FireDue fires every timer due by now, run by run in due order. Each run's
+// clock moves only to the due times of its timers, never to now, so the
+// triggers and snapshots are the same as a replay's.
+func (p *Projection) FireDue(now topics.Time, pending *Pending) {
+	for {
+		k, ok := p.dues.Min()
+		if !ok || k.at > now.UnixMilli() || p.err != nil {
+			return
+		}
+		r, err := p.run(k.id, false)
+		if err != nil {
+			return
+		}
+		if r == nil { // a due entry without a run: forget it
+			p.setDue(k.id, 0, false)
+			continue
+		}
+		pending.Add(r.id, r.advance(topics.UnixMilliTime(k.at), &p.cfg, nil))
+		p.updateDue(r)
+	}
+}
+
+func (p *Projection) updateDue(r *Run) {
+	at, ok := r.NextDue()
+	p.setDue(r.id, at.UnixMilli(), ok)
+}
+
+func (p *Projection) setDue(run string, at int64, ok bool) {
+	old, had := p.due[run]
+	if had == ok && old == at {
+		return
+	}
+	if had {
+		p.dues.Delete(timed{old, run})
+		delete(p.due, run)
+	}
+	if ok {
+		p.due[run] = at
+		p.dues.ReplaceOrInsert(timed{at, run})
+	}
+	p.dueDirty[run] = struct{}{}
+}
+
+// Commit writes every change since the last commit, and the next offset to
+// consume of each input topic in offsets, in one synced Pebble batch: after a
+// crash the projection resumes exactly from there. Then, if more than
+// MaxHotNodes nodes are in memory, the least recently used runs are dropped
+// from memory (they stay in the store).
+func (p *Projection) Commit(offsets map[string]int64) error {
+	if p.err != nil {
+		return p.err
+	}
+	if p.store == nil {
+		return nil
+	}
+	b := p.store.db.NewBatch()
+	defer b.Close()
+	fail := func(err error) error {
+		p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
+		return p.err
+	}
+	for _, r := range p.runs {
+		if err := p.store.write(b, r); err != nil {
+			return fail(err)
+		}
+	}
+	for run := range p.dueDirty {
+		at, ok := p.due[run]
+		if err := putDue(b, p.store, run, at, ok); err != nil {
+			return fail(err)
+		}
+	}
+	clear(p.dueDirty)
+	for topic, next := range offsets {
+		if err := putOffset(b, p.store, topic, next); err != nil {
+			return fail(err)
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fail(err)
+	}
+	p.evict()
+	return nil
+}
+
+// evict drops the least recently used runs from memory until at most 80% of
+// MaxHotNodes nodes are held. Only called right after a commit, when every
+// run is clean.
+func (p *Projection) evict() {
+	if p.hotNodes <= p.cfg.MaxHotNodes {
+		return
+	}
+	byAge := make([]*Run, 0, len(p.runs))
+	for _, r := range p.runs {
+		byAge = append(byAge, r)
+	}
+	slices.SortFunc(byAge, func(a, b *Run) int { return cmp.Compare(a.lastUsed, b.lastUsed) })
+	for _, r := range byAge {
+		if p.hotNodes <= p.cfg.MaxHotNodes*8/10 {
+			break
+		}
+		delete(p.runs, r.id)
+		p.hotNodes -= len(r.nodes)
+	}
+}
+
+// HotRuns is the number of runs in memory.
+func (p *Projection) HotRuns() int { return len(p.runs) }
+
+// RunIDs returns the ids of every run in memory, in no particular order.
 func (p *Projection) RunIDs() []string {
 	ids := make([]string, 0, len(p.runs))
 	for id := range p.runs {
@@ -169,7 +380,7 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 // Snapshot builds the current snapshot of a run, for readers rather than for a
 // wake: no node is referenced, and its id derives from the run and its seq.
 func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSnapshot, snapshot.Info, error) {
-	r, ok := p.runs[runID]
+	r, ok := p.Run(runID)
 	if !ok {
 		return nil, snapshot.Info{}, fmt.Errorf("projection: run %q: no events applied", runID)
 	}

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"iter"
+	"slices"
 
 	"github.com/google/btree"
 
@@ -22,6 +23,8 @@ type node struct {
 	watchdog     Watchdog
 	// overdue: the lease fell due on the run's clock and was not renewed.
 	overdue bool
+	// requests are the ids of the node's open requests.
+	requests []string
 }
 
 // Watchdog is seed 004's delivery state of a dispatched node. Every status is
@@ -110,6 +113,32 @@ type Run struct {
 	plans            map[string]*Plan
 	planOrder        []string
 	diagnostics      []Diagnostic
+
+	// Persistence, when the run belongs to a Store: what changed since the
+	// last commit (nil when nothing persists the run), where to look up event
+	// ids applied before it was loaded, and when it was last used (for
+	// eviction).
+	dirty    *dirt
+	seen     func(eventID string) (bool, error)
+	lastUsed uint64
+}
+
+// mark records that part kind ('n' node, 'q' request, 'c' handle, 'p' plan)
+// id changed, when the run is persisted.
+func (r *Run) mark(kind byte, id string) {
+	if r.dirty == nil {
+		return
+	}
+	switch kind {
+	case 'n':
+		r.dirty.nodes[id] = struct{}{}
+	case 'q':
+		r.dirty.requests[id] = struct{}{}
+	case 'c':
+		r.dirty.handles[id] = struct{}{}
+	case 'p':
+		r.dirty.plans[id] = struct{}{}
+	}
 }
 
 func newRun(id string) *Run {
@@ -285,6 +314,7 @@ func (r *Run) touchHandle(id string, at topics.Time) {
 	}
 	r.corrAt[id] = at.UnixMilli()
 	r.corrActive.ReplaceOrInsert(timed{at.UnixMilli(), id})
+	r.mark('c', id)
 }
 
 // closeHandle marks a correlation handle no longer active.
@@ -292,6 +322,7 @@ func (r *Run) closeHandle(id string) {
 	if old, ok := r.corrAt[id]; ok {
 		r.corrActive.Delete(timed{old, id})
 		delete(r.corrAt, id)
+		r.mark('c', id)
 	}
 }
 
@@ -335,6 +366,8 @@ func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
 		r.requestDue.ReplaceOrInsert(timed{q.expires.UnixMilli(), q.id})
 	}
 	r.requests[q.id] = q
+	r.mark('q', q.id)
+	n.requests = append(n.requests, q.id)
 	n.OpenRequestCount++
 	n.LastRequestKind = p.RequestKind
 	if p.DedupeKey != "" {
@@ -355,10 +388,15 @@ const maxDedupeKeysKept = 16
 
 func (r *Run) closeRequest(q *request) {
 	delete(r.requests, q.id)
+	r.mark('q', q.id)
+	r.mark('n', q.agentID)
 	if !q.expires.IsZero() {
 		r.requestDue.Delete(timed{q.expires.UnixMilli(), q.id})
 	}
-	if n, ok := r.nodes[q.agentID]; ok && n.OpenRequestCount > 0 {
-		n.OpenRequestCount--
+	if n, ok := r.nodes[q.agentID]; ok {
+		if i := slices.Index(n.requests, q.id); i >= 0 {
+			n.requests = slices.Delete(n.requests, i, i+1)
+		}
+		n.OpenRequestCount = len(n.requests)
 	}
 }

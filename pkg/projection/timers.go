@@ -34,9 +34,9 @@ func (r *Run) NextDue() (topics.Time, bool) {
 	return topics.UnixMilliTime(best.at), true
 }
 
-// advance moves the run's clock forward to `to`, firing every timer due on
-// the way in time order, each at its own due time, and appends the triggers
-// they raise.
+// advance moves the run's clock forward to `to` (never back), firing every
+// timer due by then in time order, each at its own due time, and appends the
+// triggers they raise.
 func (r *Run) advance(to topics.Time, cfg *Config, trigs []topics.Trigger) []topics.Trigger {
 	trees := r.timerTrees()
 	for {
@@ -59,12 +59,18 @@ func (r *Run) advance(to topics.Time, cfg *Config, trigs []topics.Trigger) []top
 	if to.After(r.clock) {
 		r.clock = to
 	}
+	if r.dirty != nil {
+		r.dirty.meta = true
+	}
 	return trigs
 }
 
 func (r *Run) fire(kind int, id string, due topics.Time, trigs []topics.Trigger) []topics.Trigger {
 	timer := func(k topics.TriggerKind, agentID, detail string) {
 		trigs = append(trigs, topics.Trigger{Kind: k, AgentID: agentID, At: due, Detail: strPtr(detail)})
+	}
+	if kind != timerRequest {
+		r.mark('n', id)
 	}
 	switch kind {
 	case timerLease:

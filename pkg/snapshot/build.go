@@ -108,9 +108,12 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 		s.RootAgentID = b.ptr(root.AgentID)
 	}
 	handles := make([]string, 0, l.MaxCorrelationHandles)
+	handleCuts := make([]int, 0, l.MaxCorrelationHandles) // strings cut in each handle: 0 or 1
 	if l.MaxCorrelationHandles > 0 {
 		for h := range t.ActiveCorrelations() {
+			before := b.cuts
 			handles = append(handles, b.str(h))
+			handleCuts = append(handleCuts, b.cuts-before)
 			if len(handles) == l.MaxCorrelationHandles {
 				break
 			}
@@ -142,42 +145,66 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 		sizes[i] = len(enc)
 	}
 
-	// Try the most nodes first and drop from the lowest rank; the envelope
-	// is re-measured for each count because its counters change width.
+	// The most nodes that fit, dropping from the lowest rank; the envelope is
+	// re-measured for each count because its counters change width. A digest
+	// or a handle adds more bytes than the counters can lose (a digit or
+	// two), so the size grows strictly with the nodes and with the handles,
+	// and a binary search finds the same counts as trying every count from
+	// the most down, in O(log) encodings of the envelope rather than
+	// O(max_nodes x max_correlation_handles).
 	minNodes := 0
 	if s.RootAgentID != nil && len(cands) > 0 {
 		minNodes = 1
 	}
-	for {
-		sum, cuts := 0, envCuts
-		for i := range cands {
-			sum += sizes[i]
-			cuts += nodeCuts[i]
+	sums := make([]int, len(cands)+1) // sums[k], cutSums[k]: of the first k digests
+	cutSums := make([]int, len(cands)+1)
+	for i := range cands {
+		sums[i+1] = sums[i] + sizes[i]
+		cutSums[i+1] = cutSums[i] + nodeCuts[i]
+	}
+	handleCutSums := make([]int, len(handles)+1)
+	for i, c := range handleCuts {
+		handleCutSums[i+1] = handleCutSums[i] + c
+	}
+	envCuts -= handleCutSums[len(handles)]
+	size := func(nh, k int) int {
+		// A dropped handle is counted in omitted_correlation_handles, not
+		// in cut_strings.
+		s.Summary.ActiveCorrelationHandles = handles[:nh]
+		b.account(s, cands[:k], stats, nh, envCuts+handleCutSums[nh]+cutSums[k])
+		n := b.envelopeSize(s) + sums[k]
+		if k > 1 {
+			n += k - 1
 		}
-		for k := len(cands); k >= minNodes; k-- {
-			b.account(s, cands[:k], stats, len(handles), cuts)
-			env := b.envelopeSize(s)
-			size := env + sum
-			if k > 1 {
-				size += k - 1
-			}
-			if size <= l.MaxBytes {
-				s.Nodes = digests[:k]
-				return s, size, true
-			}
-			if k > 0 {
-				sum -= sizes[k-1]
-				cuts -= nodeCuts[k-1]
+		return n
+	}
+	fits := func(nh, k int) bool { return size(nh, k) <= l.MaxBytes }
+	// largest returns the largest n in [lo, hi] with ok(n), given ok(lo).
+	largest := func(lo, hi int, ok func(int) bool) int {
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			if ok(mid) {
+				lo = mid
+			} else {
+				hi = mid - 1
 			}
 		}
-		// Not even the root fits with all handles: drop handles from the
-		// tail, then give up on this string length.
-		if len(handles) == 0 {
+		return lo
+	}
+
+	// Handles give way only when not even the root fits with all of them:
+	// drop them from the tail, then give up on this string length.
+	nh := len(handles)
+	if !fits(nh, minNodes) {
+		if !fits(0, minNodes) {
 			return s, 0, false
 		}
-		handles = handles[:len(handles)-1]
-		s.Summary.ActiveCorrelationHandles = handles
+		nh = largest(0, nh-1, func(n int) bool { return fits(n, minNodes) })
 	}
+	k := largest(minNodes, len(cands), func(k int) bool { return fits(nh, k) })
+	n := size(nh, k) // leaves s's counters set for nh handles and k nodes
+	s.Nodes = digests[:k]
+	return s, n, true
 }
 
 // account fills the summary's and truncation_meta's counters for a snapshot

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -83,7 +86,7 @@ func DecodeEvent(value []byte) (*Event, error) {
 	if _, ok := attrs[attrDataBase64]; ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
 	}
-	for name := range attrs {
+	for _, name := range slices.Sorted(maps.Keys(attrs)) { // sorted: the same record gives the same error
 		if knownAttr(name) {
 			continue
 		}
@@ -149,6 +152,10 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 		return ev, nil
 	}
 	if ev.RunID == "" {
+		if msg := idProblem(string(key)); msg != "" {
+			return nil, &DecodeError{kind: ErrInvalidEvent, EventID: ev.ID, Type: string(ev.Type),
+				Problems: []Problem{{"(key)", "taken as the run id: " + msg}}}
+		}
 		ev.RunID = string(key)
 		return ev, nil
 	}
@@ -170,6 +177,8 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 			ps.add(prefix+name, bad)
 		case !ok && required:
 			ps.add(prefix+name, "required")
+		case v == "" && required:
+			ps.add(prefix+name, "required; got an empty string")
 		}
 		return v
 	}
@@ -179,9 +188,7 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 	ev.ID = attr(attrID, true)
 	checkID(&ps, prefix+attrID, ev.ID, false)
 	ev.Source = attr(attrSource, true)
-	if len(ev.Source) > MaxIDLength {
-		ps.add(prefix+attrSource, fmt.Sprintf("longer than %d bytes", MaxIDLength))
-	}
+	checkID(&ps, prefix+attrSource, ev.Source, false)
 	ev.Type = EventType(attr(attrType, true))
 	if t := attr(attrTime, true); t != "" {
 		tt, err := ParseTime(t)
@@ -265,6 +272,19 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 			ps.add("data", "want a JSON object")
 			return
 		}
+		// encoding/json matches keys case-insensitively; the contract does not.
+		var keys map[string]json.RawMessage
+		if json.Unmarshal(data, &keys) == nil {
+			fields, n := payloadFields[reflect.TypeOf(p)], len(*ps)
+			for _, k := range slices.Sorted(maps.Keys(keys)) {
+				if !fields[k] {
+					ps.add("data."+k, "unknown field for "+string(p.EventType()))
+				}
+			}
+			if len(*ps) > n {
+				return
+			}
+		}
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(p); err != nil {
@@ -285,7 +305,30 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 	p.validate(ps)
 }
 
+// payloadFields has the JSON field names of each payload type.
+var payloadFields = func() map[reflect.Type]map[string]bool {
+	m := map[reflect.Type]map[string]bool{}
+	for _, f := range payloadFactories {
+		p := reflect.TypeOf(f())
+		names := map[string]bool{}
+		for i := range p.Elem().NumField() {
+			if tag, ok := p.Elem().Field(i).Tag.Lookup("json"); ok {
+				name, _, _ := strings.Cut(tag, ",")
+				names[name] = true
+			}
+		}
+		m[p] = names
+	}
+	return m
+}()
+
 func jsonProblem(err error) string {
+	if f, problem, ok := timeProblem(err); ok {
+		if f == "" {
+			return problem
+		}
+		return f + ": " + problem
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
@@ -349,8 +392,25 @@ func (e *Event) Validate() error {
 	if err != nil {
 		return err
 	}
-	_, err = DecodeEvent(b)
-	return err
+	if _, err = DecodeEvent(b); err != nil {
+		return err
+	}
+	// JSON encoding replaces invalid UTF-8, so what is sent can differ from
+	// e (a run id that no longer equals the record key): check e's own
+	// strings as well.
+	var ps problems
+	for _, a := range [...]struct{ name, v string }{{attrID, e.ID}, {attrSource, e.Source}, {attrRunID, e.RunID},
+		{attrAgentID, e.AgentID}, {attrSessionID, e.SessionID}, {attrThreadID, e.ThreadID},
+		{attrCorrelationID, e.CorrelationID}, {attrCausationID, e.CausationID}} {
+		checkID(&ps, a.name, a.v, false)
+	}
+	if e.Data != nil {
+		e.Data.validate(&ps)
+	}
+	if len(ps) > 0 {
+		return &DecodeError{kind: ErrInvalidEvent, EventID: e.ID, Type: string(e.Type), Problems: ps}
+	}
+	return nil
 }
 
 // Marshal encodes v as compact JSON without HTML escaping, the one encoding

@@ -565,6 +565,9 @@ func payloadTypeError(err error) (Problem, bool) {
 		} else {
 			f = "data." + f
 		}
+		if _, problem, ok := timeProblem(err); ok {
+			return Problem{f, problem}, true
+		}
 		return Problem{f, "want " + te.Type.String() + ", got JSON " + te.Value}, true
 	}
 	return Problem{}, false

@@ -1,7 +1,11 @@
 package topics
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"regexp"
 	"time"
 )
 
@@ -57,21 +61,44 @@ func (t Time) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON accepts any RFC 3339 timestamp, with or without fractional
 // seconds and with any offset, and keeps it as UTC milliseconds.
+//
+// Its error is a *json.UnmarshalTypeError whose Value is the problem, so
+// that encoding/json fills in the path of the field (see timeProblem).
 func (t *Time) UnmarshalJSON(b []byte) error {
 	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
-		return fmt.Errorf("want an RFC 3339 timestamp string, got %s", clip(string(b), 40))
+		return &json.UnmarshalTypeError{Value: "want an RFC 3339 timestamp string, got " + clip(string(b), 40), Type: timeType}
 	}
 	p, err := ParseTime(string(b[1 : len(b)-1]))
 	if err != nil {
-		return err
+		return &json.UnmarshalTypeError{Value: err.Error(), Type: timeType}
 	}
 	*t = p
 	return nil
 }
 
+var timeType = reflect.TypeFor[Time]()
+
+// timeProblem returns the field path and problem of an error from
+// Time.UnmarshalJSON, as encoding/json reports it.
+func timeProblem(err error) (field, problem string, ok bool) {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type != timeType {
+		return "", "", false
+	}
+	return te.Field, te.Value, true
+}
+
+// rfc3339 is the grammar of RFC 3339 (and of the JSON Schema's timestamp),
+// which time.Parse applies loosely: it also takes a one-digit hour, a comma
+// before the fraction, and offsets such as +24:00.
+var rfc3339 = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`)
+
 // ParseTime parses an RFC 3339 timestamp into a Time.
 func ParseTime(s string) (Time, error) {
 	p, err := time.Parse(time.RFC3339Nano, s)
+	if err == nil && !rfc3339.MatchString(s) {
+		err = errors.New("not RFC 3339")
+	}
 	if err != nil {
 		return Time{}, fmt.Errorf("want an RFC 3339 timestamp like 2026-02-14T10:40:00Z, got %q", clip(s, 40))
 	}

@@ -86,7 +86,7 @@ type AgentTreeSnapshot struct {
 	// that may differ between two builds of the same input.
 	GeneratedAt Time `json:"generated_at"`
 	// AsOfEventSeq counts the run's events applied when this was built.
-	AsOfEventSeq int64  `json:"as_of_event_seq"`
+	AsOfEventSeq int64   `json:"as_of_event_seq"`
 	RootAgentID  *string `json:"root_agent_id"`
 	Scope        Scope   `json:"scope"`
 	// Nodes are in inclusion order: the root first.

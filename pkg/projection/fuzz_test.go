@@ -1,0 +1,177 @@
+package projection
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// FuzzApply feeds event sequences made from arbitrary bytes to the
+// projection: every 8 bytes make one event (its type, agent, parent,
+// correlation id, time step — forwards, backwards or tied — and payload
+// values), and lines that start with '{' are decoded as raw events. After
+// each batch it checks the indexes against a scan and every wake against the
+// snapshot bounds.
+func FuzzApply(f *testing.F) {
+	f.Add([]byte("\x00\x01\x02\x03\x04\x05\x06\x07\x10\x11\x12\x13\x14\x15\x16\x17"))
+	f.Add(bytes.Repeat([]byte("\x05\x02\x01\x00\x03\x09\xff\x80"), 40))
+	f.Add([]byte(`{"specversion":"1.0","id":"a","source":"s","type":"signal.failed","time":"2026-02-14T10:00:00Z","runid":"r","agentid":"x","schemaversion":1,"data":{"error_code":"e"}}` + "\n\x01\x02\x03\x04\x05\x06\x07\x08"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := New(Config{MaxDepth: 2, ProgressInterval: 3 * time.Second, ForwardGrace: 5 * time.Second,
+			Limits: snapshot.Limits{MaxNodes: 8, MaxBytes: 4096, MaxCorrelationHandles: 3, MaxStringLength: 16}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
+		clock := base
+		var pending Pending
+		seq := 0
+		check := func() {
+			built, err := p.Wakes(&pending, time.Time{}, topics.Time{})
+			pending.Reset()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range built {
+				checkWake(t, b, p.cfg.Limits)
+			}
+			for _, id := range p.RunIDs() {
+				r, _ := p.Run(id)
+				if err := checkInvariants(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for len(data) > 0 {
+			if data[0] == '{' {
+				line, rest, _ := bytes.Cut(data, []byte("\n"))
+				data = rest
+				if ev, err := topics.DecodeEvent(line); err == nil {
+					pending.Add(ev.RunID, first(p.Apply(ev)))
+				}
+				continue
+			}
+			var b [8]byte
+			data = data[copy(b[:], data):]
+			seq++
+			// Time: mostly forwards, sometimes tied or backwards.
+			clock = clock.Add(time.Duration(int8(b[5])) * 250 * time.Millisecond)
+			if clock.Before(base) {
+				clock = base
+			}
+			ev := fuzzEvent(b, seq, clock)
+			if err := ev.Validate(); err != nil {
+				continue // the generator made something the contract refuses
+			}
+			pending.Add(ev.RunID, first(p.Apply(ev)))
+			if b[7]%4 == 0 {
+				check()
+			}
+			if b[7] == 0xff {
+				for _, id := range p.RunIDs() {
+					pending.Add(id, p.Advance(id, topics.NewTime(clock.Add(time.Minute))))
+				}
+			}
+		}
+		check()
+	})
+}
+
+func first(trigs []topics.Trigger, _ bool) []topics.Trigger { return trigs }
+
+var fuzzAgents = []string{"root", "a", "b", "c", "d", "é\u2028\"", "f"}
+
+// fuzzEvent makes one event from 8 bytes.
+func fuzzEvent(b [8]byte, seq int, at time.Time) *topics.Event {
+	types := topics.EventTypes()
+	typ := types[int(b[0])%len(types)]
+	agent := fuzzAgents[int(b[1])%len(fuzzAgents)]
+	other := fuzzAgents[int(b[2])%len(fuzzAgents)]
+	corr := ""
+	if b[3]%3 != 0 {
+		corr = fmt.Sprintf("c%d", b[3]%4)
+	}
+	future := topics.NewTime(at.Add(time.Duration(b[4]%16) * time.Second))
+	p := topics.NewPayload(typ)
+	switch d := p.(type) {
+	case *topics.NodeCreated:
+		d.Role = topics.Roles[int(b[4])%len(topics.Roles)]
+		if agent != "root" {
+			d.ParentAgentID = other
+		}
+	case *topics.NodeDelegated:
+		if b[4]%2 == 0 {
+			d.ExpectedBy = &future
+		}
+	case *topics.NodeStatus:
+		d.Status = topics.ReportableStatuses[int(b[4])%len(topics.ReportableStatuses)]
+		if b[6]%5 == 0 {
+			d.Reason = "guard:maxBands"
+		}
+	case *topics.Lease:
+		d.Owner, d.ExpiresAt = other, future
+	case *topics.Request:
+		d.RequestID = fmt.Sprintf("q%d", b[6]%6)
+		d.RequestKind = "ask"
+		d.DedupeKey = fmt.Sprintf("k%d", b[4]%5)
+		d.TTLMs = int64(b[6]%3) * 2000
+	case *topics.RequestResolved:
+		d.RequestID = fmt.Sprintf("q%d", b[6]%6)
+	case *topics.Failed:
+		d.ErrorCode = "e"
+	case *topics.Input:
+		d.InputKind = "message"
+	case *topics.WakeReceived:
+		d.WakeID, d.AgentIDs = "w", []string{agent, other}
+	case *topics.PlanCreated:
+		d.PlanID = "p"
+	case *topics.PlanBandCreated:
+		d.PlanID, d.BandIndex = "p", int(b[4]%70)
+	case *topics.StepCreated:
+		d.PlanID, d.StepID, d.BandIndex = "p", "s", int(b[4]%70)
+	case *topics.ArtifactCreated:
+		d.ArtifactID, d.ArtifactType = "x", "json"
+	case *topics.ParentHint:
+		d.HintType = "read_json"
+	case *topics.ScratchpadUpdated:
+		d.ScratchpadID = "sp"
+	}
+	id := fmt.Sprintf("e%d", seq)
+	if b[6]%11 == 0 && seq > 1 {
+		id = fmt.Sprintf("e%d", seq-1) // a duplicate id
+	}
+	return &topics.Event{ID: id, Source: "/fuzz", Type: typ, Time: topics.NewTime(at), RunID: fmt.Sprintf("run-%d", b[7]%2),
+		AgentID: agent, SchemaVersion: 1, CorrelationID: corr, Data: p}
+}
+
+// checkWake asserts a wake's snapshot keeps seed 000's bounds.
+func checkWake(t *testing.T, b Built, l snapshot.Limits) {
+	t.Helper()
+	enc, err := topics.Marshal(b.Wake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topics.DecodeWake(enc); err != nil {
+		t.Fatalf("wake does not decode: %v", err)
+	}
+	s := &b.Wake.AgentTreeSnapshot
+	senc, _ := topics.Marshal(s)
+	l = l.WithDefaults()
+	if len(senc) > l.MaxBytes {
+		t.Fatalf("snapshot is %d bytes, over %d", len(senc), l.MaxBytes)
+	}
+	if len(s.Nodes) > l.MaxNodes {
+		t.Fatalf("%d nodes, over %d", len(s.Nodes), l.MaxNodes)
+	}
+	if s.RootAgentID != nil && (len(s.Nodes) == 0 || s.Nodes[0].AgentID != *s.RootAgentID) {
+		t.Fatalf("root %q is not first", *s.RootAgentID)
+	}
+	if !json.Valid(senc) {
+		t.Fatal("invalid JSON")
+	}
+}

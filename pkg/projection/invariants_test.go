@@ -1,0 +1,169 @@
+package projection
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// checkInvariants compares every index and total of r with what a full scan
+// of its nodes says they must be.
+func checkInvariants(r *Run) error {
+	ids := make([]string, 0, len(r.nodes))
+	for id := range r.nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var byStatus topics.StatusCounts
+	overdue := 0
+	var urgent, leases, signals []string
+	for _, id := range ids {
+		n := r.nodes[id]
+		byStatus.Add(n.Status, 1)
+		if n.overdue {
+			overdue++
+			if n.LeaseExpiresAt.IsZero() || n.LeaseExpiresAt.After(r.clock) {
+				return fmt.Errorf("%s: overdue but its lease is not due (%v, clock %v)", id, n.LeaseExpiresAt, r.clock)
+			}
+		} else if !n.LeaseExpiresAt.IsZero() && !n.LeaseExpiresAt.After(r.clock) {
+			return fmt.Errorf("%s: lease due %v by clock %v but not overdue", id, n.LeaseExpiresAt, r.clock)
+		}
+		if isUrgent(n.Status) {
+			urgent = append(urgent, id)
+		}
+		if !n.LeaseExpiresAt.IsZero() {
+			leases = append(leases, id)
+		}
+		signals = append(signals, id)
+		if n.OpenRequestCount != len(n.requests) {
+			return fmt.Errorf("%s: open_request_count %d but %d requests", id, n.OpenRequestCount, len(n.requests))
+		}
+	}
+	sortBy := func(s []string, less func(a, b *node) bool) {
+		slices.SortStableFunc(s, func(a, b string) int {
+			switch {
+			case less(r.nodes[a], r.nodes[b]):
+				return -1
+			case less(r.nodes[b], r.nodes[a]):
+				return 1
+			}
+			return strings.Compare(a, b)
+		})
+	}
+	sortBy(urgent, func(a, b *node) bool { return a.StatusUpdatedAt.After(b.StatusUpdatedAt) })
+	sortBy(leases, func(a, b *node) bool { return a.LeaseExpiresAt.Before(b.LeaseExpiresAt) })
+	sortBy(signals, func(a, b *node) bool { return a.LastSignalAt.After(b.LastSignalAt) })
+	collect := func(seq func(func(snapshot.Node) bool)) []string {
+		var out []string
+		seq(func(n snapshot.Node) bool { out = append(out, n.AgentID); return true })
+		return out
+	}
+	for _, c := range []struct {
+		name       string
+		want, have []string
+	}{
+		{"urgent", urgent, collect(r.Urgent())},
+		{"leases", leases, collect(r.ByLeaseExpiry())},
+		{"signals", signals, collect(r.ByLastSignal())},
+	} {
+		if !slices.Equal(c.want, c.have) {
+			return fmt.Errorf("index %s:\nwant %v\nhave %v", c.name, c.want, c.have)
+		}
+	}
+	for corr, t := range r.byCorr {
+		var want []string
+		for _, id := range ids {
+			if r.nodes[id].LastCorrelationID == corr {
+				want = append(want, id)
+			}
+		}
+		var have []string
+		t.Ascend(func(a string) bool { have = append(have, a); return true })
+		if !slices.Equal(want, have) {
+			return fmt.Errorf("correlation %s: want %v have %v", corr, want, have)
+		}
+	}
+	st := r.Stats()
+	if st.ByStatus != byStatus || st.OverdueLeases != overdue || st.NodeCount != len(ids) {
+		return fmt.Errorf("stats %+v, scan says %+v overdue %d nodes %d", st, byStatus, overdue, len(ids))
+	}
+	open := 0
+	for _, id := range ids {
+		open += r.nodes[id].OpenRequestCount
+	}
+	if open != st.OpenRequests {
+		return fmt.Errorf("open requests: stats %d, nodes %d", st.OpenRequests, open)
+	}
+	if r.corrActive.Len() != len(r.corrAt) {
+		return fmt.Errorf("active handles: index %d, map %d", r.corrActive.Len(), len(r.corrAt))
+	}
+	return nil
+}
+
+// TestIndexesAgreeWithScan replays generated runs, shuffled a little, with
+// duplicates and late events, and checks the indexes after every event.
+func TestIndexesAgreeWithScan(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		events := workload.Generate(workload.Spec{Nodes: 60, Seed: seed, Step: 700 * time.Millisecond})
+		rng := rand.New(rand.NewPCG(seed, 7))
+		// Swap neighbours now and then: events arrive out of time order.
+		for i := 1; i < len(events); i++ {
+			if rng.IntN(10) == 0 {
+				events[i], events[i-1] = events[i-1], events[i]
+			}
+		}
+		p, _ := New(Config{ProgressInterval: time.Second})
+		for i := range events {
+			p.Apply(&events[i])
+			if rng.IntN(20) == 0 {
+				p.Apply(&events[rng.IntN(i+1)]) // a duplicate
+			}
+			r, _ := p.Run("run-1")
+			if err := checkInvariants(r); err != nil {
+				t.Fatalf("seed %d, after event %d (%s %s): %v", seed, i, events[i].Type, events[i].AgentID, err)
+			}
+		}
+		p.Advance("run-1", topics.NewTime(time.Date(2026, 2, 15, 0, 0, 0, 0, time.UTC)))
+		r, _ := p.Run("run-1")
+		if err := checkInvariants(r); err != nil {
+			t.Fatalf("seed %d, after advancing: %v", seed, err)
+		}
+	}
+}
+
+// TestReplayIsDeterministic: the same events give byte-identical wakes.
+func TestReplayIsDeterministic(t *testing.T) {
+	events := workload.Generate(workload.Spec{Nodes: 300, Seed: 9})
+	run := func() []byte {
+		p, _ := New(Config{})
+		var out []byte
+		var pending Pending
+		for i := range events {
+			trigs, _ := p.Apply(&events[i])
+			pending.Add(events[i].RunID, trigs)
+			if i%7 == 0 {
+				built, err := p.Wakes(&pending, time.Time{}, topics.Time{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				pending.Reset()
+				for _, b := range built {
+					enc, _ := topics.Marshal(b.Wake)
+					out = append(append(out, enc...), '\n')
+				}
+			}
+		}
+		return out
+	}
+	a, b := run(), run()
+	if len(a) == 0 || string(a) != string(b) {
+		t.Fatalf("two replays differ (%d and %d bytes)", len(a), len(b))
+	}
+}

@@ -1,0 +1,315 @@
+package projection
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestDataDriven runs the scenarios in testdata/. Each file is a sequence of
+// commands against one projection:
+//
+//	apply [batch=N]      events, one per line (see parseEvent); prints the
+//	                     wakes raised, one batch of N lines at a time
+//	advance run=R to=T   moves run R's clock to T; prints the wakes of timers
+//	tree [run=R]         prints every node of the run and its totals
+//	snapshot [run=R] [max-nodes=N] [agents=a,b] [corr=c]
+//	                     prints a snapshot's inclusion order and counters
+//	config max-depth=N progress-interval=D forward-grace=D
+//	                     starts a new projection with that config
+//
+// Rewrite the expected output with: go test ./pkg/projection -rewrite
+func TestDataDriven(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &harness{}
+		h.reset(Config{})
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return h.run(t, d)
+		})
+	})
+}
+
+type harness struct {
+	p   *Projection
+	seq int
+}
+
+func (h *harness) reset(c Config) {
+	p, err := New(c)
+	if err != nil {
+		panic(err)
+	}
+	h.p = p
+}
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	arg := func(key, def string) string {
+		for _, a := range d.CmdArgs {
+			if a.Key == key && len(a.Vals) > 0 {
+				return strings.Join(a.Vals, ",")
+			}
+		}
+		return def
+	}
+	switch d.Cmd {
+	case "config":
+		var c Config
+		if v := arg("max-depth", ""); v != "" {
+			c.MaxDepth, _ = strconv.Atoi(v)
+		}
+		if v := arg("progress-interval", ""); v != "" {
+			c.ProgressInterval, _ = time.ParseDuration(v)
+		}
+		if v := arg("forward-grace", ""); v != "" {
+			c.ForwardGrace, _ = time.ParseDuration(v)
+		}
+		h.reset(c)
+		return "ok"
+	case "apply":
+		batch, _ := strconv.Atoi(arg("batch", "1"))
+		var out strings.Builder
+		var pending Pending
+		lines := strings.Split(strings.TrimSpace(d.Input), "\n")
+		for i, line := range lines {
+			ev, err := h.parseEvent(line)
+			if err != nil {
+				fmt.Fprintf(&out, "line %d: %v\n", i+1, err)
+			} else {
+				trigs, dup := h.p.Apply(ev)
+				if dup {
+					fmt.Fprintf(&out, "duplicate %s\n", ev.ID)
+				}
+				pending.Add(ev.RunID, trigs)
+			}
+			if (i+1)%batch == 0 || i == len(lines)-1 {
+				h.flush(t, &out, &pending)
+			}
+		}
+		return out.String()
+	case "advance":
+		run := arg("run", "run-1")
+		to := parseClock(t, arg("to", ""))
+		var pending Pending
+		pending.Add(run, h.p.Advance(run, to))
+		var out strings.Builder
+		h.flush(t, &out, &pending)
+		if out.Len() == 0 {
+			return "no wakes"
+		}
+		return out.String()
+	case "tree":
+		r, ok := h.p.Run(arg("run", "run-1"))
+		if !ok {
+			return "no such run"
+		}
+		return dumpRun(r)
+	case "snapshot":
+		r, ok := h.p.Run(arg("run", "run-1"))
+		if !ok {
+			return "no such run"
+		}
+		l := h.p.cfg.Limits
+		if v := arg("max-nodes", ""); v != "" {
+			l.MaxNodes, _ = strconv.Atoi(v)
+		}
+		if v := arg("max-handles", ""); v != "" {
+			l.MaxCorrelationHandles, _ = strconv.Atoi(v)
+		}
+		w := snapshot.Wake{SnapshotID: "snap", Seq: r.Seq(), At: r.Clock()}
+		if v := arg("agents", ""); v != "" {
+			w.AgentIDs = strings.Split(v, ",")
+		}
+		if v := arg("corr", ""); v != "" {
+			w.CorrelationIDs = strings.Split(v, ",")
+		}
+		s, info, err := snapshot.Build(r, w, l, r.Clock().Std())
+		if err != nil {
+			return err.Error()
+		}
+		return dumpSnapshot(s, info)
+	default:
+		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+		return ""
+	}
+}
+
+func (h *harness) flush(t *testing.T, out *strings.Builder, pending *Pending) {
+	built, err := h.p.Wakes(pending, time.Time{}, topics.Time{})
+	pending.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range built {
+		w := b.Wake
+		s := &w.AgentTreeSnapshot
+		fmt.Fprintf(out, "wake %s seq=%d nodes=%d/%d\n", w.Lane, s.AsOfEventSeq, s.Summary.NodeCountIncluded, s.Summary.NodeCountTotal)
+		for _, tr := range w.Triggers {
+			fmt.Fprintf(out, "  %s %s", tr.Kind, tr.AgentID)
+			if tr.Detail != nil {
+				fmt.Fprintf(out, " (%s)", *tr.Detail)
+			}
+			fmt.Fprintf(out, " @%s", clock(tr.At))
+			if tr.EventID == nil {
+				out.WriteString(" timer")
+			}
+			if tr.Input != nil {
+				fmt.Fprintf(out, " input=%q", tr.Input.Text)
+			}
+			out.WriteString("\n")
+		}
+	}
+}
+
+// parseEvent reads the compact event notation of the testdata files:
+//
+//	TIME AGENT TYPE [JSON-DATA] [key=value ...]
+//
+// TIME is HH:MM:SS[.mmm] on 2026-02-14 UTC; keys are id, run, corr, session,
+// thread. The event id defaults to e1, e2, ... in file order.
+func (h *harness) parseEvent(line string) (*topics.Event, error) {
+	fields := strings.Fields(line)
+	if len(fields) < 3 {
+		return nil, fmt.Errorf("want TIME AGENT TYPE [DATA] [k=v...], got %q", line)
+	}
+	h.seq++
+	e := map[string]any{
+		"specversion": "1.0", "id": "e" + strconv.Itoa(h.seq), "source": "/test", "type": fields[2],
+		"time": "2026-02-14T" + fields[0] + "Z", "runid": "run-1", "agentid": fields[1], "schemaversion": 1,
+	}
+	rest := strings.TrimSpace(strings.TrimPrefix(line, strings.Join(fields[:3], " ")))
+	if strings.HasPrefix(rest, "{") {
+		dec := json.NewDecoder(strings.NewReader(rest))
+		var data json.RawMessage
+		if err := dec.Decode(&data); err != nil {
+			return nil, err
+		}
+		e["data"] = data
+		rest = strings.TrimSpace(rest[dec.InputOffset():])
+	}
+	for _, kv := range strings.Fields(rest) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "id":
+			e["id"] = v
+		case "run":
+			e["runid"] = v
+		case "corr":
+			e["correlationid"] = v
+		case "session":
+			e["sessionid"] = v
+		case "thread":
+			e["threadid"] = v
+		default:
+			return nil, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	b, _ := json.Marshal(e)
+	return topics.DecodeEvent(b)
+}
+
+func parseClock(t *testing.T, s string) topics.Time {
+	tt, err := topics.ParseTime("2026-02-14T" + s + "Z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tt
+}
+
+// clock prints a time of the test day compactly.
+func clock(t topics.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	s := t.Std().Format("15:04:05.000")
+	return strings.TrimSuffix(s, ".000")
+}
+
+func dumpRun(r *Run) string {
+	var b strings.Builder
+	ids := make([]string, 0, len(r.nodes))
+	for id := range r.nodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		n := r.nodes[id]
+		fmt.Fprintf(&b, "%s role=%s", id, orDash(string(n.Role)))
+		fmt.Fprintf(&b, " parent=%s depth=%d status=%s", orDash(n.ParentAgentID), n.depth, n.Status)
+		if n.statusReason != "" {
+			fmt.Fprintf(&b, "(%s)", n.statusReason)
+		}
+		if !n.LeaseExpiresAt.IsZero() {
+			fmt.Fprintf(&b, " lease=%s@%s", n.LeaseOwner, clock(n.LeaseExpiresAt))
+			if n.overdue {
+				b.WriteString("(overdue)")
+			}
+		}
+		if n.LastSignalKind != "" {
+			fmt.Fprintf(&b, " signal=%s@%s", n.LastSignalKind, clock(n.LastSignalAt))
+		}
+		if n.LastCorrelationID != "" {
+			fmt.Fprintf(&b, " corr=%s", n.LastCorrelationID)
+		}
+		if n.OpenRequestCount > 0 || n.LastRequestKind != "" {
+			fmt.Fprintf(&b, " requests=%d(%s) keys=%v", n.OpenRequestCount, n.LastRequestKind, n.RecentDedupeKeys)
+		}
+		if w := n.watchdog; w.Dispatched {
+			fmt.Fprintf(&b, " watchdog=%s", w.Status)
+			if w.ForwardedToMain {
+				b.WriteString(" forwarded")
+			}
+		}
+		b.WriteString("\n")
+	}
+	s := r.Stats()
+	c := s.ByStatus
+	fmt.Fprintf(&b, "stats nodes=%d idle=%d running=%d blocked=%d failed=%d completed=%d unknown=%d overdue=%d open_requests=%d\n",
+		s.NodeCount, c.Idle, c.Running, c.Blocked, c.Failed, c.Completed, c.Unknown, s.OverdueLeases, s.OpenRequests)
+	var handles []string
+	for h := range r.ActiveCorrelations() {
+		handles = append(handles, h)
+	}
+	fmt.Fprintf(&b, "handles %v\n", handles)
+	fmt.Fprintf(&b, "clock %s seq %d root %s\n", clock(r.clock), r.seq, orDash(r.root))
+	for _, d := range r.diagnostics {
+		fmt.Fprintf(&b, "diagnostic %s %s @%s %s\n", d.Kind, d.AgentID, clock(d.At), d.Detail)
+	}
+	return b.String()
+}
+
+func dumpSnapshot(s *topics.AgentTreeSnapshot, info snapshot.Info) string {
+	var b strings.Builder
+	for _, n := range s.Nodes {
+		fmt.Fprintf(&b, "%s %s", n.AgentID, n.Status)
+		if n.LeaseRemainingMs != nil {
+			fmt.Fprintf(&b, " lease_remaining_ms=%d", *n.LeaseRemainingMs)
+		}
+		if n.LastSignalAt != nil {
+			fmt.Fprintf(&b, " signal@%s", clock(*n.LastSignalAt))
+		}
+		b.WriteString("\n")
+	}
+	m := s.TruncationMeta
+	fmt.Fprintf(&b, "truncated=%v omitted=%d omitted_handles=%d overdue=%d handles=%v bytes=%d\n",
+		s.Truncated, m.OmittedCountTotal, m.OmittedCorrelationHandles, s.Summary.OverdueLeaseCount, s.Summary.ActiveCorrelationHandles, info.Bytes)
+	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

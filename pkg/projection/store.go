@@ -1,0 +1,335 @@
+package projection
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
+
+)
+
+// Store keeps one partition's runs and consumed offsets in a Pebble database
+// that several partitions may share. Key layout, under the partition prefix
+// 'p' + partition (4 bytes, big endian):
+//
+//	'o' topic                  next offset to consume (8 bytes)
+//	'd' run                    the run's next timer due time (8 bytes, ms)
+//	'r' run 0x00 'm'           run meta (JSON)
+//	'r' run 0x00 'n' agent     node (JSON)
+//	'r' run 0x00 'q' request   open request (JSON)
+//	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
+//	'r' run 0x00 'p' plan      plan (JSON)
+//	'r' run 0x00 'e' event     an applied event id (empty value)
+//
+// Identifiers never contain 0x00 (the contract forbids control characters),
+// so the separator is unambiguous.
+type Store struct {
+	db     *pebble.DB
+	prefix []byte
+}
+
+// ErrStore wraps every storage failure: the projection cannot go on without
+// its state, so callers stop and let a restart resume from the last commit.
+var ErrStore = errors.New("projection: store")
+
+// NewStore returns the store of partition in db.
+func NewStore(db *pebble.DB, partition int32) *Store {
+	p := []byte{'p', 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(p[1:], uint32(partition))
+	return &Store{db: db, prefix: p}
+}
+
+func (s *Store) key(parts ...[]byte) []byte {
+	k := append([]byte(nil), s.prefix...)
+	for _, p := range parts {
+		k = append(k, p...)
+	}
+	return k
+}
+
+func (s *Store) offsetKey(topic string) []byte { return s.key([]byte{'o'}, []byte(topic)) }
+func (s *Store) dueKey(run string) []byte      { return s.key([]byte{'d'}, []byte(run)) }
+func (s *Store) runKey(run string, kind byte, id string) []byte {
+	return s.key([]byte{'r'}, []byte(run), []byte{0, kind}, []byte(id))
+}
+
+// Offsets returns the next offset to consume of every topic this partition
+// has committed.
+func (s *Store) Offsets() (map[string]int64, error) {
+	out := make(map[string]int64)
+	err := s.scan(s.key([]byte{'o'}), func(k, v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("offset of %q: %d bytes", k, len(v))
+		}
+		out[string(k)] = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return out, err
+}
+
+// scan calls f with every key under prefix (without the prefix) and value.
+func (s *Store) scan(prefix []byte, f func(k, v []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = f(it.Key()[len(prefix):], v)
+		}
+		if err != nil {
+			it.Close()
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	return nil
+}
+
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// applied reports whether event id was applied to run.
+func (s *Store) applied(run, id string) (bool, error) {
+	_, closer, err := s.db.Get(s.runKey(run, 'e', id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	closer.Close()
+	return true, nil
+}
+
+// dues returns every run's next timer.
+func (s *Store) dues() (map[string]int64, error) {
+	out := make(map[string]int64)
+	err := s.scan(s.key([]byte{'d'}), func(k, v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("due of %q: %d bytes", k, len(v))
+		}
+		out[string(k)] = int64(binary.BigEndian.Uint64(v))
+		return nil
+	})
+	return out, err
+}
+
+// loadRun reads a run; ok is false when the store has none.
+func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
+	r = newRun(id)
+	prefix := s.key([]byte{'r'}, []byte(id), []byte{0})
+	var meta *metaRecord
+	var nodes []*node
+	err = s.scan(prefix, func(k, v []byte) error {
+		if len(k) == 0 {
+			return fmt.Errorf("empty run key")
+		}
+		kind, rest := k[0], string(k[1:])
+		switch kind {
+		case 'm':
+			meta = new(metaRecord)
+			return json.Unmarshal(v, meta)
+		case 'n':
+			var nr nodeRecord
+			if err := json.Unmarshal(v, &nr); err != nil {
+				return fmt.Errorf("node %q: %v", rest, err)
+			}
+			nodes = append(nodes, nr.node())
+		case 'q':
+			var q requestRecord
+			if err := json.Unmarshal(v, &q); err != nil {
+				return fmt.Errorf("request %q: %v", rest, err)
+			}
+			r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires)}
+			if q.Expires != 0 {
+				r.requestDue.ReplaceOrInsert(timed{q.Expires, rest})
+			}
+		case 'c':
+			at := int64(binary.BigEndian.Uint64(v))
+			r.corrAt[rest] = at
+			r.corrActive.ReplaceOrInsert(timed{at, rest})
+		case 'p':
+			var pr planRecord
+			if err := json.Unmarshal(v, &pr); err != nil {
+				return fmt.Errorf("plan %q: %v", rest, err)
+			}
+			pl := &Plan{PlanID: rest, AgentID: pr.AgentID, BandCount: pr.BandCount, Replan: pr.Replan,
+				CreatedAt: fromMs(pr.CreatedAt), Bands: make(map[int]*Band)}
+			for i := range pr.Bands {
+				b := pr.Bands[i]
+				pl.Bands[b.Index] = &b
+			}
+			r.plans[rest] = pl
+		case 'e':
+			// Applied ids stay in the store; they are looked up, not loaded.
+		}
+		return nil
+	})
+	if err != nil || meta == nil {
+		return nil, false, err
+	}
+	r.seq, r.clock = meta.Seq, fromMs(meta.Clock)
+	r.sessionID, r.threadID, r.root = meta.SessionID, meta.ThreadID, meta.Root
+	r.lastProgressWake = fromMs(meta.LastProgressWake)
+	r.planOrder, r.diagnostics = meta.PlanOrder, meta.Diagnostics
+	for _, n := range nodes {
+		r.restore(n)
+	}
+	return r, true, nil
+}
+
+// restore inserts a loaded node into the run and its indexes.
+func (r *Run) restore(n *node) {
+	id := n.AgentID
+	r.nodes[id] = n
+	r.stats.ByStatus.Add(n.Status, 1)
+	if isUrgent(n.Status) {
+		r.urgent.ReplaceOrInsert(timed{n.StatusUpdatedAt.UnixMilli(), id})
+	}
+	r.signals.ReplaceOrInsert(timed{n.LastSignalAt.UnixMilli(), id})
+	if !n.LeaseExpiresAt.IsZero() {
+		k := timed{n.LeaseExpiresAt.UnixMilli(), id}
+		r.leases.ReplaceOrInsert(k)
+		if n.overdue {
+			r.stats.OverdueLeases++
+		} else {
+			r.leaseDue.ReplaceOrInsert(k)
+		}
+	}
+	if c := n.LastCorrelationID; c != "" {
+		t := r.byCorr[c]
+		if t == nil {
+			t = btree.NewOrderedG[string](btreeDegree)
+			r.byCorr[c] = t
+		}
+		t.ReplaceOrInsert(id)
+	}
+	if w := &n.watchdog; w.Dispatched {
+		if !w.ExpectedBy.IsZero() && w.CompletionReceivedAt.IsZero() && !w.wasSuspect {
+			r.dispatchDue.ReplaceOrInsert(timed{w.ExpectedBy.UnixMilli(), id})
+		}
+		if !w.graceDue.IsZero() {
+			r.graceDue.ReplaceOrInsert(timed{w.graceDue.UnixMilli(), id})
+		}
+	}
+}
+
+// dirt records what changed in a run since its last commit.
+type dirt struct {
+	meta     bool
+	nodes    map[string]struct{}
+	requests map[string]struct{}
+	handles  map[string]struct{}
+	plans    map[string]struct{}
+	applied  []string
+}
+
+func newDirt() *dirt {
+	return &dirt{nodes: map[string]struct{}{}, requests: map[string]struct{}{}, handles: map[string]struct{}{}, plans: map[string]struct{}{}}
+}
+
+func (d *dirt) empty() bool {
+	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 && len(d.applied) == 0
+}
+
+// write adds the run's changes to b and clears them.
+func (s *Store) write(b *pebble.Batch, r *Run) error {
+	d := r.dirty
+	if d == nil || d.empty() {
+		return nil
+	}
+	put := func(k []byte, v any) error {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		return b.Set(k, enc, nil)
+	}
+	if d.meta {
+		m := metaRecord{Seq: r.seq, Clock: ms(r.clock), SessionID: r.sessionID, ThreadID: r.threadID, Root: r.root,
+			LastProgressWake: ms(r.lastProgressWake), PlanOrder: r.planOrder, Diagnostics: r.diagnostics}
+		if err := put(s.runKey(r.id, 'm', ""), m); err != nil {
+			return err
+		}
+	}
+	for id := range d.nodes {
+		if n, ok := r.nodes[id]; ok {
+			if err := put(s.runKey(r.id, 'n', id), n.record()); err != nil {
+				return err
+			}
+		}
+	}
+	for id := range d.requests {
+		k := s.runKey(r.id, 'q', id)
+		if q, ok := r.requests[id]; ok {
+			if err := put(k, requestRecord{AgentID: q.agentID, Expires: ms(q.expires)}); err != nil {
+				return err
+			}
+		} else if err := b.Delete(k, nil); err != nil {
+			return err
+		}
+	}
+	for id := range d.handles {
+		k := s.runKey(r.id, 'c', id)
+		if at, ok := r.corrAt[id]; ok {
+			var v [8]byte
+			binary.BigEndian.PutUint64(v[:], uint64(at))
+			if err := b.Set(k, v[:], nil); err != nil {
+				return err
+			}
+		} else if err := b.Delete(k, nil); err != nil {
+			return err
+		}
+	}
+	for id := range d.plans {
+		if pl, ok := r.plans[id]; ok {
+			pr := planRecord{AgentID: pl.AgentID, BandCount: pl.BandCount, Replan: pl.Replan, CreatedAt: ms(pl.CreatedAt)}
+			for i := 0; i < maxBandsPerPlan; i++ {
+				if band, ok := pl.Bands[i]; ok {
+					pr.Bands = append(pr.Bands, *band)
+				}
+			}
+			if err := put(s.runKey(r.id, 'p', id), pr); err != nil {
+				return err
+			}
+		}
+	}
+	for _, id := range d.applied {
+		if err := b.Set(s.runKey(r.id, 'e', id), nil, nil); err != nil {
+			return err
+		}
+	}
+	r.dirty = newDirt()
+	clear(r.applied)
+	return nil
+}
+
+func putOffset(b *pebble.Batch, s *Store, topic string, next int64) error {
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(next))
+	return b.Set(s.offsetKey(topic), v[:], nil)
+}
+
+func putDue(b *pebble.Batch, s *Store, run string, due int64, ok bool) error {
+	if !ok {
+		return b.Delete(s.dueKey(run), nil)
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(due))
+	return b.Set(s.dueKey(run), v[:], nil)
+}

@@ -1,0 +1,230 @@
+package topics_test
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// fuzzSeedEvents are structured-mode values, valid and not, to start from.
+func fuzzSeedEvents(f *testing.F) [][]byte {
+	var seeds [][]byte
+	for _, s := range validExamples {
+		seeds = append(seeds, []byte(s))
+	}
+	for typ, p := range fullPayloads() {
+		b, err := fullEvent(typ, p).MarshalJSON()
+		if err != nil {
+			f.Fatal(err)
+		}
+		seeds = append(seeds, b)
+	}
+	valid := string(structured(f))
+	seeds = append(seeds,
+		[]byte(``),
+		[]byte(`null`),
+		[]byte(`{}`),
+		[]byte(`[]`),
+		[]byte(valid+` x`),
+		structured(f, set("schemaversion", 2)),
+		structured(f, set("schemaversion", "1")),
+		structured(f, set("type", "tree.node_teleported")),
+		structured(f, del("runid"), set("run_id", "r")),
+		structured(f, set("data_base64", "e30=")),
+		structured(f, set("data", raw(`[1]`))),
+		structured(f, set("data", raw(`{"role":"worker","role":"boss"}`))),
+		structured(f, set("time", "2026-02-14T12:40:00.123456+02:00")),
+		structured(f, set("traceparent", "00-x-y-01"), set("partitionkey", "k")),
+		structured(f, set("id", ""), set("type", "")),
+		structured(f, data(topics.TypeLeaseAcquired, `{"owner":"o","expires_at":"soon"}`)),
+		structured(f, data(topics.TypeProgress, `{"fraction":-0}`)),
+		structured(f, data(topics.TypeNodeResult, `{"artifact_ids":[]}`)),
+		[]byte(strings.Replace(valid, `"worker"`, `"w\u00f6rker\ud800"`, 1)),
+	)
+	return seeds
+}
+
+// checkDecodeResult checks what every decode must satisfy, and for a
+// decoded event, that it is a fixed point of encoding.
+func checkDecodeResult(t *testing.T, ev *topics.Event, err error) {
+	t.Helper()
+	if err != nil {
+		var de *topics.DecodeError
+		if !errors.As(err, &de) {
+			t.Fatalf("error is %T, not *DecodeError: %v", err, err)
+		}
+		if len(de.Problems) == 0 {
+			t.Fatalf("DecodeError without problems: %v", err)
+		}
+		n := 0
+		for _, s := range sentinels {
+			if errors.Is(err, s) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("error wraps %d sentinels: %v", n, err)
+		}
+		if errors.Is(err, topics.ErrUnknownType) {
+			if ev == nil || ev.Type == "" || ev.Type.Known() || ev.Data != nil {
+				t.Fatalf("ErrUnknownType with event %+v", ev)
+			}
+		} else if ev != nil {
+			t.Fatalf("error %v with event %+v", err, ev)
+		}
+		return
+	}
+	if ev == nil {
+		t.Fatal("no event and no error")
+	}
+	if !ev.Type.Known() || ev.Data == nil || ev.Data.EventType() != ev.Type {
+		t.Fatalf("decoded event has type %q and data %#v", ev.Type, ev.Data)
+	}
+	if ev.ID == "" || ev.Source == "" || ev.RunID == "" || ev.AgentID == "" || ev.Time.IsZero() || ev.SchemaVersion != topics.CurrentSchemaVersion {
+		t.Fatalf("decoded event lacks a required attribute: %+v", ev)
+	}
+	if err := ev.Validate(); err != nil {
+		t.Fatalf("decoded event does not Validate: %v\n%+v", err, ev)
+	}
+	b1, err := ev.MarshalJSON()
+	if err != nil {
+		t.Fatalf("MarshalJSON: %v", err)
+	}
+	ev2, err := topics.DecodeEvent(b1)
+	if err != nil {
+		t.Fatalf("re-encoded event does not decode: %v\n%s", err, b1)
+	}
+	// The envelope survives exactly; the payload survives up to its
+	// canonical form (an empty list and an absent one encode alike).
+	env1, env2 := *ev, *ev2
+	env1.Data, env2.Data = nil, nil
+	if !reflect.DeepEqual(env1, env2) {
+		t.Fatalf("envelope changed by a round trip:\n%+v\n%+v", env1, env2)
+	}
+	b2, err := ev2.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b1, b2) {
+		t.Fatalf("encoding is not idempotent:\n%s\n%s", b1, b2)
+	}
+	ev3, err := topics.DecodeEvent(b2)
+	if err != nil || !reflect.DeepEqual(ev2, ev3) {
+		t.Fatalf("decode of the canonical form is not a fixed point: %v\n%+v\n%+v", err, ev2, ev3)
+	}
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	for _, s := range fuzzSeedEvents(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		ev, err := topics.DecodeEvent(value)
+		checkDecodeResult(t, ev, err)
+		if err == nil {
+			// The structured-mode record of the same event decodes alike.
+			r, err := topics.EventRecord("t", ev, "")
+			if err != nil {
+				t.Fatalf("EventRecord: %v", err)
+			}
+			got, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+			if err != nil {
+				t.Fatalf("DecodeRecord(EventRecord): %v", err)
+			}
+			a, _ := ev.MarshalJSON()
+			b, _ := got.MarshalJSON()
+			if !bytes.Equal(a, b) {
+				t.Fatalf("record round trip:\n%s\n%s", a, b)
+			}
+		}
+	})
+}
+
+// splitHeaders turns a blob of "key=value" lines into record headers; a
+// line without '=' is a header with no value.
+func splitHeaders(blob []byte) []kgo.RecordHeader {
+	var hs []kgo.RecordHeader
+	for line := range bytes.SplitSeq(blob, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		k, v, ok := bytes.Cut(line, []byte("="))
+		h := kgo.RecordHeader{Key: string(k)}
+		if ok {
+			h.Value = v
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+func joinHeaders(hs []kgo.RecordHeader) []byte {
+	var b bytes.Buffer
+	for _, h := range hs {
+		b.WriteString(h.Key)
+		b.WriteByte('=')
+		b.Write(h.Value)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	bin := joinHeaders(binaryHeaders())
+	ce := []byte("content-type=application/cloudevents+json\ntraceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n")
+	// Binary mode.
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), bin)
+	f.Add([]byte(nil), []byte(`{"role":"worker"}`), bin)
+	f.Add([]byte("run-2"), []byte(`{"role":"worker"}`), bin)
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("ce_runid=run-1\n"), nil))
+	f.Add([]byte("run\xff"), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("ce_runid=run-1\n"), nil))
+	f.Add([]byte(nil), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("ce_runid=run-1\n"), nil))
+	f.Add([]byte(testRun), []byte(``), bytes.ReplaceAll(bin, []byte("tree.node_created"), []byte("signal.heartbeat")))
+	f.Add([]byte(testRun), []byte(`{"owner":"o","expires_at":"2026-02-14T10:45:00+01:00"}`), bytes.ReplaceAll(bin, []byte("tree.node_created"), []byte("lease.renewed")))
+	f.Add([]byte(testRun), []byte(`{"role":"worker"} x`), bin)
+	f.Add([]byte(testRun), []byte(`[1]`), bin)
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("ce_schemaversion=1"), []byte("ce_schemaversion=2")))
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("tree.node_created"), []byte("tree.node_teleported")))
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("application/json"), []byte("text/plain")))
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), bytes.ReplaceAll(bin, []byte("ce_source=/agents/worker-7"), []byte("ce_source=/\xff")))
+	f.Add([]byte(testRun), []byte(`{"role":"worker"}`), append(bytes.Clone(bin), "ce_traceparent=00-x-y-01\nce_partitionkey=k\nflag\n"...))
+	// Structured mode.
+	for _, s := range fuzzSeedEvents(f)[:8] {
+		f.Add([]byte("run-demo-1"), s, ce)
+		f.Add([]byte(nil), s, []byte(nil))
+	}
+	f.Add([]byte(testRun), structured(f), ce)
+	f.Add([]byte("other"), structured(f), ce)
+	f.Add([]byte(testRun), structured(f, del("runid")), ce)
+	f.Fuzz(func(t *testing.T, key, value, blob []byte) {
+		hs := splitHeaders(blob)
+		ev, err := topics.DecodeRecord(key, value, hs)
+		checkDecodeResult(t, ev, err)
+		if err != nil {
+			return
+		}
+		if len(key) > 0 && ev.RunID != string(key) {
+			t.Fatalf("decoded run id %q, record key %q", ev.RunID, key)
+		}
+		// Re-produced as a record, the event decodes to the same event.
+		r, err := topics.EventRecord("t", ev, "")
+		if err != nil {
+			t.Fatalf("EventRecord: %v", err)
+		}
+		got, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+		if err != nil {
+			t.Fatalf("DecodeRecord(EventRecord): %v", err)
+		}
+		a, _ := ev.MarshalJSON()
+		b, _ := got.MarshalJSON()
+		if !bytes.Equal(a, b) {
+			t.Fatalf("record round trip:\n%s\n%s", a, b)
+		}
+	})
+}
