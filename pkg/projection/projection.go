@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -347,7 +348,7 @@ func laneOf(trigs []topics.Trigger) topics.Lane {
 }
 
 func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now time.Time, source topics.Time) (*topics.Wake, snapshot.Info, error) {
-	id := WakeID(r.id, trigs)
+	id := WakeID(r.id, r.seq, trigs)
 	w := snapshot.Wake{
 		SnapshotID: derivedULID(id.Time(), "snapshot", id.String()).String(),
 		Seq:        r.seq,
@@ -392,14 +393,17 @@ func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSna
 	return snapshot.Build(r, w, p.cfg.Limits, now)
 }
 
-// WakeID is the deterministic id of the wake for triggers of run: a ULID whose
-// time is the newest trigger's and whose entropy is a hash of the run and the
-// triggers. The same input log therefore gives the same wake ids on every
-// instance and every replay, and a conductor can drop duplicates by id.
-func WakeID(run string, trigs []topics.Trigger) ulid.ULID {
+// WakeID is the deterministic id of the wake for triggers of run at seq (the
+// run's applied event count when the wake is built): a ULID whose time is the
+// newest trigger's and whose entropy is a hash of the run, the seq and the
+// triggers. Two wakes with one id therefore have the same triggers and the
+// same state behind their snapshots; the same input log gives the same wake
+// ids on every instance and every replay, and a conductor can drop
+// duplicates by id.
+func WakeID(run string, seq int64, trigs []topics.Trigger) ulid.ULID {
 	var ms int64
-	parts := make([]string, 0, 1+5*len(trigs))
-	parts = append(parts, run)
+	parts := make([]string, 0, 2+len(trigs))
+	parts = append(parts, run, strconv.FormatInt(seq, 10))
 	for _, t := range trigs {
 		ms = max(ms, t.At.UnixMilli())
 		ev, corr, detail := "", "", ""

@@ -1,0 +1,79 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// ErrNotCoPartitioned is returned when the input, changelog and wake topics
+// do not all exist with one partition count.
+var ErrNotCoPartitioned = errors.New("projector: topics are not co-partitioned")
+
+// CreateTopics creates every canopy topic with the given partition count and
+// replication factor; topics that exist are left alone.
+func CreateTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16) error {
+	for _, s := range names.Specs(partitions) {
+		cfg := make(map[string]*string, len(s.Configs))
+		for k, v := range s.Configs {
+			cfg[k] = &v
+		}
+		resp, err := adm.CreateTopic(ctx, s.Partitions, replication, cfg, s.Name)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("projector: creating topic %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// CheckTopics verifies that every co-partitioned topic exists and that they
+// all have one partition count, which it returns. The error says what to fix.
+func CheckTopics(ctx context.Context, adm *kadm.Client, names topics.Names) (int32, error) {
+	var want []string
+	for _, s := range names.Specs(1) {
+		if s.CoPartitioned {
+			want = append(want, s.Name)
+		}
+	}
+	td, err := adm.ListTopics(ctx, want...)
+	if err != nil {
+		return 0, fmt.Errorf("projector: listing topics: %w", err)
+	}
+	counts := map[string]int32{}
+	var missing []string
+	for _, name := range want {
+		t, ok := td[name]
+		if !ok || t.Err != nil {
+			missing = append(missing, name)
+			continue
+		}
+		counts[name] = int32(len(t.Partitions))
+	}
+	if len(missing) > 0 {
+		return 0, fmt.Errorf("%w: missing %s: create them with the same partition count as the others (projector create-topics -partitions N)",
+			ErrNotCoPartitioned, strings.Join(missing, ", "))
+	}
+	n := counts[names.AgentEvents()]
+	var bad []string
+	for _, name := range want {
+		if counts[name] != n {
+			bad = append(bad, fmt.Sprintf("%s has %d", name, counts[name]))
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return 0, fmt.Errorf("%w: %s has %d partitions but %s: every run must live in the same partition number of each; give them all %d partitions (add partitions, or recreate the odd ones)",
+			ErrNotCoPartitioned, names.AgentEvents(), n, strings.Join(bad, ", "), n)
+	}
+	return n, nil
+}

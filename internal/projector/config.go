@@ -1,0 +1,121 @@
+package projector
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Config is a projector instance's configuration. Zero fields take the
+// default their comment names.
+type Config struct {
+	// Brokers are the Kafka seed brokers, host:port. Required.
+	Brokers []string
+	// TLS, when set, is used for every broker connection.
+	TLS *tls.Config
+	// SASL, when set, authenticates every broker connection.
+	SASL sasl.Mechanism
+	// Group is the consumer group of the projector instances; default
+	// "canopy-projector".
+	Group string
+	// InstanceID, when set, is the static group instance id (KIP-345), so
+	// that a restart does not rebalance.
+	InstanceID string
+	// ClientID names the Kafka clients; default "canopy-projector".
+	ClientID string
+	// Names are the topic names; default prefix "canopy", version 1.
+	Names topics.Names
+	// DataDir is where Pebble keeps the state. Required.
+	DataDir string
+	// Projection configures the projection and the snapshot limits.
+	Projection projection.Config
+	// Chunk is how many agent records one processing batch holds at most;
+	// between batches pending human input goes first. Default 500.
+	Chunk int
+	// MaxPending is how many fetched agent records may wait for one
+	// partition's owner before that partition's fetching pauses; it resumes
+	// at half. Default 20000.
+	MaxPending int
+	// SessionTimeout is the group session timeout; default 6s.
+	SessionTimeout time.Duration
+	// Logger receives the projector's logs; default slog.Default().
+	Logger *slog.Logger
+	// Now is the wall clock; default time.Now. Tests inject one.
+	Now func() time.Time
+}
+
+// ErrConfig is wrapped by Validate's error.
+var ErrConfig = errors.New("projector: invalid config")
+
+func (c Config) withDefaults() Config {
+	if c.Group == "" {
+		c.Group = "canopy-projector"
+	}
+	if c.ClientID == "" {
+		c.ClientID = "canopy-projector"
+	}
+	if c.Names == (topics.Names{}) {
+		c.Names = topics.DefaultNames()
+	}
+	if c.Chunk == 0 {
+		c.Chunk = 500
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 20000
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 6 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.Projection = c.Projection.WithDefaults()
+	return c
+}
+
+// Validate reports every problem with c, each with what to do about it.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []string
+	if len(c.Brokers) == 0 {
+		errs = append(errs, "no brokers: set -brokers (or CANOPY_BROKERS) to host:port[,host:port...]")
+	}
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			errs = append(errs, fmt.Sprintf("broker %q: want host:port", b))
+		}
+	}
+	if c.DataDir == "" {
+		errs = append(errs, "no data directory: set -data-dir (or CANOPY_DATA_DIR) to where Pebble keeps state")
+	}
+	if err := c.Names.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if err := c.Projection.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if c.Chunk < 1 {
+		errs = append(errs, fmt.Sprintf("chunk %d: want 1 or more", c.Chunk))
+	}
+	if c.MaxPending < c.Chunk {
+		errs = append(errs, fmt.Sprintf("max pending %d: want at least the chunk size %d", c.MaxPending, c.Chunk))
+	}
+	if c.SessionTimeout < time.Second {
+		errs = append(errs, fmt.Sprintf("session timeout %v: want 1s or more", c.SessionTimeout))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+// Package projector is canopy's stream processor: a member of the projector
+// consumer group that owns some partitions of the agent events topic (and the
+// same partitions of the human input topic), projects every record into its
+// partition's Pebble-backed projection, and publishes the wakes it raises.
+//
+// Goroutines, each started and waited for by Run:
+//   - the group poller fetches agent events and hands each partition's
+//     records to that partition's worker;
+//   - the human poller fetches the human input partitions that follow the
+//     group's assignment, on a client of their own so that human input is
+//     never queued behind an agent backlog;
+//   - one worker per owned partition owns that partition's projection: it
+//     projects, publishes wakes, and commits state and offsets to Pebble.
+//
+// Delivery is at-least-once: a worker publishes a batch's wakes and waits for
+// Kafka's acknowledgement before it commits the batch to Pebble, so a crash in
+// between republishes the same wakes (same ids, same content) after restart.
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+)
+
+// Stats count what the projector did since it started.
+type Stats struct {
+	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted, Wakes, PriorityWakes atomic.Int64
+}
+
+// Projector is one projector instance.
+type Projector struct {
+	cfg        Config
+	log        *slog.Logger
+	db         *pebble.DB
+	group      *kgo.Client // agent events, member of the group
+	human      *kgo.Client // human input, partitions follow the group's
+	prod       *kgo.Client // wakes, dead letters, reroutes
+	partitions int32
+
+	mu      sync.Mutex
+	workers map[int32]*worker
+	failed  chan error // a worker that cannot go on reports here
+
+	// Stats are live counters, for tests and the metrics adapter.
+	Stats Stats
+}
+
+// New validates cfg, opens the state, connects to Kafka and checks that the
+// topics are co-partitioned. It consumes nothing until Run.
+func New(ctx context.Context, cfg Config) (*Projector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1)}
+
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("projector: data dir: %w", err)
+	}
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), &pebble.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("projector: opening state in %s: %w", cfg.DataDir, err)
+	}
+	p.db = db
+	fail := func(err error) (*Projector, error) { p.closeClients(); db.Close(); return nil, err }
+
+	common := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID)}
+	if cfg.TLS != nil {
+		common = append(common, kgo.DialTLSConfig(cfg.TLS))
+	}
+	if cfg.SASL != nil {
+		common = append(common, kgo.SASL(cfg.SASL))
+	}
+	if p.prod, err = kgo.NewClient(append(common, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))...); err != nil {
+		return fail(fmt.Errorf("projector: producer: %w", err))
+	}
+	if p.partitions, err = CheckTopics(ctx, kadm.NewClient(p.prod), cfg.Names); err != nil {
+		return fail(err)
+	}
+	groupOpts := append(common,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Names.AgentEvents()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(cfg.SessionTimeout/6),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(p.assigned),
+		kgo.OnPartitionsRevoked(p.revoked),
+		kgo.OnPartitionsLost(p.revoked),
+		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
+	)
+	if cfg.InstanceID != "" {
+		groupOpts = append(groupOpts, kgo.InstanceID(cfg.InstanceID))
+	}
+	if p.group, err = kgo.NewClient(groupOpts...); err != nil {
+		return fail(fmt.Errorf("projector: group consumer: %w", err))
+	}
+	if p.human, err = kgo.NewClient(append(common, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}))...); err != nil {
+		return fail(fmt.Errorf("projector: human input consumer: %w", err))
+	}
+	return p, nil
+}
+
+// Partitions is the partition count of the co-partitioned topics.
+func (p *Projector) Partitions() int32 { return p.partitions }
+
+// Owned returns the partitions this instance owns now.
+func (p *Projector) Owned() []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int32, 0, len(p.workers))
+	for part := range p.workers {
+		out = append(out, part)
+	}
+	return out
+}
+
+// Run consumes until ctx is done or a worker fails, then shuts down in
+// order. It returns nil after a clean shutdown.
+func (p *Projector) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); p.pollGroup(ctx) }()
+	go func() { defer wg.Done(); p.pollHuman(ctx) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-p.failed:
+		p.log.Error("projector stopping", "err", err)
+	}
+	// Shutdown, in order:
+	// 1. stop polling (the pollers see ctx done);
+	cancel()
+	wg.Wait()
+	// 2. each worker finishes its batch, publishes its wakes, commits to Pebble;
+	p.stopAll()
+	// 3. leave the group, so the partitions move at once rather than after
+	//    the session timeout, and close the other clients;
+	p.closeClients()
+	// 4. close the state last: nothing writes to it any more.
+	if cerr := p.db.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("projector: closing state: %w", cerr)
+	}
+	return err
+}
+
+func (p *Projector) closeClients() {
+	for _, c := range []*kgo.Client{p.group, p.human, p.prod} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+func (p *Projector) fail(err error) {
+	select {
+	case p.failed <- err:
+	default:
+	}
+}
+
+// pollGroup fetches agent events and hands them to their partitions' workers.
+func (p *Projector) pollGroup(ctx context.Context) {
+	for {
+		fs := p.group.PollRecords(ctx, 10000)
+		if ctx.Err() != nil {
+			p.group.AllowRebalance()
+			return
+		}
+		fs.EachError(func(t string, part int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				p.log.Warn("fetch error", "topic", t, "partition", part, "err", err)
+			}
+		})
+		p.dispatch(fs, false)
+		p.group.AllowRebalance()
+	}
+}
+
+// pollHuman fetches human input and hands it to the partitions' workers.
+func (p *Projector) pollHuman(ctx context.Context) {
+	for {
+		fs := p.human.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		p.dispatch(fs, true)
+	}
+}
+
+func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		p.mu.Lock()
+		w := p.workers[fp.Partition]
+		p.mu.Unlock()
+		if w == nil {
+			return // revoked meanwhile: the next owner reads them from its offsets
+		}
+		w.enqueue(batch{records: fp.Records, highWatermark: fp.HighWatermark}, human)
+	})
+}
+
+// assigned starts a worker per newly owned partition and the human input
+// consumption of the same partitions, from the offsets in Pebble.
+func (p *Projector) assigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	humanOffsets := map[int32]kgo.Offset{}
+	for _, part := range assigned[p.cfg.Names.AgentEvents()] {
+		w, err := p.startWorker(part)
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		off := kgo.NewOffset().AtStart()
+		if next, ok := w.offsets[p.cfg.Names.HumanInput()]; ok {
+			off = kgo.NewOffset().At(next)
+		}
+		humanOffsets[part] = off
+	}
+	if len(humanOffsets) > 0 {
+		p.human.AddConsumePartitions(map[string]map[int32]kgo.Offset{p.cfg.Names.HumanInput(): humanOffsets})
+	}
+	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Names.AgentEvents()])
+}
+
+// adjustOffsets starts each assigned agent partition where Pebble says its
+// state ends, not where the group's committed offsets are: the state and its
+// offsets were committed together.
+func (p *Projector) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	topic := p.cfg.Names.AgentEvents()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for part := range offs[topic] {
+		if w := p.workers[part]; w != nil {
+			if next, ok := w.offsets[topic]; ok {
+				offs[topic][part] = kgo.NewOffset().At(next).WithEpoch(-1)
+			} else {
+				offs[topic][part] = kgo.NewOffset().AtStart()
+			}
+		}
+	}
+	return offs, nil
+}
+
+// revoked stops the workers of revoked or lost partitions: each finishes its
+// batch and commits, then the human input consumption of those partitions
+// stops too.
+func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	parts := revoked[p.cfg.Names.AgentEvents()]
+	if len(parts) == 0 {
+		return
+	}
+	p.human.RemoveConsumePartitions(map[string][]int32{p.cfg.Names.HumanInput(): parts})
+	for _, part := range parts {
+		p.mu.Lock()
+		w := p.workers[part]
+		delete(p.workers, part)
+		p.mu.Unlock()
+		if w != nil {
+			w.stop()
+		}
+	}
+	p.log.Info("partitions revoked", "partitions", parts)
+}
+
+func (p *Projector) startWorker(part int32) (*worker, error) {
+	store := projection.NewStore(p.db, part)
+	proj, err := projection.Open(p.cfg.Projection, store)
+	if err != nil {
+		return nil, fmt.Errorf("projector: partition %d: %w", part, err)
+	}
+	offsets, err := store.Offsets()
+	if err != nil {
+		return nil, fmt.Errorf("projector: partition %d: %w", part, err)
+	}
+	w := newWorker(p, part, proj, offsets)
+	p.mu.Lock()
+	p.workers[part] = w
+	p.mu.Unlock()
+	go w.run()
+	return w, nil
+}
+
+func (p *Projector) stopAll() {
+	p.mu.Lock()
+	ws := make([]*worker, 0, len(p.workers))
+	for part, w := range p.workers {
+		ws = append(ws, w)
+		delete(p.workers, part)
+	}
+	p.mu.Unlock()
+	for _, w := range ws {
+		w.stop()
+	}
+}
+

@@ -1,0 +1,276 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// batch is a run of fetched records of one partition of one topic.
+type batch struct {
+	records       []*kgo.Record
+	highWatermark int64
+}
+
+// worker owns one partition: its projection, its offsets and its timers.
+// Only its own goroutine touches them.
+type worker struct {
+	p       *Projector
+	part    int32
+	proj    *projection.Projection
+	offsets map[string]int64 // next offset to consume per input topic, as in Pebble
+
+	human, agent chan batch
+	quit, done   chan struct{}
+
+	pendingAgent atomic.Int64 // agent records queued, for pause/resume
+	paused       atomic.Bool
+	caughtUp     bool // the last batch reached the high watermark and nothing is queued
+
+	pending projection.Pending
+	out     []*kgo.Record
+}
+
+func newWorker(p *Projector, part int32, proj *projection.Projection, offsets map[string]int64) *worker {
+	// A partition paused by an earlier owner in this process must flow again.
+	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
+	return &worker{
+		p: p, part: part, proj: proj, offsets: offsets,
+		human: make(chan batch, 1024), agent: make(chan batch, 1024),
+		quit: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// enqueue hands a fetched batch to the worker, pausing the partition's agent
+// fetching when too much waits. It never blocks once the worker is stopping.
+func (w *worker) enqueue(b batch, human bool) {
+	ch := w.agent
+	if human {
+		ch = w.human
+	} else if n := w.pendingAgent.Add(int64(len(b.records))); n > int64(w.p.cfg.MaxPending) && !w.paused.Swap(true) {
+		w.p.group.PauseFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+	}
+	select {
+	case ch <- b:
+	case <-w.quit:
+	}
+}
+
+// stop asks the worker to finish its current chunk and commit, and waits.
+func (w *worker) stop() {
+	close(w.quit)
+	<-w.done
+}
+
+func (w *worker) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		// Human input first, always.
+		select {
+		case b := <-w.human:
+			if !w.process(b) {
+				return
+			}
+			continue
+		default:
+		}
+		w.armTimer(timer)
+		select {
+		case <-w.quit:
+			return
+		case b := <-w.human:
+			if !w.process(b) {
+				return
+			}
+		case b := <-w.agent:
+			if !w.processAgent(b) {
+				return
+			}
+		case <-timer.C:
+			if !w.fireTimers() {
+				return
+			}
+		}
+	}
+}
+
+// processAgent processes agent records in chunks; between chunks it handles
+// any human input that arrived, so a backlog never delays it by more than one
+// chunk. It returns false when the worker must stop.
+func (w *worker) processAgent(b batch) bool {
+	defer func() {
+		if n := w.pendingAgent.Add(-int64(len(b.records))); n <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
+			w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+		}
+	}()
+	for rs := b.records; len(rs) > 0; {
+		n := min(len(rs), w.p.cfg.Chunk)
+		chunk := batch{records: rs[:n], highWatermark: b.highWatermark}
+		rs = rs[n:]
+		if !w.process(chunk) {
+			return false
+		}
+		for drained := false; !drained; {
+			select {
+			case hb := <-w.human:
+				if !w.process(hb) {
+					return false
+				}
+			case <-w.quit:
+				return false
+			default:
+				drained = true
+			}
+		}
+	}
+	return true
+}
+
+// process projects one batch, publishes its wakes and commits it. It returns
+// false after a failure the worker cannot go past.
+func (w *worker) process(b batch) bool {
+	now := w.p.cfg.Now()
+	st := &w.p.Stats
+	var last *kgo.Record
+	for _, r := range b.records {
+		if next, ok := w.offsets[r.Topic]; ok && r.Offset < next {
+			continue // already in the state: fetched again around a rebalance
+		}
+		w.offsets[r.Topic] = r.Offset + 1
+		last = r
+		st.Records.Add(1)
+		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+		switch {
+		case errors.Is(err, topics.ErrUnknownType):
+			st.UnknownType.Add(1)
+			continue
+		case err != nil:
+			w.deadLetter(r, err.Error())
+			continue
+		}
+		if want := topics.Partition([]byte(ev.RunID), w.p.partitions); want != r.Partition {
+			w.reroute(r, ev.RunID, want)
+			continue
+		}
+		trigs, dup := w.proj.Apply(ev)
+		if dup {
+			st.Duplicates.Add(1)
+		} else {
+			st.Applied.Add(1)
+		}
+		w.pending.Add(ev.RunID, trigs)
+	}
+	if last == nil {
+		return true
+	}
+	// The snapshot is as fresh as the log when this batch reached the high
+	// watermark; otherwise it is as old as the last record applied.
+	source := topics.NewTime(now)
+	w.caughtUp = last.Offset+1 >= b.highWatermark && len(w.agent) == 0
+	if !w.caughtUp {
+		source = topics.NewTime(last.Timestamp)
+	}
+	return w.publish(now, source)
+}
+
+// fireTimers raises the wakes of timers due by now. Only a caught-up
+// partition fires: with a backlog, the events that renew a lease may still be
+// unread.
+func (w *worker) fireTimers() bool {
+	now := w.p.cfg.Now()
+	w.proj.FireDue(topics.NewTime(now), &w.pending)
+	return w.publish(now, topics.NewTime(now))
+}
+
+func (w *worker) armTimer(t *time.Timer) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	due, ok := w.proj.NextDue()
+	if !ok || !w.caughtUp {
+		return
+	}
+	t.Reset(max(due.Std().Sub(w.p.cfg.Now()), 0))
+}
+
+// publish sends the batch's wakes (and dead letters and reroutes), waits for
+// Kafka to have them, then commits state and offsets to Pebble.
+func (w *worker) publish(now time.Time, source topics.Time) bool {
+	built, err := w.proj.Wakes(&w.pending, now, source)
+	w.pending.Reset()
+	if err != nil {
+		w.p.fail(err)
+		return false
+	}
+	for _, b := range built {
+		enc, err := topics.Marshal(b.Wake)
+		if err != nil {
+			w.p.fail(err)
+			return false
+		}
+		w.out = append(w.out, &kgo.Record{
+			Topic: w.p.cfg.Names.WakeTopic(b.Wake.Lane), Partition: w.part, Key: []byte(b.Wake.RunID), Value: enc,
+			Headers: []kgo.RecordHeader{
+				{Key: topics.HeaderContentType, Value: []byte(topics.ContentTypeJSON)},
+				{Key: topics.HeaderSchemaVersion, Value: []byte(strconv.Itoa(topics.WakeSchemaVersion))},
+			},
+		})
+		w.p.Stats.Wakes.Add(1)
+		if b.Wake.Lane == topics.LanePriority {
+			w.p.Stats.PriorityWakes.Add(1)
+		}
+	}
+	if len(w.out) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := w.p.prod.ProduceSync(ctx, w.out...).FirstErr()
+		cancel()
+		clear(w.out)
+		w.out = w.out[:0]
+		if err != nil {
+			w.p.fail(err)
+			return false
+		}
+	}
+	if err := w.proj.Commit(w.offsets); err != nil {
+		w.p.fail(err)
+		return false
+	}
+	return true
+}
+
+// deadLetter sends a record that cannot be projected to the dead-letter
+// topic, with why and whence in its headers.
+func (w *worker) deadLetter(r *kgo.Record, reason string) {
+	if len(reason) > 1024 {
+		reason = reason[:1024]
+	}
+	h := append([]kgo.RecordHeader(nil), r.Headers...)
+	h = append(h,
+		kgo.RecordHeader{Key: topics.HeaderDeadLetterReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: topics.HeaderDeadLetterTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: topics.HeaderDeadLetterPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: topics.HeaderDeadLetterOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+	)
+	w.out = append(w.out, &kgo.Record{Topic: w.p.cfg.Names.DeadLetter(), Partition: 0, Key: r.Key, Value: r.Value, Headers: h})
+	w.p.Stats.DeadLettered.Add(1)
+	w.p.log.Warn("dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+}
+
+// reroute sends a record that sits in the wrong partition for its run (a
+// producer with another partitioner) to the right one, keyed by run id.
+func (w *worker) reroute(r *kgo.Record, runID string, want int32) {
+	w.out = append(w.out, &kgo.Record{Topic: r.Topic, Partition: want, Key: []byte(runID), Value: r.Value, Headers: r.Headers})
+	w.p.Stats.Rerouted.Add(1)
+}
