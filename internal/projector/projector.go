@@ -313,4 +313,3 @@ func (p *Projector) stopAll() {
 		w.stop()
 	}
 }
-

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/btree"
-
 )
 
 // Store keeps one partition's runs and consumed offsets in a Pebble database
