@@ -13,14 +13,12 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# run shows wakes flowing: the example run projected by the projector's
-# replay mode, one line per wake (human input wakes are marked WAKE!).
+# run brings everything up on this machine: an embedded Kafka (kfake) on
+# loopback, canopy's topics, the projector, and a demo workload of agent
+# trees with a human typing into them; every wake is printed as it is
+# published (WAKE! marks the priority lane). Ctrl-C stops it.
 run: build
-	@echo "== replaying examples/small-run.jsonl through the projection =="
-	$(BIN)/projector replay -format summary < examples/small-run.jsonl
-	@echo
-	@echo "== the same wakes as published (JSON), first one =="
-	@$(BIN)/projector replay < examples/small-run.jsonl 2>/dev/null | head -n 1
+	$(BIN)/projector dev $(RUNFLAGS)
 
 # test is what CI runs (.ci/run): formatting, vet, and every test with the
 # race detector, the checked-in fuzz corpora included.

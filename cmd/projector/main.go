@@ -1,6 +1,9 @@
 // Command projector is canopy's stream processor. Its subcommands:
 //
-//	projector replay [flags] < events.jsonl   project a file of events and print the wakes
+//	projector run [flags]                      one projector instance (flags or CANOPY_* env)
+//	projector create-topics [flags]            create canopy's topics, co-partitioned
+//	projector dev [flags]                      embedded broker, projector and demo workload
+//	projector replay [flags] < events.jsonl    project a file of events and print the wakes
 //
 // See the README and docs/ for the whole picture.
 package main
@@ -20,8 +23,12 @@ import (
 const usage = `usage: projector <command> [flags]
 
 commands:
-  replay   read newline-delimited events on stdin, write the wakes the
-           projector would publish for them on stdout, one per line
+  run            run a projector instance against Kafka
+  create-topics  create canopy's topics, co-partitioned
+  dev            start an embedded broker on loopback, the projector and a
+                 demo workload, and print wakes as they are published
+  replay         read newline-delimited events on stdin, write the wakes the
+                 projector would publish for them on stdout, one per line
 
 Run "projector <command> -h" for a command's flags.
 `
@@ -38,6 +45,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "replay":
 		return runReplay(args[1:], stdin, stdout, stderr)
+	case "run":
+		return runProjector(args[1:], stderr)
+	case "create-topics":
+		return createTopics(args[1:], stderr)
+	case "dev":
+		return runDev(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

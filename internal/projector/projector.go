@@ -69,7 +69,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("projector: data dir: %w", err)
 	}
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), &pebble.Options{})
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), &pebble.Options{Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {
 		return nil, fmt.Errorf("projector: opening state in %s: %w", cfg.DataDir, err)
 	}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/wakefmt"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// runDev is "projector dev": everything on one machine, for a first look. An
+// embedded Kafka (franz-go's kfake) listens on loopback only; the projector,
+// a demo workload of agent trees and a human typing into one of them run
+// against it, and every wake is printed as it is published.
+func runDev(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		runs       = fs.Int("runs", 3, "concurrent demo runs")
+		nodes      = fs.Int("nodes", 25, "nodes per demo run")
+		rate       = fs.Float64("rate", 40, "demo events per second, all runs together")
+		partitions = fs.Int("partitions", 4, "partitions of the topics")
+		duration   = fs.Duration("duration", 0, "stop after this long (default: until Ctrl-C)")
+		dataDir    = fs.String("data-dir", "", "keep the projector's state here (default: a temporary directory)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *runs < 1 || *nodes < 2 || *rate <= 0 || *partitions < 1 {
+		fmt.Fprintln(stderr, "projector dev: want -runs >= 1, -nodes >= 2, -rate > 0, -partitions >= 1")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir}, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "projector dev: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type devOptions struct {
+	runs, nodes int
+	rate        float64
+	partitions  int32
+	dataDir     string
+}
+
+func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return fmt.Errorf("starting the embedded broker: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	names := topics.DefaultNames()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, o.partitions, 1); err != nil {
+		return err
+	}
+	dir := o.dataDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "canopy-dev-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	fmt.Fprintf(stdout, "canopy dev: embedded Kafka on %s, topics %s.*.v1 with %d partitions, state in %s\n",
+		brokers[0], names.Prefix, o.partitions, dir)
+	fmt.Fprintf(stdout, "canopy dev: waves of %d demo runs of %d nodes at %.0f events/s; a human types into the newest wave every 10s (WAKE! = priority lane). Ctrl-C stops.\n\n",
+		o.runs, o.nodes, o.rate)
+
+	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: "canopy-dev", Logger: log})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	wg.Add(3)
+	go func() { defer wg.Done(); errc <- p.Run(ctx) }()
+	go func() { defer wg.Done(); errc <- printWakes(ctx, brokers, names, stdout) }()
+	go func() { defer wg.Done(); errc <- demoTraffic(ctx, cl, names, o) }()
+	var first error
+	for i := 0; i < 3; i++ {
+		if err := <-errc; err != nil && first == nil && ctx.Err() == nil {
+			first = err
+			cancel()
+		} else if i == 0 {
+			cancel() // whichever ends first (the duration, Ctrl-C) ends all
+		}
+	}
+	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
+		p.Stats.Applied.Load(), p.Stats.Wakes.Load(), p.Stats.PriorityWakes.Load(), p.Stats.DeadLettered.Load())
+	return first
+}
+
+// printWakes prints every wake of both lanes as it is published.
+func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Wakes(), names.PriorityWakes()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			w, err := topics.DecodeWake(r.Value)
+			if err != nil {
+				fmt.Fprintf(out, "undecodable wake at %s/%d@%d: %v\n", r.Topic, r.Partition, r.Offset, err)
+				return
+			}
+			fmt.Fprintf(out, "%s %s\n", time.Now().Format("15:04:05.000"), wakefmt.Line(w))
+		})
+	}
+}
+
+// demoTraffic produces the demo runs' events at their own times (now
+// onwards), so leases and delivery deadlines fall due live, wave after wave of
+// runs, and a human's input into the newest run-1... every ten seconds.
+func demoTraffic(ctx context.Context, cl *kgo.Client, names topics.Names, o devOptions) error {
+	step := time.Duration(float64(time.Second) * float64(o.runs) / o.rate)
+	send := func(topic string, ev *topics.Event) error {
+		r, err := topics.EventRecord(topic, ev, "")
+		if err != nil {
+			return err
+		}
+		r.Partition = topics.Partition(r.Key, o.partitions)
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil
+	}
+	nextHuman := time.Now().Add(5 * time.Second)
+	humanN := 0
+	for wave := 0; ; wave++ {
+		start := time.Now()
+		var events []topics.Event
+		for i := 1; i <= o.runs; i++ {
+			n := wave*o.runs + i
+			events = append(events, workload.Generate(workload.Spec{RunID: fmt.Sprintf("run-%d", n), SessionID: "demo",
+				Nodes: o.nodes, Seed: uint64(n), Start: start.Add(time.Duration(i) * step / time.Duration(o.runs+1)), Step: step})...)
+		}
+		slices.SortStableFunc(events, func(a, b topics.Event) int { return cmp.Compare(a.Time.UnixMilli(), b.Time.UnixMilli()) })
+		for i := 0; i < len(events); {
+			at := events[i].Time.Std()
+			if nextHuman.Before(at) {
+				at = nextHuman
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Until(at)):
+			}
+			if !events[i].Time.Std().After(at) {
+				if err := send(names.AgentEvents(), &events[i]); err != nil {
+					return err
+				}
+				i++
+				continue
+			}
+			humanN++
+			now := time.Now()
+			ev := topics.Event{ID: ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String(), Source: "/gateway/dev",
+				Type: topics.TypeInput, Time: topics.NewTime(now), RunID: fmt.Sprintf("run-%d", wave*o.runs+1), AgentID: "human:dev",
+				SchemaVersion: 1, Data: &topics.Input{InputKind: "steer", Text: fmt.Sprintf("human message %d: please summarise what is blocked", humanN)}}
+			if err := send(names.HumanInput(), &ev); err != nil {
+				return err
+			}
+			nextHuman = nextHuman.Add(10 * time.Second)
+		}
+	}
+}

@@ -1,0 +1,26 @@
+package projector
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+)
+
+// pebbleLogger routes Pebble's log lines to the projector's logger: its
+// routine messages at debug level, its errors as errors.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf is Pebble's report of a broken invariant of its own: it cannot go
+// on, and neither can the projector. Pebble's default logger exits too.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble", "fatal", true)
+	os.Exit(70)
+}
