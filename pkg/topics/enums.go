@@ -80,6 +80,10 @@ const (
 	TriggerGuard         TriggerKind = "guard"
 )
 
+// TriggerKinds lists every trigger kind.
+var TriggerKinds = []TriggerKind{TriggerResult, TriggerFailed, TriggerRequest, TriggerStatusBlocked, TriggerStatusFailed,
+	TriggerCompleted, TriggerHumanInput, TriggerLeaseExpired, TriggerWatchdog, TriggerProgress, TriggerGuard}
+
 // WatchdogStatus classifies a dispatched subagent by the evidence the
 // projection has seen (seed 004).
 type WatchdogStatus string

@@ -67,4 +67,16 @@ func (e *DecodeError) Unwrap() error { return e.kind }
 // problems accumulates Problems during validation.
 type problems []Problem
 
-func (ps *problems) add(field, problem string) { *ps = append(*ps, Problem{field, problem}) }
+// add records a problem. Field names come from the input (unknown attribute
+// and payload keys), so they are clipped: an error, and the dead-letter
+// header that carries it, stays bounded whatever the input.
+func (ps *problems) add(field, problem string) {
+	const maxProblems = 20
+	if len(*ps) == maxProblems {
+		*ps = append(*ps, Problem{"...", "more problems not listed"})
+	}
+	if len(*ps) > maxProblems {
+		return
+	}
+	*ps = append(*ps, Problem{clip(field, 80), clip(problem, 200)})
+}

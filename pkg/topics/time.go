@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"regexp"
 	"time"
+	"unicode/utf8"
 )
 
 // Time is a UTC instant with millisecond precision, the resolution of Kafka
@@ -111,6 +112,9 @@ func ParseTime(s string) (Time, error) {
 func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // never cut a character in half
 	}
 	return s[:n] + "..."
 }

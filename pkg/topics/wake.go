@@ -68,8 +68,25 @@ func DecodeWake(b []byte) (*Wake, error) {
 	if w.SchemaVersion > WakeSchemaVersion {
 		return nil, fmt.Errorf("%w: wake schema_version %d is newer than this build speaks (%d)", ErrUnsupportedVersion, w.SchemaVersion, WakeSchemaVersion)
 	}
+	if w.SchemaVersion < 1 {
+		ps.add("schema_version", "required; this build writes 1")
+	}
 	if w.Lane != LaneNormal && w.Lane != LanePriority {
 		ps.add("lane", "want normal|priority, got "+quote(string(w.Lane)))
+	}
+	for i, t := range w.Triggers {
+		if !oneOf(t.Kind, TriggerKinds) {
+			ps.add(fmt.Sprintf("triggers[%d].kind", i), "want one of "+join(TriggerKinds)+", got "+quote(string(t.Kind)))
+		}
+	}
+	s := &w.AgentTreeSnapshot
+	for i, n := range s.Nodes {
+		if !oneOf(n.Status, Statuses) {
+			ps.add(fmt.Sprintf("agent_tree_snapshot.nodes[%d].status", i), "want one of "+join(Statuses)+", got "+quote(string(n.Status)))
+		}
+		if n.Role != RoleUnknown && !oneOf(n.Role, Roles) {
+			ps.add(fmt.Sprintf("agent_tree_snapshot.nodes[%d].role", i), "want one of "+join(Roles)+"|unknown, got "+quote(string(n.Role)))
+		}
 	}
 	if len(ps) > 0 {
 		return nil, &DecodeError{kind: ErrInvalidEvent, EventID: w.WakeID, Type: "wake", Problems: ps}
