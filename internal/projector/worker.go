@@ -32,7 +32,9 @@ type worker struct {
 
 	pendingAgent atomic.Int64 // agent records queued, for pause/resume
 	paused       atomic.Bool
-	caughtUp     bool // the last batch reached the high watermark and nothing is queued
+	// behind is, per input topic, whether the last batch of it ended short of
+	// the high watermark. A topic not yet seen counts as caught up.
+	behind map[string]bool
 
 	pending projection.Pending
 	out     []*kgo.Record
@@ -43,7 +45,7 @@ func newWorker(p *Projector, part int32, proj *projection.Projection, offsets ma
 	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
 	return &worker{
 		p: p, part: part, proj: proj, offsets: offsets,
-		human: make(chan batch, 1024), agent: make(chan batch, 1024),
+		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool),
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -176,11 +178,25 @@ func (w *worker) process(b batch) bool {
 	// The snapshot is as fresh as the log when this batch reached the high
 	// watermark; otherwise it is as old as the last record applied.
 	source := topics.NewTime(now)
-	w.caughtUp = last.Offset+1 >= b.highWatermark && len(w.agent) == 0
-	if !w.caughtUp {
+	w.behind[last.Topic] = last.Offset+1 < b.highWatermark
+	if !w.caughtUp() {
 		source = topics.NewTime(last.Timestamp)
 	}
 	return w.publish(now, source)
+}
+
+// caughtUp reports whether the partition has applied everything fetched and
+// reached the high watermark of each input topic.
+func (w *worker) caughtUp() bool {
+	if w.pendingAgent.Load() > 0 || len(w.agent) > 0 || len(w.human) > 0 {
+		return false
+	}
+	for _, behind := range w.behind {
+		if behind {
+			return false
+		}
+	}
+	return true
 }
 
 // fireTimers raises the wakes of timers due by now. Only a caught-up
@@ -199,7 +215,7 @@ func (w *worker) armTimer(t *time.Timer) {
 	default:
 	}
 	due, ok := w.proj.NextDue()
-	if !ok || !w.caughtUp {
+	if !ok || !w.caughtUp() {
 		return
 	}
 	t.Reset(max(due.Std().Sub(w.p.cfg.Now()), 0))

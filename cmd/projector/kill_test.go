@@ -1,0 +1,464 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestKill9 runs the projector binary against a broker in this process, kills
+// it with SIGKILL twice while events are still being produced, restarts it on
+// the same data directory each time, lets the last one catch up and stop
+// cleanly, and then reads its Pebble state: every run must be exactly what a
+// projection that never stopped computes from the same events (what replay
+// computes), with no event applied twice or lost, and the consumed offsets
+// must be the ends of the partitions.
+func TestKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the projector binary")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	tmp := t.TempDir()
+
+	// The binary, not race-built: the child is under test, not the harness.
+	bin := filepath.Join(tmp, "projector")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	// The broker, on loopback, and canopy's topics.
+	const partitions = 4
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	names := topics.Names{Prefix: fmt.Sprintf("kill%d", time.Now().UnixNano()), Version: 1}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	if err := projector.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// The workload. Its clock starts an hour from now so that no timer of it
+	// falls due on the projector's wall clock during the test: a timer that
+	// fires while the partition is caught up with what has been produced so
+	// far, but not with what is still to come, legitimately gives another
+	// state than a replay of the whole input, and that is not what this test
+	// is about.
+	const runs, nodes = 20, 120
+	start := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	var events []topics.Event
+	markers := map[string]string{} // marker event id -> run
+	perRun := map[string]int{}
+	for i := 0; i < runs; i++ {
+		run := fmt.Sprintf("kill-run-%02d", i)
+		evs := workload.Generate(workload.Spec{RunID: run, SessionID: "kill", Nodes: nodes, Seed: uint64(1000 + i),
+			Start: start.Add(time.Duration(i) * time.Millisecond), Step: 10 * time.Millisecond})
+		// The run's last event, a failure of an agent of its own, wakes the
+		// run: once that wake is on the wake topic, the run is caught up.
+		last := evs[len(evs)-1].Time
+		id := "marker-" + run
+		evs = append(evs, topics.Event{ID: id, Source: "/agents/marker", Type: topics.TypeFailed, Time: last.Add(time.Second),
+			RunID: run, AgentID: "marker", SchemaVersion: topics.CurrentSchemaVersion, SessionID: "kill",
+			Data: &topics.Failed{ErrorCode: "end_of_test"}})
+		markers[id] = run
+		perRun[run] = len(evs)
+		events = append(events, evs...)
+	}
+	// Interleave the runs by time, each keeping its own order.
+	slices.SortStableFunc(events, func(a, b topics.Event) int { return cmp.Compare(a.Time.UnixMilli(), b.Time.UnixMilli()) })
+	// Markers go last of all, after the last kill.
+	slices.SortStableFunc(events, func(a, b topics.Event) int {
+		_, am := markers[a.ID]
+		_, bm := markers[b.ID]
+		switch {
+		case am == bm:
+			return 0
+		case am:
+			return 1
+		}
+		return -1
+	})
+	records := make([]*kgo.Record, len(events))
+	for i := range events {
+		r, err := topics.EventRecord(names.AgentEvents(), &events[i], "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Partition = topics.Partition(r.Key, partitions)
+		records[i] = r
+	}
+	t.Logf("%d runs, %d events", runs, len(records))
+
+	// The producer, in the background: it goes on producing while the
+	// projector dies and restarts. It waits at two points until the
+	// projector has been killed once, then twice, so that events are still
+	// to come after each kill whatever the machine's speed.
+	var killed [2]chan struct{}
+	for i := range killed {
+		killed[i] = make(chan struct{})
+	}
+	gates := map[int]chan struct{}{len(records) * 55 / 100: killed[0], len(records) * 85 / 100: killed[1]}
+	var produced atomic.Int64
+	var prodErr error
+	prodDone := make(chan struct{}) // closed when the producer ends, prodErr set
+	go func() {
+		defer close(prodDone)
+		prodErr = produce()
+	}()
+	_ = 0
+	go func() {
+		const chunk = 200
+		for i := 0; i < len(records); {
+			n := min(chunk, len(records)-i)
+			for g, ch := range gates {
+				if g == i {
+					select {
+					case <-ch:
+					case <-ctx.Done():
+						prodDone <- ctx.Err()
+						return
+					}
+				} else if g > i && g < i+n {
+					n = g - i
+				}
+			}
+			if err := cl.ProduceSync(ctx, records[i:i+n]...).FirstErr(); err != nil {
+				prodDone <- err
+				return
+			}
+			i += n
+			produced.Store(int64(i))
+		}
+		prodDone <- nil
+	}()
+
+	// The wake reader: counts wake records and notes each run's marker wake.
+	var (
+		mu         sync.Mutex
+		wakeCount  int
+		markerSeen = map[string]bool{}
+		readErr    error
+	)
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	wakes, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Wakes(), names.PriorityWakes()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readCtx, stopReading := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			fs := wakes.PollFetches(readCtx)
+			if readCtx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			fs.EachRecord(func(r *kgo.Record) {
+				w, err := topics.DecodeWake(r.Value)
+				if err != nil {
+					readErr = fmt.Errorf("wake at %s/%d@%d does not decode: %w", r.Topic, r.Partition, r.Offset, err)
+					return
+				}
+				wakeCount++
+				for _, tr := range w.Triggers {
+					if tr.EventID != nil {
+						if run, ok := markers[*tr.EventID]; ok && run == w.RunID {
+							markerSeen[run] = true
+						}
+					}
+				}
+			})
+			mu.Unlock()
+			notify()
+		}
+	}()
+	t.Cleanup(func() { stopReading(); <-readerDone; wakes.Close() })
+
+	// The projector processes, one at a time.
+	dataDir := filepath.Join(tmp, "data")
+	group := "kill-" + names.Prefix
+	var children []*child
+	t.Cleanup(func() {
+		for _, c := range children {
+			c.kill()
+		}
+	})
+	startChild := func(name string) *child {
+		t.Helper()
+		c := &child{name: name, exited: make(chan struct{})}
+		// The same group and static instance id each time, as a restarted
+		// pod would: the new process takes the dead one's place in the group
+		// at once instead of after its session timeout.
+		c.cmd = exec.Command(bin, "run", "-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
+			"-data-dir", dataDir, "-group", group, "-instance-id", "kill-test", "-session-timeout", "6s")
+		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
+		if err := c.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { c.err = c.cmd.Wait(); close(c.exited) }()
+		children = append(children, c)
+		return c
+	}
+	dump := func() {
+		for _, c := range children {
+			t.Logf("output of %s:\n%s", c.name, c.out.String())
+		}
+	}
+	// waitFor waits until cond holds, failing if the deadline passes, the
+	// reader fails, or the running child exits.
+	waitFor := func(what string, c *child, cond func() bool) {
+		t.Helper()
+		for {
+			mu.Lock()
+			ok, rerr := cond(), readErr
+			mu.Unlock()
+			if rerr != nil {
+				dump()
+				t.Fatal(rerr)
+			}
+			if ok {
+				return
+			}
+			select {
+			case <-changed:
+			case <-c.exited:
+				dump()
+				t.Fatalf("waiting for %s: %s exited: %v", what, c.name, c.err)
+			case err := <-prodDone:
+				if err != nil {
+					dump()
+					t.Fatalf("waiting for %s: producing: %v", what, err)
+				}
+				prodDone <- nil // for the next waiter
+				// Nothing changes on the wake topic for this; look again
+				// when the reader next reports.
+				select {
+				case <-changed:
+				case <-c.exited:
+				case <-ctx.Done():
+				}
+			case <-ctx.Done():
+				dump()
+				t.Fatalf("waiting for %s: %v (%d of %d events produced, %d wakes read, %d of %d runs caught up)",
+					what, ctx.Err(), produced.Load(), len(records), wakeCount, len(markerSeen), runs)
+			}
+		}
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return wakeCount }
+
+	// Kill the first two instances once each has published some wakes of
+	// its own, while the producer is still at it.
+	for i, name := range []string{"first", "second"} {
+		c := startChild(name)
+		base := count()
+		waitFor("wakes of the "+name+" instance", c, func() bool { return wakeCount >= base+20 })
+		c.kill()
+		t.Logf("killed the %s instance: %d of %d events produced, %d wakes read", name, produced.Load(), len(records), count())
+		close(killed[i])
+	}
+
+	// The third catches up with everything, then stops on SIGTERM.
+	last := startChild("third")
+	waitFor("every run's marker wake", last, func() bool { return len(markerSeen) == runs })
+	if err := <-prodDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := last.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-last.exited:
+	case <-ctx.Done():
+		dump()
+		t.Fatal("the last instance did not stop on SIGTERM")
+	}
+	if last.err != nil {
+		dump()
+		t.Fatalf("the last instance exited with %v, want a clean exit", last.err)
+	}
+	if !strings.Contains(last.out.String(), "projector stopped") {
+		dump()
+		t.Fatal("the last instance did not log its clean stop")
+	}
+
+	// The state in Pebble, partition by partition, against projections that
+	// never stopped, fed the same records in order.
+	ends, err := adm.ListEndOffsets(ctx, names.AgentEvents())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]*projection.Projection{}
+	for _, r := range records {
+		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := refs[ev.RunID]
+		if ref == nil {
+			if ref, err = projection.New(projection.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			refs[ev.RunID] = ref
+		}
+		if _, dup := ref.Apply(ev); dup {
+			t.Fatalf("the workload repeats event %s", ev.ID)
+		}
+	}
+	db, err := pebble.Open(filepath.Join(dataDir, "pebble"), &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := start.Add(24 * time.Hour)
+	for part := int32(0); part < partitions; part++ {
+		store := projection.NewStore(db, part)
+		offs, err := store.Offsets()
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := ends.Lookup(names.AgentEvents(), part)
+		if got := offs[names.AgentEvents()]; got != end.Offset {
+			t.Errorf("partition %d: next offset in Pebble %d, want the end of the partition, %d", part, got, end.Offset)
+		}
+		live, err := projection.Open(projection.Config{}, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for run, ref := range refs {
+			if topics.Partition([]byte(run), partitions) != part {
+				continue
+			}
+			compareRun(t, run, perRun[run], live, ref, now)
+		}
+	}
+}
+
+// compareRun checks that run is the same in the live (Pebble) projection and
+// the reference: its snapshot byte for byte (but for the wall-clock fields),
+// every node, its totals, and its event count.
+func compareRun(t *testing.T, run string, events int, live, ref *projection.Projection, now time.Time) {
+	t.Helper()
+	lr, ok := live.Run(run)
+	if !ok {
+		t.Errorf("run %s: not in Pebble (%v)", run, live.Err())
+		return
+	}
+	rr, _ := ref.Run(run)
+	if lr.Seq() != int64(events) || rr.Seq() != int64(events) {
+		t.Errorf("run %s: %d events applied in Pebble, %d in the reference, want %d", run, lr.Seq(), rr.Seq(), events)
+	}
+	snap := func(p *projection.Projection) []byte {
+		s, _, err := p.Snapshot(run, now)
+		if err != nil {
+			t.Fatalf("run %s: %v", run, err)
+		}
+		s.GeneratedAt, s.SnapshotAgeMs, s.Stale = topics.Time{}, 0, false
+		b, err := topics.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if a, b := snap(live), snap(ref); !bytes.Equal(a, b) {
+		t.Errorf("run %s: snapshot differs:\npebble:    %s\nreference: %s", run, a, b)
+	}
+	tree := func(r *projection.Run) []byte {
+		var nodes []snapshot.Node
+		for n := range r.ByLastSignal() {
+			nodes = append(nodes, n)
+		}
+		b, err := json.Marshal(struct {
+			Clock topics.Time
+			Stats snapshot.Stats
+			Nodes []snapshot.Node
+		}{r.Clock(), r.Stats(), nodes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if a, b := tree(lr), tree(rr); !bytes.Equal(a, b) {
+		t.Errorf("run %s: tree differs:\npebble:    %s\nreference: %s", run, a, b)
+	}
+}
+
+// child is one projector process.
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	out    syncBuffer
+	exited chan struct{}
+	err    error // of Wait, once exited is closed
+}
+
+// kill sends SIGKILL, unless the process has exited, and waits for it.
+func (c *child) kill() {
+	select {
+	case <-c.exited:
+		return
+	default:
+	}
+	if err := c.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		panic(err)
+	}
+	<-c.exited
+}
+
+// syncBuffer is a bytes.Buffer that the child's output copier and the test
+// may use at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
