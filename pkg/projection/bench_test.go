@@ -7,26 +7,35 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 )
+
+var benchSizes = []int{100, 1_000, 10_000, 100_000}
+
+// projectedRun projects a generated run of size nodes and returns it with
+// the wake a build is for (referring to one node and one handle) and its time.
+func projectedRun(size int) (*Run, snapshot.Wake, time.Time) {
+	p, _ := New(Config{})
+	events := workload.Generate(workload.Spec{Nodes: size, Seed: 1})
+	for i := range events {
+		p.Apply(&events[i])
+	}
+	r, _ := p.Run("run-1")
+	w := snapshot.Wake{SnapshotID: "01JM0000000000000000000000", Seq: r.Seq(), At: r.Clock(),
+		AgentIDs: []string{"agent-00042"}, CorrelationIDs: []string{"corr-00042"}}
+	return r, w, r.Clock().Std()
+}
 
 // BenchmarkBuild measures building one snapshot from a run of each size, the
 // run projected from generated traffic (blocked, failed and leased nodes,
 // requests, correlation handles). The cost must stay flat as the run grows:
 // the builder reads the tops of the indexes, never the tree.
 func BenchmarkBuild(b *testing.B) {
-	for _, size := range []int{100, 1_000, 10_000, 100_000} {
-		p, _ := New(Config{})
-		events := workload.Generate(workload.Spec{Nodes: size, Seed: 1})
-		for i := range events {
-			p.Apply(&events[i])
-		}
-		r, _ := p.Run("run-1")
-		w := snapshot.Wake{SnapshotID: "01JM0000000000000000000000", Seq: r.Seq(), At: r.Clock(),
-			AgentIDs: []string{"agent-00042"}, CorrelationIDs: []string{"corr-00042"}}
-		now := r.Clock().Std()
+	for _, size := range benchSizes {
+		r, w, now := projectedRun(size)
 		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
 			b.ReportAllocs()
 			var bytes int
@@ -45,15 +54,8 @@ func BenchmarkBuild(b *testing.B) {
 // BenchmarkBuildNaive is the baseline canopy's indexes avoid: collect every
 // node of the run and sort it by the inclusion order at every wake.
 func BenchmarkBuildNaive(b *testing.B) {
-	for _, size := range []int{100, 1_000, 10_000, 100_000} {
-		p, _ := New(Config{})
-		events := workload.Generate(workload.Spec{Nodes: size, Seed: 1})
-		for i := range events {
-			p.Apply(&events[i])
-		}
-		r, _ := p.Run("run-1")
-		w := snapshot.Wake{SnapshotID: "01JM0000000000000000000000", Seq: r.Seq(), At: r.Clock()}
-		now := r.Clock().Std()
+	for _, size := range benchSizes {
+		r, w, now := projectedRun(size)
 		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

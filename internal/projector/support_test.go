@@ -1,0 +1,165 @@
+package projector
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Helpers shared by the behaviour tests (priority lane, bad input, timers,
+// restart). Everything waits on a condition with a deadline, never on a
+// sleep.
+
+// waitFor polls cond every few milliseconds until it holds, and fails the
+// test with what (and the projector's counters, when p is given) if d passes
+// first.
+func waitFor(t *testing.T, d time.Duration, p *Projector, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			if p != nil {
+				t.Fatalf("%s: not within %v (%s)", what, d, statsString(&p.Stats))
+			}
+			t.Fatalf("%s: not within %v", what, d)
+		case <-tick.C:
+		}
+	}
+}
+
+func statsString(s *Stats) string {
+	return "records=" + itoa(s.Records.Load()) + " applied=" + itoa(s.Applied.Load()) +
+		" duplicates=" + itoa(s.Duplicates.Load()) + " deadLettered=" + itoa(s.DeadLettered.Load()) +
+		" unknownType=" + itoa(s.UnknownType.Load()) + " rerouted=" + itoa(s.Rerouted.Load()) +
+		" wakes=" + itoa(s.Wakes.Load()) + " priorityWakes=" + itoa(s.PriorityWakes.Load())
+}
+
+func itoa(n int64) string { return time.Duration(n).String()[:0] + formatInt(n) }
+
+func formatInt(n int64) string {
+	if n == 0 {
+		return "0"
+	}
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// recordReader reads raw records (with their topic, partition, offset,
+// headers and timestamp) from the start of some topics or partitions.
+type recordReader struct {
+	t  *testing.T
+	cl *kgo.Client
+}
+
+// reader reads every partition of the topics from the start.
+func (e *env) reader(topicNames ...string) *recordReader {
+	e.t.Helper()
+	return e.newReader(kgo.ConsumeTopics(topicNames...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+}
+
+// partitionReader reads one partition of a topic from the start.
+func (e *env) partitionReader(topic string, partition int32) *recordReader {
+	e.t.Helper()
+	return e.newReader(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().AtStart()}}))
+}
+
+func (e *env) newReader(opts ...kgo.Opt) *recordReader {
+	e.t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.brokers...)}, opts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(cl.Close)
+	return &recordReader{t: e.t, cl: cl}
+}
+
+// until hands records to done, in the order the broker returns them, until
+// done says so; it fails the test if d passes first.
+func (r *recordReader) until(d time.Duration, what string, done func(rec *kgo.Record) bool) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		fs := r.cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			r.t.Fatalf("%s: not within %v", what, d)
+		}
+		stop := false
+		fs.EachRecord(func(rec *kgo.Record) {
+			if !stop {
+				stop = done(rec)
+			}
+		})
+		if stop {
+			return
+		}
+	}
+}
+
+// decodeWake decodes a wake record's value, failing the test if it does not.
+func decodeWake(t *testing.T, rec *kgo.Record) *topics.Wake {
+	t.Helper()
+	w, err := topics.DecodeWake(rec.Value)
+	if err != nil {
+		t.Fatalf("wake at %s/%d@%d does not decode: %v", rec.Topic, rec.Partition, rec.Offset, err)
+	}
+	return w
+}
+
+// produceRecords sends prepared records (their partitions set by the caller)
+// and returns them with the offsets the broker gave them.
+func (e *env) produceRecords(recs ...*kgo.Record) []*kgo.Record {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res := e.client.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+	out := make([]*kgo.Record, len(res))
+	for i, r := range res {
+		out[i] = r.Record
+	}
+	return out
+}
+
+// rawRecord is an event's structured-mode record for topic, in the run's
+// partition of n, without the validation EventRecord does (the caller may
+// mean to send something invalid).
+func rawRecord(t *testing.T, topic string, ev *topics.Event, n int32) *kgo.Record {
+	t.Helper()
+	v, err := ev.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(ev.RunID), Value: v, Partition: topics.Partition([]byte(ev.RunID), n),
+		Headers: []kgo.RecordHeader{{Key: topics.HeaderContentType, Value: []byte(topics.ContentTypeCloudEvents)}}}
+}
+
+// testEvent returns a valid event of run at t with payload data.
+func testEvent(id, run, agent string, at time.Time, data topics.Payload) topics.Event {
+	return topics.Event{ID: id, Source: "/agents/" + agent, Type: data.EventType(), Time: topics.NewTime(at), RunID: run,
+		AgentID: agent, SchemaVersion: topics.CurrentSchemaVersion, Data: data}
+}
