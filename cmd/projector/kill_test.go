@@ -36,9 +36,6 @@ import (
 // computes), with no event applied twice or lost, and the consumed offsets
 // must be the ends of the partitions.
 func TestKill9(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the projector binary")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	tmp := t.TempDir()
@@ -120,29 +117,49 @@ func TestKill9(t *testing.T) {
 	t.Logf("%d runs, %d events", runs, len(records))
 
 	// The producer, in the background: it goes on producing while the
-	// projector dies and restarts. It waits at two points until the
-	// projector has been killed once, then twice, so that events are still
-	// to come after each kill whatever the machine's speed.
+	// projector dies and restarts. It produces at full speed up to 30% of
+	// the records, then slowly until the first instance has been killed, at
+	// full speed again up to 60%, slowly until the second has been killed,
+	// then the rest; the runs' markers only after the second kill. So each
+	// kill falls while records are being produced and while the instance has
+	// a backlog, and more records come after it, whatever the machine's
+	// speed.
 	var killed [2]chan struct{}
 	for i := range killed {
 		killed[i] = make(chan struct{})
 	}
-	gates := map[int]chan struct{}{len(records) * 55 / 100: killed[0], len(records) * 85 / 100: killed[1]}
+	isClosed := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
 	var produced atomic.Int64
 	produce := func() error {
-		const chunk = 200
+		slow := time.NewTicker(10 * time.Millisecond) // pacing, not synchronisation
+		defer slow.Stop()
 		for i := 0; i < len(records); {
-			n := min(chunk, len(records)-i)
-			for g, ch := range gates {
-				if g == i {
-					select {
-					case <-ch:
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				} else if g > i && g < i+n {
-					n = g - i
+			n := min(200, len(records)-i)
+			switch {
+			case i >= len(records)-runs: // the markers
+				select {
+				case <-killed[1]:
+				case <-ctx.Done():
+					return ctx.Err()
 				}
+			case i >= len(records)*60/100 && !isClosed(killed[1]),
+				i >= len(records)*30/100 && !isClosed(killed[0]):
+				n = min(20, n)
+				select {
+				case <-slow.C:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			if i < len(records)-runs { // the markers go alone
+				n = min(n, len(records)-runs-i)
 			}
 			if err := cl.ProduceSync(ctx, records[i:i+n]...).FirstErr(); err != nil {
 				return err
@@ -161,6 +178,7 @@ func TestKill9(t *testing.T) {
 	var (
 		mu         sync.Mutex
 		wakeCount  int
+		wakeNext   = map[string]map[int32]int64{} // next wake offset to read, per topic and partition
 		markerSeen = map[string]bool{}
 		readErr    error
 	)
@@ -193,6 +211,10 @@ func TestKill9(t *testing.T) {
 					return
 				}
 				wakeCount++
+				if wakeNext[r.Topic] == nil {
+					wakeNext[r.Topic] = map[int32]int64{}
+				}
+				wakeNext[r.Topic][r.Partition] = r.Offset + 1
 				for _, tr := range w.Triggers {
 					if tr.EventID != nil {
 						if run, ok := markers[*tr.EventID]; ok && run == w.RunID {
@@ -223,7 +245,7 @@ func TestKill9(t *testing.T) {
 		// pod would: the new process takes the dead one's place in the group
 		// at once instead of after its session timeout.
 		c.cmd = exec.Command(bin, "run", "-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
-			"-data-dir", dataDir, "-group", group, "-instance-id", "kill-test", "-session-timeout", "6s")
+			"-data-dir", dataDir, "-group", group, "-instance-id", "kill-test", "-session-timeout", "6s", "-log-level", "info")
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 		if err := c.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -276,11 +298,27 @@ func TestKill9(t *testing.T) {
 	// Kill the first two instances once each has published some wakes of
 	// its own, while the producer is still at it.
 	for i, name := range []string{"first", "second"} {
+		// The ends of the wake topics before the instance starts: what
+		// comes after them is its own.
+		base, err := adm.ListEndOffsets(ctx, names.Wakes(), names.PriorityWakes())
+		if err == nil {
+			err = base.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		c := startChild(name)
-		base := count()
-		waitFor("wakes of the "+name+" instance", c, func() bool { return wakeCount >= base+20 })
+		waitFor("wakes of the "+name+" instance", c, func() bool {
+			own := int64(0)
+			base.Each(func(o kadm.ListedOffset) { own += max(wakeNext[o.Topic][o.Partition]-o.Offset, 0) })
+			return own >= 20
+		})
+		at := produced.Load()
 		c.kill()
-		t.Logf("killed the %s instance: %d of %d events produced, %d wakes read", name, produced.Load(), len(records), count())
+		t.Logf("killed the %s instance: %d of %d events produced then, %d wakes read", name, at, len(records), count())
+		if at >= int64(len(records)-runs) {
+			t.Fatalf("the %s instance was killed after the producer had finished", name)
+		}
 		close(killed[i])
 	}
 
@@ -332,7 +370,7 @@ func TestKill9(t *testing.T) {
 			t.Fatalf("the workload repeats event %s", ev.ID)
 		}
 	}
-	db, err := pebble.Open(filepath.Join(dataDir, "pebble"), &pebble.Options{})
+	db, err := pebble.Open(filepath.Join(dataDir, "pebble"), &pebble.Options{Logger: testLogger{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,3 +486,10 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// testLogger keeps Pebble's routine messages out of the test's output.
+type testLogger struct{ t *testing.T }
+
+func (testLogger) Infof(string, ...any)                {}
+func (l testLogger) Errorf(format string, args ...any) { l.t.Errorf("pebble: "+format, args...) }
+func (l testLogger) Fatalf(format string, args ...any) { l.t.Fatalf("pebble: "+format, args...) }

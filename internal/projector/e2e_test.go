@@ -46,7 +46,10 @@ func TestWakesMatchReplay(t *testing.T) {
 	cfg.Now = func() time.Time { return end }
 	p, _ := e.start(cfg)
 	for i := range events {
-		e.produce(e.names.AgentEvents(), events[i]) // one record per fetch, mostly
+		e.produce(e.names.AgentEvents(), events[i])
+		// One record per batch, as replay sees them: the next is produced
+		// only once this one is consumed, so none pile up into one fetch.
+		waitFor(t, 30*time.Second, p, "event consumed", func() bool { return p.Stats.Records.Load() == int64(i+1) })
 	}
 	got := 0
 	matched := 0

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
 // pebbleLogger routes Pebble's log lines to the projector's logger: its
@@ -23,4 +26,15 @@ func (l pebbleLogger) Errorf(format string, args ...any) {
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble", "fatal", true)
 	os.Exit(70)
+}
+
+// pebbleOptions are the projector's Pebble settings: its logger, and bloom
+// filters on every level, because most lookups (is this event id applied?)
+// are for keys that do not exist.
+func pebbleOptions(log *slog.Logger) *pebble.Options {
+	o := &pebble.Options{Logger: pebbleLogger{log}}
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	return o
 }

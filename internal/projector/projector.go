@@ -52,6 +52,9 @@ type Projector struct {
 	mu      sync.Mutex
 	workers map[int32]*worker
 	failed  chan error // a worker that cannot go on reports here
+	// ready is closed once New has set every field: the group client starts
+	// joining as soon as it is created, and its callbacks wait for this.
+	ready chan struct{}
 
 	// Stats are live counters, for tests and the metrics adapter.
 	Stats Stats
@@ -64,12 +67,13 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1)}
+	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
+		ready: make(chan struct{})}
 
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("projector: data dir: %w", err)
 	}
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), &pebble.Options{Logger: pebbleLogger{cfg.Logger}})
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), pebbleOptions(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("projector: opening state in %s: %w", cfg.DataDir, err)
 	}
@@ -107,12 +111,15 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	if cfg.InstanceID != "" {
 		groupOpts = append(groupOpts, kgo.InstanceID(cfg.InstanceID))
 	}
-	if p.group, err = kgo.NewClient(groupOpts...); err != nil {
-		return fail(fmt.Errorf("projector: group consumer: %w", err))
-	}
+	// The human client first: the group's assignment callback uses it, and
+	// may run before NewClient returns the group client.
 	if p.human, err = kgo.NewClient(append(common, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}))...); err != nil {
 		return fail(fmt.Errorf("projector: human input consumer: %w", err))
 	}
+	if p.group, err = kgo.NewClient(groupOpts...); err != nil {
+		return fail(fmt.Errorf("projector: group consumer: %w", err))
+	}
+	close(p.ready)
 	return p, nil
 }
 
@@ -224,6 +231,7 @@ func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
 // assigned starts a worker per newly owned partition and the human input
 // consumption of the same partitions, from the offsets in Pebble.
 func (p *Projector) assigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	<-p.ready
 	humanOffsets := map[int32]kgo.Offset{}
 	for _, part := range assigned[p.cfg.Names.AgentEvents()] {
 		w, err := p.startWorker(part)
@@ -232,7 +240,7 @@ func (p *Projector) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 			return
 		}
 		off := kgo.NewOffset().AtStart()
-		if next, ok := w.offsets[p.cfg.Names.HumanInput()]; ok {
+		if next, ok := w.start[p.cfg.Names.HumanInput()]; ok {
 			off = kgo.NewOffset().At(next)
 		}
 		humanOffsets[part] = off
@@ -247,12 +255,13 @@ func (p *Projector) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 // state ends, not where the group's committed offsets are: the state and its
 // offsets were committed together.
 func (p *Projector) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	<-p.ready
 	topic := p.cfg.Names.AgentEvents()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for part := range offs[topic] {
 		if w := p.workers[part]; w != nil {
-			if next, ok := w.offsets[topic]; ok {
+			if next, ok := w.start[topic]; ok {
 				offs[topic][part] = kgo.NewOffset().At(next).WithEpoch(-1)
 			} else {
 				offs[topic][part] = kgo.NewOffset().AtStart()
@@ -266,6 +275,7 @@ func (p *Projector) adjustOffsets(_ context.Context, offs map[string]map[int32]k
 // batch and commits, then the human input consumption of those partitions
 // stops too.
 func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	<-p.ready
 	parts := revoked[p.cfg.Names.AgentEvents()]
 	if len(parts) == 0 {
 		return

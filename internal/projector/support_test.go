@@ -2,9 +2,12 @@ package projector
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -36,34 +39,9 @@ func waitFor(t *testing.T, d time.Duration, p *Projector, what string, cond func
 }
 
 func statsString(s *Stats) string {
-	return "records=" + itoa(s.Records.Load()) + " applied=" + itoa(s.Applied.Load()) +
-		" duplicates=" + itoa(s.Duplicates.Load()) + " deadLettered=" + itoa(s.DeadLettered.Load()) +
-		" unknownType=" + itoa(s.UnknownType.Load()) + " rerouted=" + itoa(s.Rerouted.Load()) +
-		" wakes=" + itoa(s.Wakes.Load()) + " priorityWakes=" + itoa(s.PriorityWakes.Load())
-}
-
-func itoa(n int64) string { return time.Duration(n).String()[:0] + formatInt(n) }
-
-func formatInt(n int64) string {
-	if n == 0 {
-		return "0"
-	}
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
+	return fmt.Sprintf("records=%d applied=%d duplicates=%d deadLettered=%d unknownType=%d rerouted=%d wakes=%d priorityWakes=%d",
+		s.Records.Load(), s.Applied.Load(), s.Duplicates.Load(), s.DeadLettered.Load(), s.UnknownType.Load(),
+		s.Rerouted.Load(), s.Wakes.Load(), s.PriorityWakes.Load())
 }
 
 // recordReader reads raw records (with their topic, partition, offset,
@@ -156,6 +134,12 @@ func rawRecord(t *testing.T, topic string, ev *topics.Event, n int32) *kgo.Recor
 	}
 	return &kgo.Record{Topic: topic, Key: []byte(ev.RunID), Value: v, Partition: topics.Partition([]byte(ev.RunID), n),
 		Headers: []kgo.RecordHeader{{Key: topics.HeaderContentType, Value: []byte(topics.ContentTypeCloudEvents)}}}
+}
+
+// quietPebble is the options for a test's own look into a projector's
+// Pebble, with its routine logging off.
+func quietPebble() *pebble.Options {
+	return &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}}
 }
 
 // testEvent returns a valid event of run at t with payload data.

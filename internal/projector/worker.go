@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,9 @@ type worker struct {
 	part    int32
 	proj    *projection.Projection
 	offsets map[string]int64 // next offset to consume per input topic, as in Pebble
+	// start is offsets as they were when the worker started: read by the
+	// group's callbacks while the worker goroutine updates offsets.
+	start map[string]int64
 
 	human, agent chan batch
 	quit, done   chan struct{}
@@ -44,7 +48,7 @@ func newWorker(p *Projector, part int32, proj *projection.Projection, offsets ma
 	// A partition paused by an earlier owner in this process must flow again.
 	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
 	return &worker{
-		p: p, part: part, proj: proj, offsets: offsets,
+		p: p, part: part, proj: proj, offsets: offsets, start: maps.Clone(offsets),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool),
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -110,15 +114,15 @@ func (w *worker) run() {
 // any human input that arrived, so a backlog never delays it by more than one
 // chunk. It returns false when the worker must stop.
 func (w *worker) processAgent(b batch) bool {
-	defer func() {
-		if n := w.pendingAgent.Add(-int64(len(b.records))); n <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
-			w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
-		}
-	}()
 	for rs := b.records; len(rs) > 0; {
 		n := min(len(rs), w.p.cfg.Chunk)
 		chunk := batch{records: rs[:n], highWatermark: b.highWatermark}
 		rs = rs[n:]
+		// Counted out before processing, so that the chunk reaching the high
+		// watermark is seen as caught up.
+		if left := w.pendingAgent.Add(-int64(n)); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
+			w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+		}
 		if !w.process(chunk) {
 			return false
 		}

@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestDataDriven runs the scenarios in testdata/. Each file is a sequence of
+// TestDataDriven runs the scenarios in testdata/scenarios/. Each file is a sequence of
 // commands against one projection:
 //
 //	apply [batch=N]      events, one per line (see parseEvent); prints the
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //
 // Rewrite the expected output with: go test ./pkg/projection -rewrite
 func TestDataDriven(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		h := &harness{}
 		h.reset(Config{})
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {

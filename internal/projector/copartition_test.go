@@ -1,0 +1,121 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestRefusesTopicsNotCoPartitioned: New refuses to start, with an error
+// wrapping ErrNotCoPartitioned that says what to fix, when the topics are
+// missing or when one of them has another partition count (DESIGN.md
+// "Topics"); once they agree it starts.
+func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	names := topics.Names{Prefix: "copart", Version: 1}
+	dir := t.TempDir() // one data dir throughout: a refused New must release it
+	cfg := Config{Brokers: c.ListenAddrs(), Names: names, DataDir: dir, Group: "g-copart",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	refused := func(what string) string {
+		t.Helper()
+		p, err := New(ctx, cfg)
+		if err == nil {
+			done, stop := context.WithCancel(ctx)
+			stop()
+			p.Run(done)
+			t.Fatalf("%s: New started", what)
+		}
+		if !errors.Is(err, ErrNotCoPartitioned) {
+			t.Fatalf("%s: New: %v, want ErrNotCoPartitioned", what, err)
+		}
+		t.Logf("%s: %v", what, err)
+		return err.Error()
+	}
+	coPartitioned := []string{names.AgentEvents(), names.HumanInput(), names.Changelog(), names.Wakes(), names.PriorityWakes()}
+
+	// Nothing exists yet: every co-partitioned topic is named as missing,
+	// with how to create them.
+	msg := refused("no topics")
+	for _, name := range coPartitioned {
+		if !strings.Contains(msg, name) {
+			t.Errorf("missing topics: %q does not name %s", msg, name)
+		}
+	}
+	if !strings.Contains(msg, "missing") || !strings.Contains(msg, "create-topics") {
+		t.Errorf("missing topics: %q does not say they are missing and how to create them", msg)
+	}
+
+	// The human input topic alone, with 3 partitions: the others are missing.
+	resp, err := adm.CreateTopic(ctx, 3, 1, nil, names.HumanInput())
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg = refused("only the human input topic")
+	if strings.Contains(msg, names.HumanInput()) || !strings.Contains(msg, names.AgentEvents()) {
+		t.Errorf("partly missing: %q should name the missing topics and only them", msg)
+	}
+
+	// Everything else with 4 partitions: the odd one is named with both
+	// counts.
+	if err := CreateTopics(ctx, adm, names, 4, 1); err != nil {
+		t.Fatal(err)
+	}
+	msg = refused("human input with 3 partitions, the rest with 4")
+	for _, want := range []string{names.AgentEvents() + " has 4 partitions", names.HumanInput() + " has 3", "give them all 4 partitions"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("not co-partitioned: %q does not say %q", msg, want)
+		}
+	}
+	for _, name := range []string{names.Changelog(), names.Wakes(), names.PriorityWakes()} {
+		if strings.Contains(msg, name) {
+			t.Errorf("not co-partitioned: %q blames %s, which agrees with the agent events topic", msg, name)
+		}
+	}
+
+	// Fixed by adding a partition: New starts (and CheckTopics agrees).
+	if resp, err := adm.UpdatePartitions(ctx, 4, names.HumanInput()); err != nil || resp.Error() != nil {
+		t.Fatal(err, resp.Error())
+	}
+	p, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("co-partitioned topics refused: %v", err)
+	}
+	if p.Partitions() != 4 {
+		t.Errorf("Partitions() = %d, want 4", p.Partitions())
+	}
+	// The group client joins as soon as New creates it, so partitions may be
+	// assigned before Run, even while New is still setting up.
+	waitFor(t, 10*time.Second, p, "partitions assigned", func() bool { return len(p.Owned()) == 4 })
+	// Run with a context already done shuts down cleanly at once.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	if err := p.Run(done); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+}

@@ -1,0 +1,134 @@
+package projector
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestPriorityLaneOvertakesBacklog: with 100,000 agent events already waiting
+// when the projector starts, a human input produced afterwards is projected
+// and its wake published on the priority lane long before the agent backlog
+// is drained (DESIGN.md "Wakes out": human input preempts). Then the backlog
+// drains completely, every event applied once.
+//
+// Under the race detector the backlog is 25,000 events rather than 100,000:
+// Pebble's race-mode invariant checks make the projector about ten times
+// slower (100,000 events take two minutes to drain), and the priority wake
+// comes out after one or two chunks of 500 either way, so 25,000 still leaves
+// a margin of more than ten times.
+func TestPriorityLaneOvertakesBacklog(t *testing.T) {
+	backlog := 100_000
+	if raceDetectorOn {
+		backlog = 25_000
+	}
+	const partitions = 2
+	e := newEnv(t, partitions)
+	t0 := time.Now()
+
+	// About eight runs of workload traffic (some ten events per node), cut to
+	// exactly `backlog` events.
+	var events []topics.Event
+	perRun := map[string]int{}
+	var runs []string
+	for i := 0; len(events) < backlog; i++ {
+		run := fmt.Sprintf("backlog-%d", i)
+		evs := workload.Generate(workload.Spec{RunID: run, Nodes: backlog / 80, Seed: uint64(i + 1)})
+		evs = evs[:min(len(evs), backlog-len(events))]
+		events = append(events, evs...)
+		perRun[run] = len(evs)
+		runs = append(runs, run)
+	}
+	if len(runs) < 3 {
+		t.Fatalf("want several runs, got %d", len(runs))
+	}
+	// The backlog is on the broker before the projector starts.
+	recs := make([]*kgo.Record, 0, 10_000)
+	for i := range events {
+		recs = append(recs, rawRecord(t, e.names.AgentEvents(), &events[i], partitions))
+		if len(recs) == cap(recs) || i == len(events)-1 {
+			e.produceRecords(recs...)
+			recs = recs[:0]
+		}
+	}
+
+	t.Logf("generated and produced in %v", time.Since(t0))
+	t0 = time.Now()
+
+	// The human input is for the run produced last: its agent events are at
+	// the end of its partition, behind everything else there.
+	target := runs[len(runs)-1]
+	start := events[0].Time.Std()
+	cfg := e.config(t.TempDir())
+	// A wall clock at the start of the traffic: no timer falls due, so the
+	// only wakes are the events' own.
+	cfg.Now = func() time.Time { return start }
+	p, stop := e.start(cfg)
+
+	waitFor(t, 60*time.Second, p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 })
+	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop and summarise"})
+	e.produce(e.names.HumanInput(), input)
+
+	var prioTS time.Time
+	appliedAtWake := int64(-1)
+	e.reader(e.names.PriorityWakes()).until(30*time.Second, "the priority wake", func(rec *kgo.Record) bool {
+		appliedAtWake = p.Stats.Applied.Load()
+		prioTS = rec.Timestamp
+		w := decodeWake(t, rec)
+		if w.Lane != topics.LanePriority || w.RunID != target {
+			t.Fatalf("priority wake: lane %q run %q, want priority %q", w.Lane, w.RunID, target)
+		}
+		if want := topics.Partition([]byte(target), partitions); rec.Partition != want {
+			t.Errorf("priority wake in partition %d, want the run's %d", rec.Partition, want)
+		}
+		if len(w.Triggers) != 1 {
+			t.Fatalf("priority wake has %d triggers, want the human input alone: %+v", len(w.Triggers), w.Triggers)
+		}
+		tr := w.Triggers[0]
+		if tr.Kind != topics.TriggerHumanInput || tr.EventID == nil || *tr.EventID != input.ID ||
+			tr.Input == nil || tr.Input.Text != "stop and summarise" || tr.Input.InputKind != "interrupt" {
+			t.Fatalf("priority wake trigger = %+v (input %+v), want human_input of %s", tr, tr.Input, input.ID)
+		}
+		// The run's own backlog was not yet projected when the input was.
+		if seq := w.AgentTreeSnapshot.AsOfEventSeq; seq > int64(perRun[target]) {
+			t.Errorf("priority wake snapshot is as of event %d: the run's whole backlog of %d came first", seq, perRun[target])
+		}
+		return true
+	})
+	// Applied counts the human input too.
+	agentAtWake := appliedAtWake - 1
+	t.Logf("priority wake published with %d of %d backlog events applied", agentAtWake, backlog)
+	if agentAtWake >= int64(backlog)/2 {
+		t.Fatalf("priority wake came only after %d of %d backlog events were applied", agentAtWake, backlog)
+	}
+
+	// The backlog drains fully, each event applied once.
+	waitFor(t, 150*time.Second, p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= int64(backlog)+1 })
+	t.Logf("drained in %v", time.Since(t0))
+	stop()
+	st := &p.Stats
+	if st.Records.Load() != int64(backlog)+1 || st.Duplicates.Load() != 0 || st.DeadLettered.Load() != 0 ||
+		st.UnknownType.Load() != 0 || st.Rerouted.Load() != 0 || st.PriorityWakes.Load() != 1 {
+		t.Fatalf("after the drain: %s; want %d records all applied once, one priority wake", statsString(st), backlog+1)
+	}
+
+	// Normal-lane wakes went on being published after the priority wake.
+	normal := st.Wakes.Load() - st.PriorityWakes.Load()
+	var got int64
+	var lastNormal time.Time
+	e.reader(e.names.Wakes()).until(60*time.Second, "the normal wakes", func(rec *kgo.Record) bool {
+		got++
+		if rec.Timestamp.After(lastNormal) {
+			lastNormal = rec.Timestamp
+		}
+		return got == normal
+	})
+	if !prioTS.Before(lastNormal) {
+		t.Fatalf("priority wake at %v is not before the last normal wake at %v", prioTS, lastNormal)
+	}
+}
