@@ -42,8 +42,8 @@ func Line(w *topics.Wake) string {
 	fmt.Fprintf(&b, " nodes=%d/%d running=%d blocked=%d failed=%d completed=%d overdue_leases=%d open_requests=%d",
 		s.Summary.NodeCountIncluded, s.Summary.NodeCountTotal, c.Running, c.Blocked, c.Failed, c.Completed,
 		s.Summary.OverdueLeaseCount, s.Summary.OpenRequestCount)
-	if s.Truncated {
-		fmt.Fprintf(&b, " truncated(omitted=%d)", s.TruncationMeta.OmittedCountTotal)
+	if m := s.TruncationMeta; s.Truncated {
+		fmt.Fprintf(&b, " truncated(nodes=%d handles=%d cut_strings=%d)", m.OmittedCountTotal, m.OmittedCorrelationHandles, m.CutStrings)
 	}
 	if s.Stale {
 		fmt.Fprintf(&b, " STALE(age=%dms)", s.SnapshotAgeMs)
