@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -87,6 +88,9 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	if cfg.SASL != nil {
 		common = append(common, kgo.SASL(cfg.SASL))
 	}
+	// Each client's options are common plus its own; clipping makes every
+	// append below copy, so no client's options can overwrite another's.
+	common = slices.Clip(common)
 	if p.prod, err = kgo.NewClient(append(common, kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))...); err != nil {
 		return fail(fmt.Errorf("projector: producer: %w", err))
