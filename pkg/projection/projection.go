@@ -104,7 +104,8 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 			r = loaded
 		}
 	}
-	if r == nil {
+	fresh := r == nil
+	if fresh {
 		if !create {
 			return nil, nil
 		}
@@ -113,7 +114,11 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 	if p.store != nil {
 		r.dirty = newDirt()
 		st := p.store
-		r.seen = func(ev string) (bool, error) { return st.applied(id, ev) }
+		r.lookup = func(ev string) (bool, error) { return st.applied(id, ev) }
+		if !fresh {
+			// Its earlier ids are in the store only: look them up there.
+			r.seen = r.lookup
+		}
 	}
 	r.lastUsed = p.tick
 	p.runs[id] = r

@@ -120,6 +120,9 @@ type Run struct {
 	// eviction).
 	dirty    *dirt
 	seen     func(eventID string) (bool, error)
+	// lookup is the store's answer; seen is set to it once applied stops
+	// holding every id the run ever applied.
+	lookup func(eventID string) (bool, error)
 	lastUsed uint64
 }
 

@@ -228,6 +228,10 @@ func (r *Run) restore(n *node) {
 	}
 }
 
+// maxAppliedInMemory bounds the event ids a persisted run keeps in memory
+// (about 80 bytes each) to skip store lookups for duplicates.
+const maxAppliedInMemory = 8192
+
 // dirt records what changed in a run since its last commit.
 type dirt struct {
 	meta     bool
@@ -314,7 +318,13 @@ func (s *Store) write(b *pebble.Batch, r *Run) error {
 		}
 	}
 	r.dirty = newDirt()
-	clear(r.applied)
+	// A run created in this process has every id it applied in memory, so
+	// duplicates need no store lookup, until the set grows past its bound;
+	// from then on (and for runs loaded from the store) ids are looked up.
+	if r.seen != nil || len(r.applied) > maxAppliedInMemory {
+		clear(r.applied)
+		r.seen = r.lookup
+	}
 	return nil
 }
 
