@@ -118,11 +118,11 @@ type Run struct {
 	// last commit (nil when nothing persists the run), where to look up event
 	// ids applied before it was loaded, and when it was last used (for
 	// eviction).
-	dirty    *dirt
-	seen     func(eventID string) (bool, error)
+	dirty *dirt
+	seen  func(eventID string) (bool, error)
 	// lookup is the store's answer; seen is set to it once applied stops
 	// holding every id the run ever applied.
-	lookup func(eventID string) (bool, error)
+	lookup   func(eventID string) (bool, error)
 	lastUsed uint64
 }
 
