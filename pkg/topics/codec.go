@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -59,8 +59,8 @@ var snakeHints = map[string]string{
 // The error, if any, is a *DecodeError wrapping ErrInvalidEvent,
 // ErrUnknownType or ErrUnsupportedVersion.
 func DecodeEvent(value []byte) (*Event, error) {
-	var attrs map[string]json.RawMessage
-	if err := json.Unmarshal(value, &attrs); err != nil {
+	attrs, err := decodeObject(value)
+	if err != nil {
 		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: " + jsonProblem(err)}}}
 	}
 	if attrs == nil {
@@ -71,8 +71,8 @@ func DecodeEvent(value []byte) (*Event, error) {
 		if !ok || string(raw) == "null" {
 			return "", false, ""
 		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		s, ok := unquote(raw)
+		if !ok {
 			return "", true, "want a string, got " + clip(string(raw), 40)
 		}
 		return s, true, ""
@@ -86,10 +86,14 @@ func DecodeEvent(value []byte) (*Event, error) {
 	if _, ok := attrs[attrDataBase64]; ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
 	}
-	for _, name := range slices.Sorted(maps.Keys(attrs)) { // sorted: the same record gives the same error
-		if knownAttr(name) {
-			continue
+	var unknown []string
+	for name := range attrs {
+		if !knownAttr(name) {
+			unknown = append(unknown, name)
 		}
+	}
+	slices.Sort(unknown) // sorted: the same record gives the same error
+	for _, name := range unknown {
 		if hint, ok := snakeHints[name]; ok {
 			ps.add(name, "not a CloudEvents attribute; use "+quote(hint))
 		} else if !extensionName.MatchString(name) {
@@ -272,38 +276,163 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 			ps.add("data", "want a JSON object")
 			return
 		}
-		// encoding/json matches keys case-insensitively; the contract does not.
-		var keys map[string]json.RawMessage
-		if json.Unmarshal(data, &keys) == nil {
-			fields, n := payloadFields[reflect.TypeOf(p)], len(*ps)
-			for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if keys, err := decodeObject(data); err == nil {
+			// encoding/json matches keys case-insensitively; the contract does not.
+			fields := payloadFields[reflect.TypeOf(p)]
+			var unknown []string
+			for k := range keys {
 				if !fields[k] {
-					ps.add("data."+k, "unknown field for "+string(p.EventType()))
+					unknown = append(unknown, k)
 				}
 			}
-			if len(*ps) > n {
+			if len(unknown) > 0 {
+				slices.Sort(unknown)
+				for _, k := range unknown {
+					ps.add("data."+k, "unknown field for "+string(p.EventType()))
+				}
 				return
 			}
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(p); err != nil {
-			if pr, ok := payloadTypeError(err); ok {
-				ps.add(pr.Field, pr.Problem)
-			} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-				ps.add("data."+strings.Trim(f, `"`), "unknown field for "+string(p.EventType()))
-			} else {
-				ps.add("data", jsonProblem(err))
+			// data is one valid JSON object whose every key names a field:
+			// Unmarshal decodes it as the strict decoder below would.
+			if err := json.Unmarshal(data, p); err != nil {
+				addPayloadError(p, err, ps)
+				return
 			}
-			return
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			ps.add("data", "trailing data after the JSON object")
-			return
+		} else {
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(p); err != nil {
+				addPayloadError(p, err, ps)
+				return
+			}
+			if _, err := dec.Token(); err != io.EOF {
+				ps.add("data", "trailing data after the JSON object")
+				return
+			}
 		}
 	}
 	p.validate(ps)
 }
+
+// addPayloadError reports an error of decoding data into p.
+func addPayloadError(p Payload, err error, ps *problems) {
+	if pr, ok := payloadTypeError(err); ok {
+		ps.add(pr.Field, pr.Problem)
+	} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		ps.add("data."+strings.Trim(f, `"`), "unknown field for "+string(p.EventType()))
+	} else {
+		ps.add("data", jsonProblem(err))
+	}
+}
+
+// decodeObject returns the members of a JSON object exactly as
+// json.Unmarshal into a map[string]json.RawMessage would, errors included,
+// but faster: once json.Valid has checked b, a simple scan splits it into
+// members without reflection, and the values are slices of b, not copies.
+func decodeObject(b []byte) (map[string]json.RawMessage, error) {
+	s := jsonScanner{b: b}
+	s.skipSpace()
+	if !json.Valid(b) || s.peek() != '{' {
+		// Let encoding/json say what is wrong (or return nil for null).
+		var m map[string]json.RawMessage
+		err := json.Unmarshal(b, &m)
+		return m, err
+	}
+	m := map[string]json.RawMessage{}
+	s.i++ // {
+	s.skipSpace()
+	if s.peek() == '}' {
+		return m, nil
+	}
+	for {
+		s.skipSpace()
+		key, _ := unquote(s.string())
+		s.skipSpace()
+		s.i++ // :
+		s.skipSpace()
+		m[key] = s.value() // a repeated key keeps its last value, as in Unmarshal
+		s.skipSpace()
+		if s.peek() == '}' {
+			return m, nil
+		}
+		s.i++ // ,
+	}
+}
+
+// unquote returns the value of a JSON string token, and false if raw is
+// not a string. raw must be valid JSON.
+func unquote(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true // nothing to unescape or replace
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err == nil
+}
+
+// jsonScanner walks JSON text already known to be valid.
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+func (s *jsonScanner) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *jsonScanner) skipSpace() {
+	for s.i < len(s.b) && isJSONSpace(s.b[s.i]) {
+		s.i++
+	}
+}
+
+// string consumes the string token at s.i and returns it, quotes included.
+func (s *jsonScanner) string() []byte {
+	start := s.i
+	for s.i++; s.b[s.i] != '"'; s.i++ {
+		if s.b[s.i] == '\\' {
+			s.i++ // the escaped character, which may be a quote
+		}
+	}
+	s.i++
+	return s.b[start:s.i]
+}
+
+// value consumes the value at s.i and returns it.
+func (s *jsonScanner) value() []byte {
+	start, depth := s.i, 0
+	for {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.string()
+		case c == '{' || c == '[':
+			depth++
+			s.i++
+		case c == '}' || c == ']':
+			if depth == 0 { // the end of the enclosing object ends a number or literal
+				return s.b[start:s.i]
+			}
+			depth--
+			s.i++
+		case depth == 0 && (c == ',' || isJSONSpace(c)): // the end of a number or literal
+			return s.b[start:s.i]
+		default:
+			s.i++
+			continue
+		}
+		if depth == 0 { // a string, object or array has ended
+			return s.b[start:s.i]
+		}
+	}
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // payloadFields has the JSON field names of each payload type.
 var payloadFields = func() map[reflect.Type]map[string]bool {
