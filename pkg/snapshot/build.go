@@ -109,14 +109,12 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 	}
 	handles := make([]string, 0, l.MaxCorrelationHandles)
 	handleCuts := make([]int, 0, l.MaxCorrelationHandles) // strings cut in each handle: 0 or 1
-	if l.MaxCorrelationHandles > 0 {
-		for h := range t.ActiveCorrelations() {
-			before := b.cuts
-			handles = append(handles, b.str(h))
-			handleCuts = append(handleCuts, b.cuts-before)
-			if len(handles) == l.MaxCorrelationHandles {
-				break
-			}
+	for h := range t.ActiveCorrelations() {
+		before := b.cuts
+		handles = append(handles, b.str(h))
+		handleCuts = append(handleCuts, b.cuts-before)
+		if len(handles) == l.MaxCorrelationHandles {
+			break
 		}
 	}
 	s.Summary = topics.Summary{

@@ -172,11 +172,11 @@ func (l Limits) Validate() error {
 	if l.MaxNodes < 1 || l.MaxNodes > 10000 {
 		errs = append(errs, fmt.Sprintf("max nodes %d: want 1 to 10000", l.MaxNodes))
 	}
-	if l.MaxDedupeKeys < 0 || l.MaxDedupeKeys > 64 {
-		errs = append(errs, fmt.Sprintf("max dedupe keys %d: want 0 to 64", l.MaxDedupeKeys))
+	if l.MaxDedupeKeys < 1 || l.MaxDedupeKeys > 64 {
+		errs = append(errs, fmt.Sprintf("max dedupe keys %d: want 1 to 64 (0 takes the default, %d)", l.MaxDedupeKeys, DefaultMaxDedupeKeys))
 	}
-	if l.MaxCorrelationHandles < 0 || l.MaxCorrelationHandles > 1000 {
-		errs = append(errs, fmt.Sprintf("max correlation handles %d: want 0 to 1000", l.MaxCorrelationHandles))
+	if l.MaxCorrelationHandles < 1 || l.MaxCorrelationHandles > 1000 {
+		errs = append(errs, fmt.Sprintf("max correlation handles %d: want 1 to 1000 (0 takes the default, %d)", l.MaxCorrelationHandles, DefaultMaxCorrelationHandles))
 	}
 	if l.MaxBytes < MinBytes || l.MaxBytes > 16<<20 {
 		errs = append(errs, fmt.Sprintf("max bytes %d: want %d to %d", l.MaxBytes, MinBytes, 16<<20))
