@@ -52,6 +52,9 @@ type Projector struct {
 
 	mu      sync.Mutex
 	workers map[int32]*worker
+	// closing is set, under mu, once shutdown has stopped the workers: a
+	// rebalance after that must not start a worker on a closing database.
+	closing bool
 	failed  chan error // a worker that cannot go on reports here
 	// ready is closed once New has set every field: the group client starts
 	// joining as soon as it is created, and its callbacks wait for this.
@@ -243,6 +246,9 @@ func (p *Projector) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 			p.fail(err)
 			return
 		}
+		if w == nil {
+			return // shutting down
+		}
 		off := kgo.NewOffset().AtStart()
 		if next, ok := w.start[p.cfg.Names.HumanInput()]; ok {
 			off = kgo.NewOffset().At(next)
@@ -297,7 +303,15 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	p.log.Info("partitions revoked", "partitions", parts)
 }
 
+// startWorker starts the owner of a partition; it returns nil, nil when the
+// projector is shutting down. mu is held throughout, so that shutdown waits
+// for a start in progress and then stops what it started.
 func (p *Projector) startWorker(part int32) (*worker, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return nil, nil
+	}
 	store := projection.NewStore(p.db, part)
 	proj, err := projection.Open(p.cfg.Projection, store)
 	if err != nil {
@@ -308,15 +322,14 @@ func (p *Projector) startWorker(part int32) (*worker, error) {
 		return nil, fmt.Errorf("projector: partition %d: %w", part, err)
 	}
 	w := newWorker(p, part, proj, offsets)
-	p.mu.Lock()
 	p.workers[part] = w
-	p.mu.Unlock()
 	go w.run()
 	return w, nil
 }
 
 func (p *Projector) stopAll() {
 	p.mu.Lock()
+	p.closing = true
 	ws := make([]*worker, 0, len(p.workers))
 	for part, w := range p.workers {
 		ws = append(ws, w)
