@@ -6,6 +6,7 @@ package replay
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -96,7 +97,7 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 		case tooLong:
 			st.Invalid++
 			fmt.Fprintf(errw, "line %d: longer than %d bytes; skipped\n", st.Lines, opts.MaxLineBytes)
-		case len(trimSpace(line)) == 0:
+		case len(bytes.TrimSpace(line)) == 0:
 			// Blank lines are allowed, for readability.
 		default:
 			ev, derr := topics.DecodeEvent(line)
@@ -172,14 +173,4 @@ func readLine(br *bufio.Reader, max int) (line []byte, tooLong bool, err error) 
 			return line, tooLong, nil
 		}
 	}
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

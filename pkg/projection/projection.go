@@ -271,9 +271,6 @@ func (p *Projection) evict() {
 	}
 }
 
-// HotRuns is the number of runs in memory.
-func (p *Projection) HotRuns() int { return len(p.runs) }
-
 // RunIDs returns the ids of every run in memory, in no particular order.
 func (p *Projection) RunIDs() []string {
 	ids := make([]string, 0, len(p.runs))

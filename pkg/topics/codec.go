@@ -66,18 +66,22 @@ func DecodeEvent(value []byte) (*Event, error) {
 	if attrs == nil {
 		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: null"}}}
 	}
-	str := func(name string) (string, bool, string) {
+	// get returns an attribute as the string a ce_* header would carry:
+	// strings unquoted, and a JSON number (schemaversion is an Integer
+	// attribute) as its text.
+	get := func(name string) (string, bool, string) {
 		raw, ok := attrs[name]
 		if !ok || string(raw) == "null" {
 			return "", false, ""
 		}
-		s, ok := unquote(raw)
-		if !ok {
-			return "", true, "want a string, got " + clip(string(raw), 40)
+		if s, ok := unquote(raw); ok {
+			return s, true, ""
 		}
-		return s, true, ""
+		if name == attrSchemaVersion && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
+			return string(raw), true, ""
+		}
+		return "", true, "want a string, got " + clip(string(raw), 40)
 	}
-	get := func(name string) (string, bool, string) { return str(name) }
 	var data []byte
 	if raw, ok := attrs[attrData]; ok && string(raw) != "null" {
 		data = raw
@@ -220,22 +224,17 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 	checkID(&ps, prefix+attrCausationID, ev.CausationID, false)
 
 	kind := ErrInvalidEvent
-	if v, ok, bad := get(attrSchemaVersion); bad != "" || !ok {
-		// In structured mode the attribute is a JSON number; get reports it as
-		// "want a string", so read it again as a number.
-		n, numOK := schemaVersionNumber(get, bad)
-		switch {
-		case numOK:
+	switch v, ok, bad := get(attrSchemaVersion); {
+	case bad != "":
+		ps.add(prefix+attrSchemaVersion, "want a positive integer")
+	case !ok:
+		ps.add(prefix+attrSchemaVersion, "required; this build speaks 1")
+	default:
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			ev.SchemaVersion = n
-		case !ok && bad == "":
-			ps.add(prefix+attrSchemaVersion, "required; this build speaks 1")
-		default:
-			ps.add(prefix+attrSchemaVersion, "want a positive integer")
+		} else {
+			ps.add(prefix+attrSchemaVersion, "want a positive integer, got "+quote(v))
 		}
-	} else if n, err := strconv.Atoi(v); err == nil && n > 0 {
-		ev.SchemaVersion = n
-	} else {
-		ps.add(prefix+attrSchemaVersion, "want a positive integer, got "+quote(v))
 	}
 	if ev.SchemaVersion > CurrentSchemaVersion && len(ps) == 0 {
 		kind = ErrUnsupportedVersion
@@ -254,20 +253,6 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 		return nil, &DecodeError{kind: kind, EventID: ev.ID, Type: string(ev.Type), Problems: ps}
 	}
 	return ev, nil
-}
-
-// schemaVersionNumber re-reads schemaversion when it was given as a JSON
-// number in structured mode. The bad string carries the raw JSON.
-func schemaVersionNumber(get func(string) (string, bool, string), bad string) (int, bool) {
-	const prefix = "want a string, got "
-	if !strings.HasPrefix(bad, prefix) {
-		return 0, false
-	}
-	n, err := strconv.Atoi(strings.TrimPrefix(bad, prefix))
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	return n, true
 }
 
 func decodePayload(p Payload, data []byte, ps *problems) {
