@@ -129,6 +129,13 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records per processing batch")
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
+	transactions := fs.Bool("transactions", env("CANOPY_TRANSACTIONS", "true") != "false",
+		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once (CANOPY_TRANSACTIONS)")
+	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", 60*time.Second, "how long a transaction may stay open before the broker aborts it")
+	fs.BoolVar(&cfg.Standby, "standby", env("CANOPY_STANDBY", "") == "true",
+		"keep warm copies of the partitions this instance does not own, for fast failover (CANOPY_STANDBY=true)")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", env("CANOPY_ADVERTISE_ADDR", ""),
+		"host:port where this instance answers for its runs, published with its group membership (CANOPY_ADVERTISE_ADDR)")
 	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", 1_000_000, "nodes kept in memory per partition; colder runs are read back from Pebble")
 	addProjectionFlags(fs, &cfg.Projection)
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
@@ -142,6 +149,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Brokers, cfg.Names = k.brokerList(), k.names()
+	cfg.AtLeastOnce = !*transactions
 	var err error
 	if cfg.TLS, err = k.tlsConfig(); err == nil {
 		cfg.SASL, err = k.sasl()
@@ -155,15 +163,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := projector.New(startCtx, cfg)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(stderr, "projector run: %v\n", err)
-		return 1
-	}
-	cfg.Logger.Info("projector started", "brokers", cfg.Brokers, "group", cfg.Group, "partitions", p.Partitions(), "data_dir", cfg.DataDir)
-	if err := p.Run(ctx); err != nil {
+	if err := projector.Serve(ctx, cfg, nil); err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 1
 	}

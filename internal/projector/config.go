@@ -46,6 +46,30 @@ type Config struct {
 	MaxPending int
 	// SessionTimeout is the group session timeout; default 6s.
 	SessionTimeout time.Duration
+	// AtLeastOnce switches Kafka transactions off. By default (false) each
+	// partition's batch (its wakes, dead letters, changelog records and
+	// consumed offsets) is committed in one transaction of that partition's
+	// own transactional producer, so read_committed consumers see every wake
+	// exactly once. At least once, a crash can publish a batch's wakes twice
+	// (same ids, same content).
+	AtLeastOnce bool
+	// TransactionalIDPrefix prefixes the transactional id of each
+	// partition's producer (prefix + "-" + partition): every instance of one
+	// deployment must use the same, and no other deployment may. Default
+	// the Group.
+	TransactionalIDPrefix string
+	// TransactionTimeout is how long the broker lets a transaction stay open
+	// before aborting it; it bounds how long one batch's commit may take,
+	// broker trouble included. Default 60s.
+	TransactionTimeout time.Duration
+	// Standby keeps a warm copy of every partition this instance does not
+	// own, tailing the changelog into Pebble, so that taking one over needs
+	// only the last few commits restored. Default false.
+	Standby bool
+	// AdvertiseAddr, when set, is published with the instance's group
+	// membership (host:port where it answers for the runs it owns), so that
+	// Assignment can route a run to its owner.
+	AdvertiseAddr string
 	// Logger receives the projector's logs; default slog.Default().
 	Logger *slog.Logger
 	// Now is the wall clock; default time.Now. Tests inject one.
@@ -73,6 +97,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 6 * time.Second
+	}
+	if c.TransactionalIDPrefix == "" {
+		c.TransactionalIDPrefix = c.Group
+	}
+	if c.TransactionTimeout == 0 {
+		c.TransactionTimeout = 60 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -113,6 +143,12 @@ func (c Config) Validate() error {
 	}
 	if c.SessionTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("session timeout %v: want 1s or more", c.SessionTimeout))
+	}
+	if c.TransactionTimeout < time.Second {
+		errs = append(errs, fmt.Sprintf("transaction timeout %v: want 1s or more", c.TransactionTimeout))
+	}
+	if c.AdvertiseAddr != "" && !strings.Contains(c.AdvertiseAddr, ":") {
+		errs = append(errs, fmt.Sprintf("advertise address %q: want host:port", c.AdvertiseAddr))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(errs, "; "))

@@ -12,9 +12,20 @@
 //   - one worker per owned partition owns that partition's projection: it
 //     projects, publishes wakes, and commits state and offsets to Pebble.
 //
-// Delivery is at-least-once: a worker publishes a batch's wakes and waits for
-// Kafka's acknowledgement before it commits the batch to Pebble, so a crash in
-// between republishes the same wakes (same ids, same content) after restart.
+// A partition's owner starts by fencing the partition's previous writer (by
+// initialising the partition's transactional producer) and restoring its
+// Pebble state from the changelog (internal/changelog), before it consumes a
+// record. Each batch it processes is then one Kafka transaction: the wakes,
+// dead letters, reroutes, the changelog records of every state change and
+// the consumed offsets (the changelog's last record of the batch). Pebble is
+// written after the transaction commits: it is a cache of the committed
+// state, checked against the changelog whenever a partition is taken on.
+// With Config.AtLeastOnce the same records are produced without a
+// transaction, acknowledged before Pebble is written.
+//
+// A failure the projector cannot go past (a transaction that does not
+// commit, a fenced producer, a storage error) stops Run with an error; Serve
+// starts a fresh instance, which resumes from what was committed.
 package projector
 
 import (
@@ -32,12 +43,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
 // Stats count what the projector did since it started.
 type Stats struct {
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted, Wakes, PriorityWakes atomic.Int64
+	// Transactions committed and aborted.
+	Commits, Aborts atomic.Int64
+	// Restoring is the number of partitions restoring from the changelog
+	// now; RestoredRecords counts the changelog records they wrote.
+	Restoring, RestoredRecords atomic.Int64
+	// StandbyRecords counts the changelog records standby replicas applied.
+	StandbyRecords atomic.Int64
 }
 
 // Projector is one projector instance.
@@ -47,8 +64,10 @@ type Projector struct {
 	db         *pebble.DB
 	group      *kgo.Client // agent events, member of the group
 	human      *kgo.Client // human input, partitions follow the group's
-	prod       *kgo.Client // wakes, dead letters, reroutes
+	prod       *kgo.Client // at least once: wakes, dead letters, reroutes, changelog
+	common     []kgo.Opt   // connection options every client shares
 	partitions int32
+	standby    *standby // nil unless Config.Standby
 
 	mu      sync.Mutex
 	workers map[int32]*worker
@@ -84,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	p.db = db
 	fail := func(err error) (*Projector, error) { p.closeClients(); db.Close(); return nil, err }
 
-	common := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID)}
+	common := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}
 	if cfg.TLS != nil {
 		common = append(common, kgo.DialTLSConfig(cfg.TLS))
 	}
@@ -94,12 +113,19 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	// Each client's options are common plus its own; clipping makes every
 	// append below copy, so no client's options can overwrite another's.
 	common = slices.Clip(common)
+	p.common = common
+	common = slices.Clip(append(common, kgo.ClientID(cfg.ClientID)))
 	if p.prod, err = kgo.NewClient(append(common, kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))...); err != nil {
 		return fail(fmt.Errorf("projector: producer: %w", err))
 	}
 	if p.partitions, err = CheckTopics(ctx, kadm.NewClient(p.prod), cfg.Names); err != nil {
 		return fail(err)
+	}
+	if cfg.Standby {
+		if p.standby, err = newStandby(p); err != nil {
+			return fail(err)
+		}
 	}
 	groupOpts := append(common,
 		kgo.ConsumerGroup(cfg.Group),
@@ -118,6 +144,10 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	if cfg.InstanceID != "" {
 		groupOpts = append(groupOpts, kgo.InstanceID(cfg.InstanceID))
 	}
+	if cfg.AdvertiseAddr != "" {
+		// The member's client id carries where it answers: see Assignment.
+		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+advertiseSep+cfg.AdvertiseAddr))
+	}
 	// The human client first: the group's assignment callback uses it, and
 	// may run before NewClient returns the group client.
 	if p.human, err = kgo.NewClient(append(common, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}))...); err != nil {
@@ -133,14 +163,21 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 // Partitions is the partition count of the co-partitioned topics.
 func (p *Projector) Partitions() int32 { return p.partitions }
 
-// Owned returns the partitions this instance owns now.
+// Owned returns the partitions this instance owns now, in order: assigned
+// to it by the group and restored (a partition still restoring is not
+// served yet).
 func (p *Projector) Owned() []int32 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]int32, 0, len(p.workers))
-	for part := range p.workers {
-		out = append(out, part)
+	for part, w := range p.workers {
+		select {
+		case <-w.ready:
+			out = append(out, part)
+		default:
+		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -153,6 +190,10 @@ func (p *Projector) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); p.pollGroup(ctx) }()
 	go func() { defer wg.Done(); p.pollHuman(ctx) }()
+	if p.standby != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.standby.run(ctx) }()
+	}
 
 	var err error
 	select {
@@ -161,7 +202,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		p.log.Error("projector stopping", "err", err)
 	}
 	// Shutdown, in order:
-	// 1. stop polling (the pollers see ctx done);
+	// 1. stop polling and the standby replicas (they see ctx done);
 	cancel()
 	wg.Wait()
 	// 2. each worker finishes its batch, publishes its wakes, commits to Pebble;
@@ -177,6 +218,9 @@ func (p *Projector) Run(ctx context.Context) error {
 }
 
 func (p *Projector) closeClients() {
+	if p.standby != nil {
+		p.standby.close()
+	}
 	for _, c := range []*kgo.Client{p.group, p.human, p.prod} {
 		if c != nil {
 			c.Close()
@@ -235,62 +279,62 @@ func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
 	})
 }
 
-// assigned starts a worker per newly owned partition and the human input
-// consumption of the same partitions, from the offsets in Pebble.
-func (p *Projector) assigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+// assigned starts the owner of each newly assigned partition. Each restores
+// its partition in its own goroutine: partitions that stay keep flowing, and
+// the group's heartbeats go on, while others are restored.
+func (p *Projector) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	<-p.ready
-	humanOffsets := map[int32]kgo.Offset{}
-	for _, part := range assigned[p.cfg.Names.AgentEvents()] {
-		w, err := p.startWorker(part)
-		if err != nil {
+	parts := assigned[p.cfg.Names.AgentEvents()]
+	for _, part := range parts {
+		if err := p.startWorker(part); err != nil {
 			p.fail(err)
 			return
 		}
-		if w == nil {
-			return // shutting down
-		}
-		off := kgo.NewOffset().AtStart()
-		if next, ok := w.start[p.cfg.Names.HumanInput()]; ok {
-			off = kgo.NewOffset().At(next)
-		}
-		humanOffsets[part] = off
 	}
-	if len(humanOffsets) > 0 {
-		p.human.AddConsumePartitions(map[string]map[int32]kgo.Offset{p.cfg.Names.HumanInput(): humanOffsets})
+	if len(parts) > 0 {
+		p.log.Info("partitions assigned", "partitions", parts)
 	}
-	p.log.Info("partitions assigned", "partitions", assigned[p.cfg.Names.AgentEvents()])
 }
 
-// adjustOffsets starts each assigned agent partition where Pebble says its
-// state ends, not where the group's committed offsets are: the state and its
-// offsets were committed together.
-func (p *Projector) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+// adjustOffsets starts each assigned agent partition where its restored state
+// ends, not where the group's committed offsets are: the state and its
+// offsets were committed together, in the changelog. It waits for the
+// restores; ctx ends when the group begins another rebalance, and the client
+// then asks again.
+func (p *Projector) adjustOffsets(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	<-p.ready
 	topic := p.cfg.Names.AgentEvents()
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for part := range offs[topic] {
-		if w := p.workers[part]; w != nil {
-			if next, ok := w.start[topic]; ok {
-				offs[topic][part] = kgo.NewOffset().At(next).WithEpoch(-1)
-			} else {
-				offs[topic][part] = kgo.NewOffset().AtStart()
-			}
+		p.mu.Lock()
+		w := p.workers[part]
+		p.mu.Unlock()
+		if w == nil {
+			continue // revoked meanwhile, or shutting down
+		}
+		select {
+		case <-w.ready:
+		case <-w.done:
+			continue // failed or stopped: the projector is going down
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if next, ok := w.start[topic]; ok {
+			offs[topic][part] = kgo.NewOffset().At(next).WithEpoch(-1)
+		} else {
+			offs[topic][part] = kgo.NewOffset().AtStart()
 		}
 	}
 	return offs, nil
 }
 
-// revoked stops the workers of revoked or lost partitions: each finishes its
-// batch and commits, then the human input consumption of those partitions
-// stops too.
+// revoked stops the owners of revoked or lost partitions: each finishes and
+// commits its batch, so the next owner starts where it ended.
 func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	<-p.ready
 	parts := revoked[p.cfg.Names.AgentEvents()]
 	if len(parts) == 0 {
 		return
 	}
-	p.human.RemoveConsumePartitions(map[string][]int32{p.cfg.Names.HumanInput(): parts})
 	for _, part := range parts {
 		p.mu.Lock()
 		w := p.workers[part]
@@ -300,33 +344,37 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 			w.stop()
 		}
 	}
+	// After the owners stopped: their human input must not flow to a next
+	// owner of the partition in this process before it has restored.
+	p.human.RemoveConsumePartitions(map[string][]int32{p.cfg.Names.HumanInput(): parts})
+	if p.standby != nil {
+		p.standby.track(parts)
+	}
 	p.log.Info("partitions revoked", "partitions", parts)
 }
 
-// startWorker starts the owner of a partition; it returns nil, nil when the
-// projector is shutting down. mu is held throughout, so that shutdown waits
-// for a start in progress and then stops what it started.
-func (p *Projector) startWorker(part int32) (*worker, error) {
+// startWorker starts the owner of a partition, unless the projector is
+// shutting down. mu is held throughout, so that shutdown waits for a start in
+// progress and then stops what it started.
+func (p *Projector) startWorker(part int32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closing {
-		return nil, nil
+		return nil
 	}
-	store := projection.NewStore(p.db, part)
-	proj, err := projection.Open(p.cfg.Projection, store)
+	if p.standby != nil {
+		// The standby replica of the partition stops writing its store
+		// before the owner restores it.
+		p.standby.release(part)
+	}
+	w, err := newWorker(p, part)
 	if err != nil {
-		return nil, fmt.Errorf("projector: partition %d: %w", part, err)
+		return err
 	}
-	offsets, err := store.Offsets()
-	if err != nil {
-		return nil, fmt.Errorf("projector: partition %d: %w", part, err)
-	}
-	w := newWorker(p, part, proj, offsets)
 	p.workers[part] = w
 	go w.run()
-	return w, nil
+	return nil
 }
-
 func (p *Projector) stopAll() {
 	p.mu.Lock()
 	p.closing = true

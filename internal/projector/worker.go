@@ -3,13 +3,16 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -20,19 +23,32 @@ type batch struct {
 	highWatermark int64
 }
 
-// worker owns one partition: its projection, its offsets and its timers.
-// Only its own goroutine touches them.
+// worker owns one partition: its projection, its offsets, its timers and,
+// with transactions, its transactional producer. Only its own goroutine
+// touches them.
 type worker struct {
-	p       *Projector
-	part    int32
-	proj    *projection.Projection
-	offsets map[string]int64 // next offset to consume per input topic, as in Pebble
-	// start is offsets as they were when the worker started: read by the
-	// group's callbacks while the worker goroutine updates offsets.
+	p    *Projector
+	part int32
+	// prod produces the partition's output: its own transactional producer,
+	// or the projector's shared one at least once.
+	prod  *kgo.Client
+	txn   bool
+	store *projection.Store
+	proj  *projection.Projection
+	// offsets is the next offset to consume per input topic; committed is
+	// what the last commit wrote.
+	offsets, committed map[string]int64
+	// start is offsets as restored: read by the group's callbacks once ready
+	// is closed.
 	start map[string]int64
 
 	human, agent chan batch
-	quit, done   chan struct{}
+	// ready is closed once the partition is restored and consuming; done
+	// when the worker's goroutine has returned; quit asks it to stop.
+	ready, quit, done chan struct{}
+	// ctx is canceled by quit: it interrupts a restore, not a commit.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	pendingAgent atomic.Int64 // agent records queued, for pause/resume
 	paused       atomic.Bool
@@ -44,14 +60,79 @@ type worker struct {
 	out     []*kgo.Record
 }
 
-func newWorker(p *Projector, part int32, proj *projection.Projection, offsets map[string]int64) *worker {
+func newWorker(p *Projector, part int32) (*worker, error) {
 	// A partition paused by an earlier owner in this process must flow again.
 	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
-	return &worker{
-		p: p, part: part, proj: proj, offsets: offsets, start: maps.Clone(offsets),
+	w := &worker{
+		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool),
-		quit: make(chan struct{}), done: make(chan struct{}),
+		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	if w.txn {
+		var err error
+		w.prod, err = kgo.NewClient(append(slices.Clip(p.common),
+			kgo.ClientID(fmt.Sprintf("%s-p%d", p.cfg.ClientID, part)),
+			kgo.TransactionalID(fmt.Sprintf("%s-%d", p.cfg.TransactionalIDPrefix, part)),
+			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.ProducerLinger(0))...)
+		if err != nil {
+			w.cancel()
+			return nil, fmt.Errorf("projector: partition %d: transactional producer: %w", part, err)
+		}
+	}
+	return w, nil
+}
+
+// init fences the partition's previous writer, restores the partition from
+// the changelog, undoes a torn commit if the restore found one, and starts
+// consuming the partition's human input where the state ends.
+func (w *worker) init() error {
+	p := w.p
+	fail := func(err error) error { return fmt.Errorf("projector: partition %d: %w", w.part, err) }
+	if w.txn {
+		// Initialising the partition's transactional id bumps its epoch:
+		// the previous owner, alive or not, can commit nothing more, and
+		// its open transaction is aborted, so the restore below reads
+		// everything that will ever be committed before this point.
+		if _, _, err := w.prod.ProducerID(w.ctx); err != nil {
+			return fail(fmt.Errorf("fencing the previous writer: %w", err))
+		}
+	}
+	p.Stats.Restoring.Add(1)
+	res, err := changelog.Restore(w.ctx, changelog.Config{
+		ClientOpts: p.common, Topic: p.cfg.Names.Changelog(), Logger: p.log, Now: p.cfg.Now,
+		Progress: func(_ int32, done, _ int64) { p.Stats.RestoredRecords.Store(done) },
+	}, w.part, w.store)
+	p.Stats.Restoring.Add(-1)
+	if err != nil {
+		return fail(err)
+	}
+	if w.proj, err = projection.Open(p.cfg.Projection, w.store); err != nil {
+		return fail(err)
+	}
+	if w.offsets, err = w.store.Offsets(); err != nil {
+		return fail(err)
+	}
+	w.start, w.committed = maps.Clone(w.offsets), maps.Clone(w.offsets)
+	if len(res.Tail) > 0 {
+		undo, err := changelog.Rollback(w.store, res.Tail)
+		if err != nil {
+			return fail(err)
+		}
+		p.log.Warn("undoing a torn commit", "partition", w.part, "keys", len(undo)-1)
+		w.out = append(w.out, changelog.Records(p.cfg.Names.Changelog(), w.part, undo)...)
+		if err := w.commit(undo); err != nil {
+			return fail(err)
+		}
+	}
+	off := kgo.NewOffset().AtStart()
+	if next, ok := w.start[p.cfg.Names.HumanInput()]; ok {
+		off = kgo.NewOffset().At(next)
+	}
+	p.human.AddConsumePartitions(map[string]map[int32]kgo.Offset{p.cfg.Names.HumanInput(): {w.part: off}})
+	return nil
 }
 
 // enqueue hands a fetched batch to the worker, pausing the partition's agent
@@ -72,11 +153,23 @@ func (w *worker) enqueue(b batch, human bool) {
 // stop asks the worker to finish its current chunk and commit, and waits.
 func (w *worker) stop() {
 	close(w.quit)
+	w.cancel()
 	<-w.done
 }
 
 func (w *worker) run() {
 	defer close(w.done)
+	defer w.cancel()
+	if w.txn {
+		defer w.prod.Close()
+	}
+	if err := w.init(); err != nil {
+		if w.ctx.Err() == nil { // not a stop interrupting the restore
+			w.p.fail(err)
+		}
+		return
+	}
+	close(w.ready)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -225,8 +318,8 @@ func (w *worker) armTimer(t *time.Timer) {
 	t.Reset(max(due.Std().Sub(w.p.cfg.Now()), 0))
 }
 
-// publish sends the batch's wakes (and dead letters and reroutes), waits for
-// Kafka to have them, then commits state and offsets to Pebble.
+// publish builds the batch's wakes and commits them with the batch's state
+// changes and offsets (see commit).
 func (w *worker) publish(now time.Time, source topics.Time) bool {
 	built, err := w.proj.Wakes(&w.pending, now, source)
 	w.pending.Reset()
@@ -247,27 +340,71 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 				{Key: topics.HeaderSchemaVersion, Value: []byte(strconv.Itoa(topics.WakeSchemaVersion))},
 			},
 		})
-		w.p.Stats.Wakes.Add(1)
-		if b.Wake.Lane == topics.LanePriority {
-			w.p.Stats.PriorityWakes.Add(1)
-		}
 	}
-	if len(w.out) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := w.p.prod.ProduceSync(ctx, w.out...).FirstErr()
-		cancel()
-		clear(w.out)
-		w.out = w.out[:0]
-		if err != nil {
-			w.p.fail(err)
-			return false
-		}
-	}
-	if err := w.proj.Commit(w.offsets); err != nil {
+	changes, err := w.proj.Prepare(w.offsets)
+	if err != nil {
 		w.p.fail(err)
 		return false
 	}
+	if len(w.out) == 0 && len(changes) == 1 && maps.Equal(w.offsets, w.committed) {
+		return true // nothing happened: no commit
+	}
+	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
+	if err := w.commit(changes); err != nil {
+		w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, err))
+		return false
+	}
+	st := &w.p.Stats
+	for _, b := range built {
+		st.Wakes.Add(1)
+		if b.Wake.Lane == topics.LanePriority {
+			st.PriorityWakes.Add(1)
+		}
+	}
 	return true
+}
+
+// commit produces w.out, whose last record closes the commit in the
+// changelog, in one transaction (or, at least once, waits for all of it to be
+// acknowledged), and then writes changes to Pebble with the changelog
+// checkpoint the commit reached. On error the projection no longer matches
+// what Kafka has: the caller stops, and the next owner restores.
+func (w *worker) commit(changes projection.Changes) error {
+	defer func() {
+		clear(w.out)
+		w.out = w.out[:0]
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), w.p.cfg.TransactionTimeout)
+	defer cancel()
+	if w.txn {
+		if err := w.prod.BeginTransaction(); err != nil {
+			return fmt.Errorf("beginning a transaction: %w", err)
+		}
+	}
+	err := w.prod.ProduceSync(ctx, w.out...).FirstErr()
+	if w.txn {
+		how := kgo.TryCommit
+		if err != nil {
+			how = kgo.TryAbort
+		}
+		if eerr := w.prod.EndTransaction(ctx, how); eerr != nil && err == nil {
+			err = fmt.Errorf("committing the transaction: %w", eerr)
+		}
+		if err != nil {
+			w.p.Stats.Aborts.Add(1)
+			return err
+		}
+		w.p.Stats.Commits.Add(1)
+	}
+	if err != nil {
+		return fmt.Errorf("producing: %w", err)
+	}
+	end := w.out[len(w.out)-1]
+	if err := w.proj.Finish(changes, &projection.Checkpoint{Next: end.Offset + 1, At: w.p.cfg.Now().UnixMilli()}); err != nil {
+		return err
+	}
+	w.committed = maps.Clone(w.offsets)
+	return nil
 }
 
 // deadLetter sends a record that cannot be projected to the dead-letter

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/btree"
 
 	"github.com/oklog/ulid/v2"
@@ -210,41 +209,60 @@ func (p *Projection) setDue(run string, at int64, ok bool) {
 
 // Commit writes every change since the last commit, and the next offset to
 // consume of each input topic in offsets, in one synced Pebble batch: after a
-// crash the projection resumes exactly from there. Then, if more than
+// crash the projection resumes exactly from there. It is Prepare and Finish
+// with nothing in between, for callers without a changelog.
+func (p *Projection) Commit(offsets map[string]int64) error {
+	c, err := p.Prepare(offsets)
+	if err != nil {
+		return err
+	}
+	return p.Finish(c, nil)
+}
+
+// Prepare gathers every change since the last commit, with offsets as the
+// last change, and marks the runs clean. The caller makes the changes durable
+// elsewhere (the changelog) and then calls Finish; if that fails, the
+// projection no longer matches its store and must be dropped and reopened.
+func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if p.store == nil {
+		return nil, nil
+	}
+	var c Changes
+	for _, r := range p.runs {
+		if err := p.store.write(&c, r); err != nil {
+			p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
+			return nil, p.err
+		}
+	}
+	for run := range p.dueDirty {
+		at, ok := p.due[run]
+		putDue(&c, run, at, ok)
+	}
+	clear(p.dueDirty)
+	if err := putOffsets(&c, offsets); err != nil {
+		p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
+		return nil, p.err
+	}
+	return c, nil
+}
+
+// Finish writes prepared changes (and the changelog checkpoint they reach,
+// when there is one) to the store in one synced batch. Then, if more than
 // MaxHotNodes nodes are in memory, the least recently used runs are dropped
 // from memory (they stay in the store).
-func (p *Projection) Commit(offsets map[string]int64) error {
+func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.err != nil {
 		return p.err
 	}
 	if p.store == nil {
 		return nil
 	}
-	b := p.store.db.NewBatch()
-	defer b.Close()
-	fail := func(err error) error {
-		p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
+	if err := p.store.Write(c, cp, true); err != nil {
+		p.err = fmt.Errorf("projection: commit: %w", err)
 		return p.err
-	}
-	for _, r := range p.runs {
-		if err := p.store.write(b, r); err != nil {
-			return fail(err)
-		}
-	}
-	for run := range p.dueDirty {
-		at, ok := p.due[run]
-		if err := putDue(b, p.store, run, at, ok); err != nil {
-			return fail(err)
-		}
-	}
-	clear(p.dueDirty)
-	for topic, next := range offsets {
-		if err := putOffset(b, p.store, topic, next); err != nil {
-			return fail(err)
-		}
-	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fail(err)
 	}
 	p.evict()
 	return nil

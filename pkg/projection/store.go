@@ -14,7 +14,7 @@ import (
 // that several partitions may share. Key layout, under the partition prefix
 // 'p' + partition (4 bytes, big endian):
 //
-//	'o' topic                  next offset to consume (8 bytes)
+//	'o'                        next offset to consume per input topic (JSON)
 //	'd' run                    the run's next timer due time (8 bytes, ms)
 //	'r' run 0x00 'm'           run meta (JSON)
 //	'r' run 0x00 'n' agent     node (JSON)
@@ -22,9 +22,16 @@ import (
 //	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
 //	'r' run 0x00 'p' plan      plan (JSON)
 //	'r' run 0x00 'e' event     an applied event id (empty value)
+//	'k'                        changelog checkpoint (Pebble only, see Checkpoint)
 //
 // Identifiers never contain 0x00 (the contract forbids control characters),
 // so the separator is unambiguous.
+//
+// Every key but the checkpoint is state: a commit's Changes list the state
+// keys it sets or deletes, relative to the partition prefix, in the order
+// written, the offsets key last. That list is what the changelog topic
+// carries, so that replaying the changelog into an empty store rebuilds it
+// (see internal/changelog).
 type Store struct {
 	db     *pebble.DB
 	prefix []byte
@@ -41,32 +48,156 @@ func NewStore(db *pebble.DB, partition int32) *Store {
 	return &Store{db: db, prefix: p}
 }
 
-func (s *Store) key(parts ...[]byte) []byte {
-	k := append([]byte(nil), s.prefix...)
+// DB returns the Pebble database the store is in.
+func (s *Store) DB() *pebble.DB { return s.db }
+
+// OffsetsKey is the relative key of the consumed offsets. A commit writes it
+// last, so in the changelog it closes each commit's records: records after
+// the last one are a commit that did not complete.
+var OffsetsKey = []byte{'o'}
+
+var checkpointKey = []byte{'k'}
+
+func (s *Store) abs(rel []byte) []byte {
+	k := make([]byte, 0, len(s.prefix)+len(rel))
+	return append(append(k, s.prefix...), rel...)
+}
+
+func rel(parts ...[]byte) []byte {
+	var k []byte
 	for _, p := range parts {
 		k = append(k, p...)
 	}
 	return k
 }
 
-func (s *Store) offsetKey(topic string) []byte { return s.key([]byte{'o'}, []byte(topic)) }
-func (s *Store) dueKey(run string) []byte      { return s.key([]byte{'d'}, []byte(run)) }
-func (s *Store) runKey(run string, kind byte, id string) []byte {
-	return s.key([]byte{'r'}, []byte(run), []byte{0, kind}, []byte(id))
+func dueKey(run string) []byte { return rel([]byte{'d'}, []byte(run)) }
+func runKey(run string, kind byte, id string) []byte {
+	return rel([]byte{'r'}, []byte(run), []byte{0, kind}, []byte(id))
+}
+
+// Change is one state key a commit set (Value, possibly empty) or deleted
+// (Delete), the key relative to the partition prefix.
+type Change struct {
+	Key, Value []byte
+	Delete     bool
+}
+
+// Changes are a commit's state changes, in the order they were made.
+type Changes []Change
+
+func (c *Changes) set(k, v []byte) {
+	if v == nil {
+		v = []byte{} // a set, never to be read as a delete (a changelog tombstone)
+	}
+	*c = append(*c, Change{Key: k, Value: v})
+}
+func (c *Changes) del(k []byte) { *c = append(*c, Change{Key: k, Delete: true}) }
+
+// Checkpoint is how far into the changelog a store is: Next is the offset of
+// the first changelog record not in it; At is when that was written (Unix
+// ms), so that a checkpoint too old to trust (deleted keys' tombstones
+// may have been compacted away since) can be told from a fresh one.
+type Checkpoint struct {
+	Next, At int64
 }
 
 // Offsets returns the next offset to consume of every topic this partition
 // has committed.
 func (s *Store) Offsets() (map[string]int64, error) {
 	out := make(map[string]int64)
-	err := s.scan(s.key([]byte{'o'}), func(k, v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("offset of %q: %d bytes", k, len(v))
+	v, ok, err := s.Get(OffsetsKey)
+	if err != nil || !ok {
+		return out, err
+	}
+	if err := json.Unmarshal(v, &out); err != nil {
+		return nil, fmt.Errorf("%w: offsets: %v", ErrStore, err)
+	}
+	return out, nil
+}
+
+// Get returns the value of a relative key.
+func (s *Store) Get(key []byte) (value []byte, ok bool, err error) {
+	v, closer, err := s.db.Get(s.abs(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	v = append([]byte{}, v...)
+	closer.Close()
+	return v, true, nil
+}
+
+// Checkpoint returns the store's changelog checkpoint; ok is false when it
+// has none (it never committed or restored).
+func (s *Store) Checkpoint() (cp Checkpoint, ok bool, err error) {
+	v, ok, err := s.Get(checkpointKey)
+	if err != nil || !ok {
+		return cp, false, err
+	}
+	if len(v) != 16 {
+		return cp, false, fmt.Errorf("%w: checkpoint: %d bytes", ErrStore, len(v))
+	}
+	return Checkpoint{Next: int64(binary.BigEndian.Uint64(v)), At: int64(binary.BigEndian.Uint64(v[8:]))}, true, nil
+}
+
+// Empty reports whether the store holds no key of its partition.
+func (s *Store) Empty() (bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: s.prefix, UpperBound: prefixEnd(s.prefix)})
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return false, fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	return empty, nil
+}
+
+// Write applies changes and, when cp is not nil, the checkpoint, in one
+// Pebble batch; sync makes it durable before Write returns. Restoring from
+// the changelog and committing a processed batch both come here.
+func (s *Store) Write(changes Changes, cp *Checkpoint, sync bool) error {
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, c := range changes {
+		var err error
+		if c.Delete {
+			err = b.Delete(s.abs(c.Key), nil)
+		} else {
+			err = b.Set(s.abs(c.Key), c.Value, nil)
 		}
-		out[string(k)] = int64(binary.BigEndian.Uint64(v))
-		return nil
-	})
-	return out, err
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	if cp != nil {
+		var v [16]byte
+		binary.BigEndian.PutUint64(v[:], uint64(cp.Next))
+		binary.BigEndian.PutUint64(v[8:], uint64(cp.At))
+		if err := b.Set(s.abs(checkpointKey), v[:], nil); err != nil {
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	opt := pebble.NoSync
+	if sync {
+		opt = pebble.Sync
+	}
+	if err := b.Commit(opt); err != nil {
+		return fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	return nil
+}
+
+// Wipe deletes everything of the partition, checkpoint included: what a
+// store that cannot be trusted is reset to before a full restore.
+func (s *Store) Wipe() error {
+	if err := s.db.DeleteRange(s.prefix, prefixEnd(s.prefix), pebble.Sync); err != nil {
+		return fmt.Errorf("%w: wipe: %v", ErrStore, err)
+	}
+	return nil
 }
 
 // scan calls f with every key under prefix (without the prefix) and value.
@@ -104,7 +235,7 @@ func prefixEnd(p []byte) []byte {
 
 // applied reports whether event id was applied to run.
 func (s *Store) applied(run, id string) (bool, error) {
-	_, closer, err := s.db.Get(s.runKey(run, 'e', id))
+	_, closer, err := s.db.Get(s.abs(runKey(run, 'e', id)))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
@@ -118,7 +249,7 @@ func (s *Store) applied(run, id string) (bool, error) {
 // dues returns every run's next timer.
 func (s *Store) dues() (map[string]int64, error) {
 	out := make(map[string]int64)
-	err := s.scan(s.key([]byte{'d'}), func(k, v []byte) error {
+	err := s.scan(s.abs([]byte{'d'}), func(k, v []byte) error {
 		if len(v) != 8 {
 			return fmt.Errorf("due of %q: %d bytes", k, len(v))
 		}
@@ -131,7 +262,7 @@ func (s *Store) dues() (map[string]int64, error) {
 // loadRun reads a run; ok is false when the store has none.
 func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
 	r = newRun(id)
-	prefix := s.key([]byte{'r'}, []byte(id), []byte{0})
+	prefix := s.abs(rel([]byte{'r'}, []byte(id), []byte{0}))
 	var meta *metaRecord
 	var nodes []*node
 	err = s.scan(prefix, func(k, v []byte) error {
@@ -250,8 +381,8 @@ func (d *dirt) empty() bool {
 	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 && len(d.applied) == 0
 }
 
-// write adds the run's changes to b and clears them.
-func (s *Store) write(b *pebble.Batch, r *Run) error {
+// write adds the run's changes to c and clears them.
+func (s *Store) write(c *Changes, r *Run) error {
 	d := r.dirty
 	if d == nil || d.empty() {
 		return nil
@@ -261,42 +392,41 @@ func (s *Store) write(b *pebble.Batch, r *Run) error {
 		if err != nil {
 			return err
 		}
-		return b.Set(k, enc, nil)
+		c.set(k, enc)
+		return nil
 	}
 	if d.meta {
 		m := metaRecord{Seq: r.seq, Clock: ms(r.clock), SessionID: r.sessionID, ThreadID: r.threadID, Root: r.root,
 			LastProgressWake: ms(r.lastProgressWake), PlanOrder: r.planOrder, Diagnostics: r.diagnostics}
-		if err := put(s.runKey(r.id, 'm', ""), m); err != nil {
+		if err := put(runKey(r.id, 'm', ""), m); err != nil {
 			return err
 		}
 	}
 	for id := range d.nodes {
 		if n, ok := r.nodes[id]; ok {
-			if err := put(s.runKey(r.id, 'n', id), n.record()); err != nil {
+			if err := put(runKey(r.id, 'n', id), n.record()); err != nil {
 				return err
 			}
 		}
 	}
 	for id := range d.requests {
-		k := s.runKey(r.id, 'q', id)
+		k := runKey(r.id, 'q', id)
 		if q, ok := r.requests[id]; ok {
 			if err := put(k, requestRecord{AgentID: q.agentID, Expires: ms(q.expires)}); err != nil {
 				return err
 			}
-		} else if err := b.Delete(k, nil); err != nil {
-			return err
+		} else {
+			c.del(k)
 		}
 	}
 	for id := range d.handles {
-		k := s.runKey(r.id, 'c', id)
+		k := runKey(r.id, 'c', id)
 		if at, ok := r.corrAt[id]; ok {
 			var v [8]byte
 			binary.BigEndian.PutUint64(v[:], uint64(at))
-			if err := b.Set(k, v[:], nil); err != nil {
-				return err
-			}
-		} else if err := b.Delete(k, nil); err != nil {
-			return err
+			c.set(k, v[:])
+		} else {
+			c.del(k)
 		}
 	}
 	for id := range d.plans {
@@ -307,15 +437,13 @@ func (s *Store) write(b *pebble.Batch, r *Run) error {
 					pr.Bands = append(pr.Bands, *band)
 				}
 			}
-			if err := put(s.runKey(r.id, 'p', id), pr); err != nil {
+			if err := put(runKey(r.id, 'p', id), pr); err != nil {
 				return err
 			}
 		}
 	}
 	for _, id := range d.applied {
-		if err := b.Set(s.runKey(r.id, 'e', id), nil, nil); err != nil {
-			return err
-		}
+		c.set(runKey(r.id, 'e', id), nil)
 	}
 	r.dirty = newDirt()
 	// A run created in this process has every id it applied in memory, so
@@ -328,17 +456,21 @@ func (s *Store) write(b *pebble.Batch, r *Run) error {
 	return nil
 }
 
-func putOffset(b *pebble.Batch, s *Store, topic string, next int64) error {
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], uint64(next))
-	return b.Set(s.offsetKey(topic), v[:], nil)
+func putOffsets(c *Changes, offsets map[string]int64) error {
+	v, err := json.Marshal(offsets) // sorted keys: the same offsets encode alike
+	if err != nil {
+		return err
+	}
+	c.set(OffsetsKey, v)
+	return nil
 }
 
-func putDue(b *pebble.Batch, s *Store, run string, due int64, ok bool) error {
+func putDue(c *Changes, run string, due int64, ok bool) {
 	if !ok {
-		return b.Delete(s.dueKey(run), nil)
+		c.del(dueKey(run))
+		return
 	}
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(due))
-	return b.Set(s.dueKey(run), v[:], nil)
+	c.set(dueKey(run), v[:])
 }

@@ -1,0 +1,335 @@
+package changelog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The tests write commits of random key changes to a changelog partition of
+// a real broker, with and without transactions, tear some, and restore them
+// into Pebble stores in every state a store can be in. The expected state is
+// a map kept alongside: the latest value of every key of every complete
+// commit.
+
+const topic = "changelog-test"
+
+type cluster struct {
+	t       *testing.T
+	c       *kfake.Cluster
+	opts    []kgo.Opt
+	adm     *kadm.Client
+	dataDir string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(context.Background(), 2, 1, map[string]*string{"cleanup.policy": ptr("compact")}, topic); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, c: c, opts: opts, adm: adm}
+}
+
+func ptr(s string) *string { return &s }
+
+// writer produces commits to partition 1, as a projector's worker does.
+type writer struct {
+	t    *testing.T
+	cl   *kgo.Client
+	txn  bool
+	rng  *rand.Rand
+	want map[string][]byte // the state of every complete commit
+	n    int
+}
+
+func (c *cluster) writer(txn bool, seed uint64) *writer {
+	opts := append(slices.Clip(c.opts), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if txn {
+		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("changelog-test-%d", seed)))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	return &writer{t: c.t, cl: cl, txn: txn, rng: rand.New(rand.NewPCG(seed, 1)), want: map[string][]byte{}}
+}
+
+// changes returns a random commit over a small key space, so that keys are
+// overwritten and deleted often, closed by the offsets key.
+func (w *writer) changes() projection.Changes {
+	var out projection.Changes
+	for range 1 + w.rng.IntN(30) {
+		k := []byte(fmt.Sprintf("r%03d", w.rng.IntN(200)))
+		if w.rng.IntN(5) == 0 {
+			out = append(out, projection.Change{Key: k, Delete: true})
+		} else {
+			out = append(out, projection.Change{Key: k, Value: []byte(fmt.Sprintf("v%d", w.rng.Int()))})
+		}
+	}
+	w.n++
+	offs, _ := json.Marshal(map[string]int64{"in": int64(w.n)})
+	return append(out, projection.Change{Key: projection.OffsetsKey, Value: offs})
+}
+
+// commit produces a complete commit and records its effect.
+func (w *writer) commit() {
+	w.t.Helper()
+	ch := w.changes()
+	w.produce(Records(topic, 1, ch), true)
+	for _, c := range ch {
+		if c.Delete {
+			delete(w.want, string(c.Key))
+		} else {
+			w.want[string(c.Key)] = c.Value
+		}
+	}
+}
+
+// tear produces the first part of a commit only, as an instance dying half
+// way through does (without transactions), or aborts it (with).
+func (w *writer) tear() {
+	w.t.Helper()
+	rs := Records(topic, 1, w.changes())
+	w.n-- // the commit did not happen
+	w.produce(rs[:len(rs)-1-w.rng.IntN(len(rs)-1)], false)
+}
+
+func (w *writer) produce(rs []*kgo.Record, commit bool) {
+	w.t.Helper()
+	ctx := context.Background()
+	if w.txn {
+		if err := w.cl.BeginTransaction(); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if err := w.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		w.t.Fatal(err)
+	}
+	if w.txn {
+		if err := w.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+func openStore(t *testing.T) (*pebble.DB, *projection.Store) {
+	t.Helper()
+	db, err := pebble.Open(t.TempDir(), &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, projection.NewStore(db, 1)
+}
+
+func (c *cluster) restore(store *projection.Store, mut ...func(*Config)) Result {
+	c.t.Helper()
+	cfg := Config{ClientOpts: c.opts, Topic: topic, BatchRecords: 50}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := Restore(ctx, cfg, 1, store)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res
+}
+
+// dump is every key of partition 1 in db but the checkpoint.
+func dump(t *testing.T, db *pebble.DB) map[string][]byte {
+	t.Helper()
+	prefix := []byte{'p', 0, 0, 0, 1}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: []byte{'p', 0, 0, 0, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	out := map[string][]byte{}
+	for it.First(); it.Valid(); it.Next() {
+		k := string(it.Key()[len(prefix):])
+		if k != "k" {
+			out[k] = slices.Clone(it.Value())
+		}
+	}
+	return out
+}
+
+func same(t *testing.T, what string, got, want map[string][]byte) {
+	t.Helper()
+	var diffs []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok || !bytes.Equal(g, v) {
+			diffs = append(diffs, fmt.Sprintf("%q: got %q (present %v), want %q", k, g, ok, v))
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%q: got %q, want it absent", k, v))
+		}
+	}
+	if len(diffs) > 0 {
+		slices.Sort(diffs)
+		t.Fatalf("%s: %d keys differ, e.g.\n%s", what, len(diffs), diffs[:min(len(diffs), 10)])
+	}
+}
+
+// TestRestore restores complete commits into an empty store, then more
+// commits on top of its checkpoint, with and without transactions, with
+// aborted (transactional) commits between them, before and after the broker
+// compacted the log.
+func TestRestore(t *testing.T) {
+	for _, txn := range []bool{true, false} {
+		t.Run(fmt.Sprintf("transactions=%v", txn), func(t *testing.T) {
+			c := newCluster(t)
+			w := c.writer(txn, 1)
+			for i := range 100 {
+				w.commit()
+				if txn && i%10 == 0 {
+					w.tear() // an aborted transaction: never visible
+				}
+			}
+			db, store := openStore(t)
+			res := c.restore(store)
+			same(t, "first restore", dump(t, db), w.want)
+			if res.Wiped != "" || len(res.Tail) != 0 || res.Records == 0 {
+				t.Fatalf("first restore: %+v", res)
+			}
+			first := res.To
+
+			for range 50 {
+				w.commit()
+			}
+			c.c.Compact()
+			res = c.restore(store)
+			same(t, "restore from the checkpoint", dump(t, db), w.want)
+			if res.From != first || res.Wiped != "" {
+				t.Fatalf("second restore read from %d (wiped: %q), want from the checkpoint %d", res.From, res.Wiped, first)
+			}
+
+			// A current store reads nothing.
+			res = c.restore(store)
+			if res.Records != 0 || res.From != res.To {
+				t.Fatalf("restoring a current store: %+v", res)
+			}
+
+			// An empty store restores the compacted log to the same state.
+			db2, store2 := openStore(t)
+			c.restore(store2)
+			same(t, "restore of the compacted log", dump(t, db2), w.want)
+		})
+	}
+}
+
+// TestTornCommit: without transactions a writer can die half way through a
+// commit. The restore stops at the last complete commit and reports the torn
+// keys; the rollback written by the next owner makes the log read right
+// again for everyone, also for a reader that starts from scratch later.
+func TestTornCommit(t *testing.T) {
+	c := newCluster(t)
+	w := c.writer(false, 2)
+	for range 40 {
+		w.commit()
+	}
+	w.tear()
+	db, store := openStore(t)
+	res := c.restore(store)
+	same(t, "restore before a torn commit's tail", dump(t, db), w.want)
+	if len(res.Tail) == 0 {
+		t.Fatal("the torn commit's keys were not reported")
+	}
+	undo, err := Rollback(store, res.Tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !IsCommitEnd(Records(topic, 1, undo)[len(undo)-1]) {
+		t.Fatal("the rollback does not end with the offsets key")
+	}
+	w.produce(Records(topic, 1, undo), true) // what the new owner does first
+	for range 10 {
+		w.commit()
+	}
+	_, fresh := openStore(t)
+	res = c.restore(fresh)
+	if len(res.Tail) != 0 {
+		t.Fatalf("tail after the rollback: %d keys", len(res.Tail))
+	}
+	same(t, "restore through a torn commit and its rollback", dump(t, fresh.DB()), w.want)
+	res = c.restore(store)
+	same(t, "the first store, restored on", dump(t, db), w.want)
+}
+
+// TestUntrustedStores: a store ahead of the changelog (its commit never made
+// it into Kafka), one without a checkpoint, and one whose checkpoint is too
+// old are wiped and restored from scratch.
+func TestUntrustedStores(t *testing.T) {
+	c := newCluster(t)
+	w := c.writer(true, 3)
+	for range 30 {
+		w.commit()
+	}
+	t.Run("ahead", func(t *testing.T) {
+		db, store := openStore(t)
+		c.restore(store)
+		junk := projection.Changes{{Key: []byte("r999"), Value: []byte("never committed")}}
+		if err := store.Write(junk, &projection.Checkpoint{Next: 1 << 40, At: time.Now().UnixMilli()}, true); err != nil {
+			t.Fatal(err)
+		}
+		if res := c.restore(store); res.Wiped == "" {
+			t.Fatal("a store ahead of the changelog was not wiped")
+		}
+		same(t, "after wiping", dump(t, db), w.want)
+	})
+	t.Run("no checkpoint", func(t *testing.T) {
+		db, store := openStore(t)
+		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("x")}}, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		if res := c.restore(store); res.Wiped == "" {
+			t.Fatal("a store without a checkpoint was not wiped")
+		}
+		same(t, "after wiping", dump(t, db), w.want)
+	})
+	t.Run("old checkpoint", func(t *testing.T) {
+		db, store := openStore(t)
+		c.restore(store)
+		w.commit()
+		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("deleted long ago")}}, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		later := func(cfg *Config) { cfg.Now = func() time.Time { return time.Now().Add(100 * time.Hour) } }
+		if res := c.restore(store, later); res.Wiped == "" {
+			t.Fatal("a store with a checkpoint older than MaxCheckpointAge was not wiped")
+		}
+		same(t, "after wiping", dump(t, db), w.want)
+	})
+}

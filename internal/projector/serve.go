@@ -1,0 +1,61 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Serve runs projector instances until ctx ends, and returns nil then. An
+// instance that stops on a failure (a transaction that did not commit, a
+// fenced producer, a broker gone for longer than a transaction may stay
+// open, a storage error) is replaced by a new one after a backoff: the new
+// one resumes from what was committed, so nothing is lost or published
+// twice. A configuration error, or topics that are not co-partitioned, is
+// returned at once: no restart can fix it. started, when not nil, is called
+// with each instance before it runs.
+func Serve(ctx context.Context, cfg Config, started func(*Projector)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	const minBackoff, maxBackoff = 500 * time.Millisecond, 30 * time.Second
+	backoff := minBackoff
+	for {
+		began := time.Now()
+		err := serveOnce(ctx, cfg, started)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrConfig) || errors.Is(err, ErrNotCoPartitioned) {
+			return err
+		}
+		if time.Since(began) > time.Minute {
+			backoff = minBackoff // it ran a while: this is a new trouble
+		}
+		cfg.Logger.Error("projector failed; starting a new instance from the committed state", "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func serveOnce(ctx context.Context, cfg Config, started func(*Projector)) error {
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	p, err := New(startCtx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info("projector started", "brokers", cfg.Brokers, "group", cfg.Group, "partitions", p.Partitions(),
+		"data_dir", cfg.DataDir, "transactions", !cfg.AtLeastOnce, "standby", cfg.Standby)
+	if started != nil {
+		started(p)
+	}
+	return p.Run(ctx)
+}
