@@ -38,6 +38,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -149,7 +150,11 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	}
 	// The human client first: the group's assignment callback uses it, and
 	// may run before NewClient returns the group client.
-	if p.human, err = kgo.NewClient(append(common, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}))...); err != nil {
+	// Its fetches wait at most 100ms for data: partitions are added one by
+	// one as their restores finish, and a partition added while a fetch is
+	// out is first fetched when that fetch returns.
+	if p.human, err = kgo.NewClient(append(common, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
+		kgo.FetchMaxWait(100*time.Millisecond))...); err != nil {
 		return fail(fmt.Errorf("projector: human input consumer: %w", err))
 	}
 	if p.group, err = kgo.NewClient(groupOpts...); err != nil {

@@ -89,8 +89,11 @@ func (n Names) Specs(partitions int32) []Spec {
 	return []Spec{
 		{Name: n.AgentEvents(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": week}},
 		{Name: n.HumanInput(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": week}},
+		// Tombstones stay a week: a projector trusts a Pebble checkpoint
+		// for at most half that (changelog.Config.MaxCheckpointAge), so it
+		// never resumes past a deletion it could no longer see.
 		{Name: n.Changelog(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{
-			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}},
+			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "delete.retention.ms": week}},
 		{Name: n.Wakes(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": day}},
 		{Name: n.PriorityWakes(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": day}},
 		{Name: n.DeadLetter(), Partitions: partitions, Configs: map[string]string{"retention.ms": week}},
