@@ -53,6 +53,10 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, names topics.Names) (int
 	var missing []string
 	for _, name := range want {
 		t, ok := td[name]
+		if ok && t.Err != nil && kerr.IsRetriable(t.Err) {
+			// Passing broker trouble, not a missing topic: Serve retries.
+			return 0, fmt.Errorf("projector: topic %s: %w", name, t.Err)
+		}
 		if !ok || t.Err != nil {
 			missing = append(missing, name)
 			continue
