@@ -10,11 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -53,53 +56,67 @@ var benchData = sync.OnceValues(func() ([]*kgo.Record, time.Time) {
 	return recs, end
 })
 
-// benchBroker starts a broker on loopback with canopy's topics and the
-// workload on the agent events topic; it is closed when the benchmark
-// function returns.
-func benchBroker(b *testing.B) (brokers []string, names topics.Names, events int, end time.Time) {
+// benchBroker starts a broker on loopback; it is closed when the benchmark
+// function returns. load creates canopy's topics under a new prefix, with the
+// workload on the agent events topic: a projector's changelog outlives it, so
+// each fresh projector needs topics of its own.
+func benchBroker(b *testing.B) (brokers []string, load func() topics.Names, events int, end time.Time) {
 	b.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(c.Close)
-	brokers, names = c.ListenAddrs(), topics.Names{Prefix: "bench", Version: 1}
+	brokers = c.ListenAddrs()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := CreateTopics(ctx, kadm.NewClient(cl), names, benchPartitions, 1); err != nil {
-		b.Fatal(err)
-	}
+	b.Cleanup(cl.Close)
 	recs, end := benchData()
-	out := make([]*kgo.Record, len(recs))
-	for i, r := range recs {
-		cp := *r
-		cp.Topic = names.AgentEvents()
-		out[i] = &cp
+	n := 0
+	load = func() topics.Names {
+		n++
+		names := topics.Names{Prefix: fmt.Sprintf("bench%d", n), Version: 1}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := CreateTopics(ctx, kadm.NewClient(cl), names, benchPartitions, 1); err != nil {
+			b.Fatal(err)
+		}
+		out := make([]*kgo.Record, len(recs))
+		for i, r := range recs {
+			cp := *r
+			cp.Topic = names.AgentEvents()
+			out[i] = &cp
+		}
+		if err := cl.ProduceSync(ctx, out...).FirstErr(); err != nil {
+			b.Fatal(err)
+		}
+		return names
 	}
-	if err := cl.ProduceSync(ctx, out...).FirstErr(); err != nil {
-		b.Fatal(err)
-	}
-	return brokers, names, len(out), end
+	return brokers, load, len(recs), end
 }
 
 // BenchmarkProjector: per iteration a fresh data directory and group, a
 // projector started on the backlog, and the time until it has applied every
-// event.
+// event; with transactions (the default) and at least once.
 func BenchmarkProjector(b *testing.B) {
-	brokers, names, events, end := benchBroker(b)
+	for _, atLeastOnce := range []bool{false, true} {
+		b.Run(fmt.Sprintf("transactions=%v", !atLeastOnce), func(b *testing.B) { benchProjector(b, atLeastOnce) })
+	}
+}
+
+func benchProjector(b *testing.B, atLeastOnce bool) {
+	brokers, load, events, end := benchBroker(b)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var elapsed time.Duration
 	var wakes int64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
+		names := load()
 		cfg := Config{Brokers: brokers, Names: names, DataDir: filepath.Join(b.TempDir(), "data"),
-			Group: fmt.Sprintf("bench-projector-%d-%d", b.N, i), Logger: quiet,
+			Group: fmt.Sprintf("bench-projector-%d-%d", b.N, i), Logger: quiet, AtLeastOnce: atLeastOnce,
 			// The wall clock stands at the end of the workload, as in a
 			// live system keeping up: no timer of it falls due on a clock
 			// months later.
@@ -142,7 +159,8 @@ func BenchmarkProjector(b *testing.B) {
 // BenchmarkRawConsume: the ceiling, a group consumer of the same records that
 // only counts them, per iteration in a fresh group.
 func BenchmarkRawConsume(b *testing.B) {
-	brokers, names, events, _ := benchBroker(b)
+	brokers, load, events, _ := benchBroker(b)
+	names := load()
 	var elapsed time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -169,4 +187,83 @@ func BenchmarkRawConsume(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(events)*float64(b.N)/elapsed.Seconds(), "events/s")
+}
+
+// BenchmarkRestore: how fast a partition's state comes back from the
+// changelog into an empty store, against reading the same changelog
+// partition with a plain consumer (BenchmarkRestore/read). The changelog is
+// what a projector wrote for the benchmark workload.
+func BenchmarkRestore(b *testing.B) {
+	brokers, load, events, end := benchBroker(b)
+	names := load()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := Config{Brokers: brokers, Names: names, DataDir: filepath.Join(b.TempDir(), "data"), Group: "bench-restore",
+		Logger: quiet, Now: func() time.Time { return end }}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := New(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	for tick := time.NewTicker(time.Millisecond); p.Stats.Applied.Load() < int64(events); <-tick.C {
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	const part = 0
+	b.Run("restore", func(b *testing.B) {
+		var records int64
+		var elapsed time.Duration
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			db, err := pebble.Open(b.TempDir(), pebbleOptions(quiet))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			start := time.Now()
+			res, err := changelog.Restore(context.Background(), changelog.Config{ClientOpts: opts, Topic: names.Changelog()},
+				part, projection.NewStore(db, part))
+			if err != nil {
+				b.Fatal(err)
+			}
+			elapsed += time.Since(start)
+			records += res.Records
+			b.StopTimer()
+			db.Close()
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(records)/elapsed.Seconds(), "records/s")
+	})
+	b.Run("read", func(b *testing.B) {
+		var records int64
+		var elapsed time.Duration
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			cl, err := kgo.NewClient(append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{names.Changelog(): {part: kgo.NewOffset().AtStart()}}))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			adm := kadm.NewClient(cl)
+			ends, err := adm.ListCommittedOffsets(context.Background(), names.Changelog())
+			if err != nil {
+				b.Fatal(err)
+			}
+			o, _ := ends.Lookup(names.Changelog(), part)
+			for done := false; !done; {
+				fs := cl.PollFetches(context.Background())
+				fs.EachRecord(func(r *kgo.Record) {
+					records++
+					done = done || r.Offset+2 >= o.Offset // the last record, then the commit marker
+				})
+			}
+			elapsed += time.Since(start)
+			cl.Close()
+		}
+		b.ReportMetric(float64(records)/elapsed.Seconds(), "records/s")
+	})
 }
