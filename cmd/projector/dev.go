@@ -125,10 +125,11 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	return first
 }
 
-// printWakes prints every wake of both lanes as it is published.
+// printWakes prints every wake of both lanes as it is committed: a
+// conductor reads with read_committed, and so sees each wake exactly once.
 func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Wakes(), names.PriorityWakes()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return err
 	}
