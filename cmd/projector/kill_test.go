@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -22,9 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
-	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -34,7 +33,8 @@ import (
 // cleanly, and then reads its Pebble state: every run must be exactly what a
 // projection that never stopped computes from the same events (what replay
 // computes), with no event applied twice or lost, and the consumed offsets
-// must be the ends of the partitions.
+// must be the ends of the partitions. The committed wakes must name every
+// triggering event exactly once.
 func TestKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
@@ -75,7 +75,6 @@ func TestKill9(t *testing.T) {
 	start := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	var events []topics.Event
 	markers := map[string]string{} // marker event id -> run
-	perRun := map[string]int{}
 	for i := 0; i < runs; i++ {
 		run := fmt.Sprintf("kill-run-%02d", i)
 		evs := workload.Generate(workload.Spec{RunID: run, SessionID: "kill", Nodes: nodes, Seed: uint64(1000 + i),
@@ -88,7 +87,6 @@ func TestKill9(t *testing.T) {
 			RunID: run, AgentID: "marker", SchemaVersion: topics.CurrentSchemaVersion, SessionID: "kill",
 			Data: &topics.Failed{ErrorCode: "end_of_test"}})
 		markers[id] = run
-		perRun[run] = len(evs)
 		events = append(events, evs...)
 	}
 	// Interleave the runs by time, each keeping its own order.
@@ -174,7 +172,8 @@ func TestKill9(t *testing.T) {
 	go func() { defer close(prodDone); prodErr = produce() }()
 	t.Cleanup(func() { cancel(); <-prodDone })
 
-	// The wake reader: counts wake records and notes each run's marker wake.
+	// The wake reader: counts committed wake records and notes each run's
+	// marker wake.
 	var (
 		mu         sync.Mutex
 		wakeCount  int
@@ -190,7 +189,7 @@ func TestKill9(t *testing.T) {
 		}
 	}
 	wakes, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Wakes(), names.PriorityWakes()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,29 +352,13 @@ func TestKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs := map[string]*projection.Projection{}
-	for _, r := range records {
-		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref := refs[ev.RunID]
-		if ref == nil {
-			if ref, err = projection.New(projection.Config{}); err != nil {
-				t.Fatal(err)
-			}
-			refs[ev.RunID] = ref
-		}
-		if _, dup := ref.Apply(ev); dup {
-			t.Fatalf("the workload repeats event %s", ev.ID)
-		}
-	}
+	ref := projectortest.NewReference(partitions)
+	ref.ApplyRecords(t, records)
 	db, err := pebble.Open(filepath.Join(dataDir, "pebble"), &pebble.Options{Logger: testLogger{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	now := start.Add(24 * time.Hour)
 	for part := int32(0); part < partitions; part++ {
 		store := projection.NewStore(db, part)
 		offs, err := store.Offsets()
@@ -390,62 +373,14 @@ func TestKill9(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for run, ref := range refs {
-			if topics.Partition([]byte(run), partitions) != part {
-				continue
-			}
-			compareRun(t, run, perRun[run], live, ref, now)
-		}
+		ref.ComparePartition(t, part, live)
 	}
-}
 
-// compareRun checks that run is the same in the live (Pebble) projection and
-// the reference: its snapshot byte for byte (but for the wall-clock fields),
-// every node, its totals, and its event count.
-func compareRun(t *testing.T, run string, events int, live, ref *projection.Projection, now time.Time) {
-	t.Helper()
-	lr, ok := live.Run(run)
-	if !ok {
-		t.Errorf("run %s: not in Pebble (%v)", run, live.Err())
-		return
-	}
-	rr, _ := ref.Run(run)
-	if lr.Seq() != int64(events) || rr.Seq() != int64(events) {
-		t.Errorf("run %s: %d events applied in Pebble, %d in the reference, want %d", run, lr.Seq(), rr.Seq(), events)
-	}
-	snap := func(p *projection.Projection) []byte {
-		s, _, err := p.Snapshot(run, now)
-		if err != nil {
-			t.Fatalf("run %s: %v", run, err)
-		}
-		s.GeneratedAt, s.SnapshotAgeMs, s.Stale = topics.Time{}, 0, false
-		b, err := topics.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	if a, b := snap(live), snap(ref); !bytes.Equal(a, b) {
-		t.Errorf("run %s: snapshot differs:\npebble:    %s\nreference: %s", run, a, b)
-	}
-	tree := func(r *projection.Run) []byte {
-		var nodes []snapshot.Node
-		for n := range r.ByLastSignal() {
-			nodes = append(nodes, n)
-		}
-		b, err := json.Marshal(struct {
-			Clock topics.Time
-			Stats snapshot.Stats
-			Nodes []snapshot.Node
-		}{r.Clock(), r.Stats(), nodes})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	if a, b := tree(lr), tree(rr); !bytes.Equal(a, b) {
-		t.Errorf("run %s: tree differs:\npebble:    %s\nreference: %s", run, a, b)
-	}
+	// What was committed to Kafka: every triggering event in exactly one
+	// wake, no wake twice, no dead letter.
+	k := projectortest.Kafka{ClientOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Names: names}
+	projectortest.CheckWakes(ctx, t, k, ref)
+	projectortest.CheckDeadLetter(ctx, t, k)
 }
 
 // child is one projector process.

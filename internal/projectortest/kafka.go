@@ -1,0 +1,350 @@
+package projectortest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Kafka says where the projector instances under test ran.
+type Kafka struct {
+	// ClientOpts connect a franz-go client to the brokers, e.g.
+	// kgo.SeedBrokers(addrs...); the checks add the options they need.
+	ClientOpts []kgo.Opt
+	// Names are the topic names the instances used.
+	Names topics.Names
+}
+
+// ReadCommitted returns every committed record of the topics: it reads each
+// partition with read_committed isolation from its start to its last stable
+// offset as listed when it is called, so records of aborted transactions are
+// left out and records produced after the listing are not waited for. Each
+// partition's records are in offset order. It fails if a topic does not
+// exist, or if ctx ends before every partition has been read to its end.
+func ReadCommitted(ctx context.Context, opts []kgo.Opt, topicNames ...string) ([]*kgo.Record, error) {
+	opts = slices.Clip(opts) // appends below must copy
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topicNames...)
+	if err == nil {
+		err = starts.Error()
+	}
+	var ends kadm.ListedOffsets
+	if err == nil {
+		// The last stable offsets: everything before them is decided.
+		ends, err = adm.ListCommittedOffsets(ctx, topicNames...)
+		if err == nil {
+			err = ends.Error()
+		}
+	}
+	cl.Close()
+	if err != nil {
+		return nil, fmt.Errorf("listing the offsets of %s: %w", strings.Join(topicNames, ", "), err)
+	}
+
+	end := map[string]map[int32]int64{}       // partitions still to read, to their end
+	next := map[string]map[int32]int64{}      // the next offset of each, as read so far
+	from := map[string]map[int32]kgo.Offset{} // what to consume
+	left := 0
+	ends.Each(func(o kadm.ListedOffset) {
+		start, _ := starts.Lookup(o.Topic, o.Partition)
+		if o.Offset <= start.Offset {
+			return // empty
+		}
+		if end[o.Topic] == nil {
+			end[o.Topic], next[o.Topic], from[o.Topic] = map[int32]int64{}, map[int32]int64{}, map[int32]kgo.Offset{}
+		}
+		end[o.Topic][o.Partition], next[o.Topic][o.Partition] = o.Offset, start.Offset
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(start.Offset)
+		left++
+	})
+	if left == 0 {
+		return nil, nil
+	}
+	// Control records (transaction markers) are kept so that every offset up
+	// to the end is seen: the last record before a partition's last stable
+	// offset is a marker whenever that partition was last written in a
+	// transaction, and may end an aborted one whose records are dropped.
+	rd, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(from),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var out []*kgo.Record
+	for left > 0 {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			var short []string
+			for t, parts := range end {
+				for p, e := range parts {
+					if next[t][p] < e {
+						short = append(short, fmt.Sprintf("%s/%d at %d of %d", t, p, next[t][p], e))
+					}
+				}
+			}
+			slices.Sort(short)
+			return nil, fmt.Errorf("reading committed records: %w with %d partition(s) not read to their end: %s",
+				ctx.Err(), len(short), strings.Join(short, ", "))
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if ferr == nil && !errors.Is(err, context.Canceled) {
+				ferr = fmt.Errorf("reading %s/%d: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return nil, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			e, ok := end[r.Topic][r.Partition]
+			if !ok || r.Offset >= e {
+				return // produced after the listing
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			if next[r.Topic][r.Partition] < e && r.Offset+1 >= e {
+				left--
+			}
+			next[r.Topic][r.Partition] = r.Offset + 1
+		})
+	}
+	return out, nil
+}
+
+// CheckWakes reads every committed wake of both wake topics and checks them
+// against the reference: each wake decodes, is on its lane's topic, in its
+// run's partition and keyed by its run; no wake id is committed twice; every
+// event that raised a trigger in the reference is a trigger of exactly one
+// committed wake, of its own run; and no wake has a trigger naming an event
+// that raised none in the reference. Timer triggers (no event id) are not
+// checked. Problems are reported through tb.Errorf.
+//
+// Call it once the instances have stopped (or at least stopped producing):
+// it reads to the end the topics have when it is called.
+func CheckWakes(ctx context.Context, tb testing.TB, k Kafka, ref *Reference) {
+	tb.Helper()
+	began := time.Now()
+	recs, err := ReadCommitted(ctx, k.ClientOpts, k.Names.Wakes(), k.Names.PriorityWakes())
+	if err != nil {
+		tb.Fatalf("projectortest: wakes: %v", err)
+	}
+	read := time.Since(began)
+	wakes, errs := decodeWakes(recs)
+	decoded := time.Since(began) - read
+	var rep report
+	expected := ref.triggering
+	where := map[string]string{}  // wake id -> where it was first read
+	woke := map[string][]string{} // triggering event id -> the wakes naming it
+	triggers, priority := 0, 0
+	for i, r := range recs {
+		at := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+		w := wakes[i]
+		if errs[i] != nil {
+			rep.add("undecodable wakes", "wake at %s does not decode: %v", at, errs[i])
+			continue
+		}
+		if first, dup := where[w.WakeID]; dup {
+			// Its triggers are not counted again: one problem, not two.
+			rep.add("wake ids committed twice", "wake %s of run %s is committed twice: at %s and at %s", w.WakeID, w.RunID, first, at)
+			continue
+		}
+		where[w.WakeID] = at
+		if w.Lane == topics.LanePriority {
+			priority++
+		}
+		if want := k.Names.WakeTopic(w.Lane); r.Topic != want {
+			rep.add("wakes on the wrong topic", "wake %s at %s: lane %s belongs on %s", w.WakeID, at, w.Lane, want)
+		}
+		if want := topics.Partition([]byte(w.RunID), ref.partitions); r.Partition != want {
+			rep.add("wakes in the wrong partition", "wake %s at %s: run %s lives in partition %d", w.WakeID, at, w.RunID, want)
+		}
+		if string(r.Key) != w.RunID {
+			rep.add("wakes with the wrong key", "wake %s at %s: keyed %q, want its run id %q", w.WakeID, at, r.Key, w.RunID)
+		}
+		var ids []string // distinct: an event may raise several triggers of one wake
+		for _, tr := range w.Triggers {
+			if tr.EventID != nil && !slices.Contains(ids, *tr.EventID) {
+				ids = append(ids, *tr.EventID)
+			}
+		}
+		for _, id := range ids {
+			triggers++
+			woke[id] = append(woke[id], w.WakeID+" at "+at)
+			run, ok := expected[id]
+			switch {
+			case !ok:
+				rep.add("triggers by events that raise none in the reference", "wake %s at %s (run %s): a trigger names event %s, which raises no trigger in the reference",
+					w.WakeID, at, w.RunID, id)
+			case run != w.RunID:
+				rep.add("triggers in a wake of another run", "wake %s at %s is of run %s but a trigger names event %s of run %s", w.WakeID, at, w.RunID, id, run)
+			}
+		}
+	}
+	ids := make([]string, 0, len(expected))
+	for id := range expected {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	missing := 0
+	for _, id := range ids {
+		switch n := len(woke[id]); {
+		case n == 0:
+			missing++
+			rep.add("triggering events in no wake", "event %s of run %s raises a trigger in the reference but is in no committed wake", id, expected[id])
+		case n > 1:
+			rep.add("triggering events in several wakes", "event %s of run %s is a trigger of %d committed wakes: %s", id, expected[id], n, strings.Join(woke[id], "; "))
+		}
+	}
+	tb.Logf("projectortest: %d committed wakes (%d priority, read in %v, decoded in %v) with %d event triggers; %d events raise a trigger in the reference, %d of them in no wake",
+		len(where), priority, read.Round(time.Millisecond), decoded.Round(time.Millisecond), triggers, len(expected), missing)
+	rep.flush(tb, "committed wakes against the reference")
+}
+
+// decodeWakes decodes the records' values with topics.DecodeWake, on every
+// CPU: strict decoding of wakes with snapshots of many nodes is the bulk of
+// CheckWakes' time, above all under the race detector.
+func decodeWakes(recs []*kgo.Record) ([]*topics.Wake, []error) {
+	wakes, errs := make([]*topics.Wake, len(recs)), make([]error, len(recs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(recs); i = int(next.Add(1) - 1) {
+				wakes[i], errs[i] = topics.DecodeWake(recs[i].Value)
+			}
+		})
+	}
+	wg.Wait()
+	return wakes, errs
+}
+
+// CheckDeadLetter checks that nothing is committed in the dead-letter topic:
+// what a projector must achieve when every input record was valid.
+func CheckDeadLetter(ctx context.Context, tb testing.TB, k Kafka) {
+	tb.Helper()
+	recs, err := ReadCommitted(ctx, k.ClientOpts, k.Names.DeadLetter())
+	if err != nil {
+		tb.Fatalf("projectortest: dead letters: %v", err)
+	}
+	var rep report
+	for _, r := range recs {
+		reason, _ := topics.Header(r.Headers, topics.HeaderDeadLetterReason)
+		src, _ := topics.Header(r.Headers, topics.HeaderDeadLetterTopic)
+		part, _ := topics.Header(r.Headers, topics.HeaderDeadLetterPartition)
+		off, _ := topics.Header(r.Headers, topics.HeaderDeadLetterOffset)
+		rep.add("dead letters", "dead letter at %s/%d@%d, from %s/%s@%s: %s", r.Topic, r.Partition, r.Offset, src, part, off, reason)
+	}
+	rep.flush(tb, "the dead-letter topic, which must be empty when all input is valid")
+}
+
+// CheckState restores each partition's committed changelog into a fresh
+// Pebble database (in a directory of tb.TempDir) with changelog.Restore,
+// opens the partition's projection on it, and compares every run of the
+// reference in that partition with it (see CompareRun). It also checks that
+// the restored next offset of the agent events topic is the end of that
+// partition: the instances consumed everything and said so in the changelog,
+// and that the changelog does not end in a torn commit. Problems are
+// reported through tb.Errorf.
+//
+// Call it once the instances have stopped: it restores what is committed
+// when it is called.
+func CheckState(ctx context.Context, tb testing.TB, k Kafka, ref *Reference) {
+	tb.Helper()
+	cl, err := kgo.NewClient(k.ClientOpts...)
+	if err != nil {
+		tb.Fatalf("projectortest: %v", err)
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, k.Names.AgentEvents())
+	if err == nil {
+		err = ends.Error()
+	}
+	cl.Close()
+	if err != nil {
+		tb.Fatalf("projectortest: listing the ends of %s: %v", k.Names.AgentEvents(), err)
+	}
+	if n := int32(len(ends[k.Names.AgentEvents()])); n != ref.partitions {
+		tb.Fatalf("projectortest: %s has %d partitions, the reference was made for %d", k.Names.AgentEvents(), n, ref.partitions)
+	}
+	var rep report
+	dir := tb.TempDir()
+	for part := int32(0); part < ref.partitions; part++ {
+		end, _ := ends.Lookup(k.Names.AgentEvents(), part)
+		checkPartition(ctx, tb, &rep, k, ref, part, end.Offset, filepath.Join(dir, fmt.Sprintf("restore-%d", part)))
+	}
+	rep.flush(tb, "state restored from the changelog against the reference")
+}
+
+func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, ref *Reference, part int32, end int64, dir string) {
+	tb.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{tb}})
+	if err != nil {
+		tb.Fatalf("projectortest: partition %d: opening a fresh Pebble: %v", part, err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			tb.Errorf("projectortest: partition %d: closing Pebble: %v", part, err)
+		}
+	}()
+	store := projection.NewStore(db, part)
+	res, err := changelog.Restore(ctx, changelog.Config{ClientOpts: k.ClientOpts, Topic: k.Names.Changelog()}, part, store)
+	if err != nil {
+		rep.add("restore failures", "partition %d: restoring the changelog: %v", part, err)
+		return
+	}
+	tb.Logf("projectortest: partition %d: restored changelog offsets [%d, %d), %d records, in %v",
+		part, res.From, res.To, res.Records, res.Elapsed.Round(time.Millisecond))
+	if len(res.Tail) > 0 {
+		// Every instance has stopped: whoever wrote last finished (a
+		// transaction, or a commit and its offsets record), or a later owner
+		// rolled the torn commit back.
+		rep.add("torn commits", "partition %d: the changelog ends in a torn commit of %d keys after every instance stopped", part, len(res.Tail))
+	}
+	offs, err := store.Offsets()
+	if err != nil {
+		rep.add("offsets unreadable", "partition %d: restored offsets: %v", part, err)
+		return
+	}
+	if got, ok := offs[k.Names.AgentEvents()]; !ok || got != end {
+		rep.add("consumed offsets not at the end", "partition %d: restored next offset of %s is %d (present: %v), want the end of the partition, %d",
+			part, k.Names.AgentEvents(), got, ok, end)
+	}
+	live, err := projection.Open(ref.cfg, store)
+	if err != nil {
+		rep.add("restored projections unreadable", "partition %d: opening the restored projection: %v", part, err)
+		return
+	}
+	ref.comparePartition(rep, part, live)
+}
+
+// quietLogger keeps Pebble's routine messages out of the test's output and
+// turns its errors into test errors.
+type quietLogger struct{ tb testing.TB }
+
+func (quietLogger) Infof(string, ...any) {}
+func (l quietLogger) Errorf(format string, args ...any) {
+	l.tb.Errorf("projectortest: pebble: "+format, args...)
+}
+func (l quietLogger) Fatalf(format string, args ...any) {
+	l.tb.Fatalf("projectortest: pebble: "+format, args...)
+}
