@@ -53,7 +53,7 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, names topics.Names) (int
 	var missing []string
 	for _, name := range want {
 		t, ok := td[name]
-		if ok && t.Err != nil && kerr.IsRetriable(t.Err) {
+		if ok && t.Err != nil && kerr.IsRetriable(t.Err) && !errors.Is(t.Err, kerr.UnknownTopicOrPartition) {
 			// Passing broker trouble, not a missing topic: Serve retries.
 			return 0, fmt.Errorf("projector: topic %s: %w", name, t.Err)
 		}
