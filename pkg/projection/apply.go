@@ -95,6 +95,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	}
 	at := ev.Time
 	n := r.node(ev.AgentID)
+	before := n.Status
 	r.mark('n', n.AgentID)
 	r.setCorrelation(n, ev.CorrelationID)
 	effect := handleRefresh
@@ -227,6 +228,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 			}
 		}
 	}
+	r.record(ev, n, before, cfg)
 	return trigs, false, nil
 }
 
@@ -361,6 +363,10 @@ func (r *Run) reclassify(n *node, at topics.Time) bool {
 	if s == w.Status {
 		return false
 	}
+	if w.Status != "" {
+		r.wdCount[w.Status]--
+	}
+	r.wdCount[s]++
 	w.Status, w.StatusUpdatedAt, w.StatusReason = s, at, why
 	return true
 }

@@ -28,6 +28,10 @@ type Config struct {
 	// memory; colder runs are read back from Pebble when next used.
 	// Default 1,000,000.
 	MaxHotNodes int
+	// HistorySize is how many of its last applied events each run keeps as
+	// compact history entries (ids, enums, times) for history windows;
+	// they are state, persisted and carried by the changelog. Default 256.
+	HistorySize int
 }
 
 // Defaults of Config.
@@ -36,7 +40,12 @@ const (
 	DefaultProgressInterval = 5 * time.Second
 	DefaultForwardGrace     = 30 * time.Second
 	DefaultMaxHotNodes      = 1_000_000
+	DefaultHistorySize      = 256
 )
+
+// maxHistorySize bounds Config.HistorySize: every entry is a key of state
+// per run, in memory and in the changelog.
+const maxHistorySize = 100_000
 
 // ErrInvalidConfig is wrapped by Config.Validate's error.
 var ErrInvalidConfig = errors.New("projection: invalid config")
@@ -56,6 +65,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxHotNodes == 0 {
 		c.MaxHotNodes = DefaultMaxHotNodes
 	}
+	if c.HistorySize == 0 {
+		c.HistorySize = DefaultHistorySize
+	}
 	return c
 }
 
@@ -73,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHotNodes < 0 {
 		errs = append(errs, fmt.Sprintf("max hot nodes %d: must not be negative", c.MaxHotNodes))
+	}
+	if c.HistorySize < 0 || c.HistorySize > maxHistorySize {
+		errs = append(errs, fmt.Sprintf("history size %d: want 0 (default) to %d", c.HistorySize, maxHistorySize))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))

@@ -104,6 +104,28 @@ func checkInvariants(r *Run) error {
 	if r.corrActive.Len() != len(r.corrAt) {
 		return fmt.Errorf("active handles: index %d, map %d", r.corrActive.Len(), len(r.corrAt))
 	}
+	wd := make(map[topics.WatchdogStatus]int)
+	for _, id := range ids {
+		if w := r.nodes[id].watchdog; w.Dispatched && w.Status != "" {
+			wd[w.Status]++
+		}
+	}
+	for s, n := range r.wdCount {
+		if n != wd[s] {
+			return fmt.Errorf("watchdog %s: count %d, scan %d", s, n, wd[s])
+		}
+	}
+	for s, n := range wd {
+		if n != r.wdCount[s] {
+			return fmt.Errorf("watchdog %s: count %d, scan %d", s, r.wdCount[s], n)
+		}
+	}
+	// The history window holds consecutive seqs ending at the run's.
+	for i := range r.hist.len() {
+		if got := r.hist.at(i).Seq; got != r.seq-int64(i) {
+			return fmt.Errorf("history entry %d has seq %d, want %d", i, got, r.seq-int64(i))
+		}
+	}
 	return nil
 }
 

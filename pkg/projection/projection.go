@@ -117,6 +117,9 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 		if !fresh {
 			// Its earlier ids are in the store only: look them up there.
 			r.seen = r.lookup
+			// A smaller window than when it was stored: the surplus goes,
+			// from the store too, with the next commit.
+			r.trimHistory(p.cfg.HistorySize)
 		}
 	}
 	r.lastUsed = p.tick
@@ -403,7 +406,10 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSnapshot, snapshot.Info, error) {
 	r, ok := p.Run(runID)
 	if !ok {
-		return nil, snapshot.Info{}, fmt.Errorf("projection: run %q: no events applied", runID)
+		if p.err != nil {
+			return nil, snapshot.Info{}, p.err
+		}
+		return nil, snapshot.Info{}, fmt.Errorf("%w: %q: no events applied", ErrUnknownRun, runID)
 	}
 	w := snapshot.Wake{
 		SnapshotID: derivedULID(uint64(max(r.clock.UnixMilli(), 0)), "current", r.id, fmt.Sprint(r.seq)).String(),

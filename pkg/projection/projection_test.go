@@ -27,8 +27,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	tree [run=R]         prints every node of the run and its totals
 //	snapshot [run=R] [max-nodes=N] [agents=a,b] [corr=c]
 //	                     prints a snapshot's inclusion order and counters
-//	config max-depth=N progress-interval=D forward-grace=D
+//	config max-depth=N progress-interval=D forward-grace=D history-size=N
 //	                     starts a new projection with that config
+//	read-model [run=R] [stale] [only=field,field]
+//	                     prints the run's read model (or only some of its
+//	                     top-level fields) as JSON, built at the run's clock
+//	history [run=R] [limit=N] [pages=N]
+//	                     prints up to N pages (default 1) of the run's
+//	                     history window, following the cursors
 //
 // Rewrite the expected output with: go test ./pkg/projection -rewrite
 func TestDataDriven(t *testing.T) {
@@ -75,6 +81,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if v := arg("forward-grace", ""); v != "" {
 			c.ForwardGrace, _ = time.ParseDuration(v)
 		}
+		if v := arg("history-size", ""); v != "" {
+			c.HistorySize, _ = strconv.Atoi(v)
+		}
 		h.reset(c)
 		return "ok"
 	case "apply":
@@ -107,6 +116,67 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.flush(t, &out, &pending)
 		if out.Len() == 0 {
 			return "no wakes"
+		}
+		return out.String()
+	case "read-model":
+		run := arg("run", "run-1")
+		var now time.Time
+		if r, ok := h.p.Run(run); ok {
+			now = r.Clock().Std()
+		}
+		m, err := h.p.ReadModel(run, now, d.HasArg("stale"))
+		if err != nil {
+			return err.Error()
+		}
+		var v any = m
+		if only := arg("only", ""); only != "" {
+			// Only some top-level fields, to keep long scenarios readable.
+			b, _ := json.Marshal(m)
+			var all map[string]json.RawMessage
+			_ = json.Unmarshal(b, &all)
+			some := map[string]json.RawMessage{}
+			for _, k := range strings.Split(only, ",") {
+				some[k] = all[k]
+			}
+			v = some
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	case "history":
+		run := arg("run", "run-1")
+		limit, _ := strconv.Atoi(arg("limit", "0"))
+		pages, _ := strconv.Atoi(arg("pages", "1"))
+		var out strings.Builder
+		cursor := arg("cursor", "")
+		for i := 0; i < pages; i++ {
+			pg, err := h.p.History(run, cursor, limit)
+			if err != nil {
+				return err.Error()
+			}
+			fmt.Fprintf(&out, "page %d: as_of=%d oldest=%d truncated=%v window=%d\n", i+1, pg.AsOfEventSeq, pg.OldestRetainedSeq, pg.Truncated, pg.WindowSize)
+			for _, e := range pg.Entries {
+				fmt.Fprintf(&out, "  %d %s %s %s @%s", e.Seq, e.EventID, e.Type, e.AgentID, clock(e.At))
+				if e.CorrelationID != nil {
+					fmt.Fprintf(&out, " corr=%s", *e.CorrelationID)
+				}
+				if e.Status != nil {
+					fmt.Fprintf(&out, " status=%s", *e.Status)
+				}
+				out.WriteString("\n")
+			}
+			if pg.NextCursor == "" {
+				out.WriteString("end\n")
+				break
+			}
+			seq, err := DecodeCursor(pg.NextCursor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&out, "next below %d\n", seq)
+			cursor = pg.NextCursor
 		}
 		return out.String()
 	case "tree":

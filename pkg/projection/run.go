@@ -113,6 +113,11 @@ type Run struct {
 	plans            map[string]*Plan
 	planOrder        []string
 	diagnostics      []Diagnostic
+	// hist is the window of the last Config.HistorySize applied events.
+	hist history
+	// wdCount counts dispatched nodes per watchdog status, so that the read
+	// model need not scan the tree.
+	wdCount map[topics.WatchdogStatus]int
 
 	// Persistence, when the run belongs to a Store: what changed since the
 	// last commit (nil when nothing persists the run), where to look up event
@@ -161,6 +166,7 @@ func newRun(id string) *Run {
 		requestDue:  btree.NewG(btreeDegree, soonestFirst),
 		requests:    make(map[string]*request),
 		plans:       make(map[string]*Plan),
+		wdCount:     make(map[topics.WatchdogStatus]int),
 	}
 }
 

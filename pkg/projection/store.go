@@ -22,6 +22,8 @@ import (
 //	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
 //	'r' run 0x00 'p' plan      plan (JSON)
 //	'r' run 0x00 'e' event     an applied event id (empty value)
+//	'r' run 0x00 'h' seq       history entry of the run's seq-th event (8 bytes big endian, JSON);
+//	                           only the last Config.HistorySize are kept, older ones deleted
 //	'k'                        changelog checkpoint (Pebble only, see Checkpoint)
 //
 // Identifiers never contain 0x00 (the contract forbids control characters),
@@ -307,6 +309,16 @@ func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
 			r.plans[rest] = pl
 		case 'e':
 			// Applied ids stay in the store; they are looked up, not loaded.
+		case 'h':
+			if len(rest) != 8 {
+				return fmt.Errorf("history key of %d bytes", len(rest))
+			}
+			var hr historyRecord
+			if err := json.Unmarshal(v, &hr); err != nil {
+				return fmt.Errorf("history %x: %v", rest, err)
+			}
+			// Keys come in seq order: the ring is oldest first.
+			r.hist.entries = append(r.hist.entries, hr.entry(int64(binary.BigEndian.Uint64([]byte(rest)))))
 		}
 		return nil
 	})
@@ -350,6 +362,9 @@ func (r *Run) restore(n *node) {
 		t.ReplaceOrInsert(id)
 	}
 	if w := &n.watchdog; w.Dispatched {
+		if w.Status != "" {
+			r.wdCount[w.Status]++
+		}
 		if !w.ExpectedBy.IsZero() && w.CompletionReceivedAt.IsZero() && !w.wasSuspect {
 			r.dispatchDue.ReplaceOrInsert(timed{w.ExpectedBy.UnixMilli(), id})
 		}
@@ -371,6 +386,9 @@ type dirt struct {
 	handles  map[string]struct{}
 	plans    map[string]struct{}
 	applied  []string
+	// history are the seqs of history entries added, historyDropped those
+	// that fell out of the window, since the last commit.
+	history, historyDropped []int64
 }
 
 func newDirt() *dirt {
@@ -378,7 +396,8 @@ func newDirt() *dirt {
 }
 
 func (d *dirt) empty() bool {
-	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 && len(d.applied) == 0
+	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 && len(d.applied) == 0 &&
+		len(d.history) == 0 && len(d.historyDropped) == 0
 }
 
 // write adds the run's changes to c and clears them.
@@ -445,6 +464,9 @@ func (s *Store) write(c *Changes, r *Run) error {
 	for _, id := range d.applied {
 		c.set(runKey(r.id, 'e', id), nil)
 	}
+	if err := writeHistory(c, r, d); err != nil {
+		return err
+	}
 	r.dirty = newDirt()
 	// A run created in this process has every id it applied in memory, so
 	// duplicates need no store lookup, until the set grows past its bound;
@@ -473,4 +495,41 @@ func putDue(c *Changes, run string, due int64, ok bool) {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(due))
 	c.set(dueKey(run), v[:])
+}
+
+// writeHistory adds the run's history changes to c: the entries added since
+// the last commit that are still in the window, and deletes of the entries
+// that left it, unless they never reached the store.
+func writeHistory(c *Changes, r *Run, d *dirt) error {
+	if len(d.history) == 0 && len(d.historyDropped) == 0 {
+		return nil
+	}
+	added := make(map[int64]bool, len(d.history))
+	for _, seq := range d.history {
+		added[seq] = true
+	}
+	for _, seq := range d.historyDropped {
+		if added[seq] {
+			delete(added, seq) // added and dropped in one commit: never stored
+			continue
+		}
+		c.del(historyKey(r.id, seq))
+	}
+	n := r.hist.len()
+	for _, seq := range d.history {
+		if !added[seq] {
+			continue
+		}
+		// The window holds consecutive seqs up to the run's newest.
+		i := int(r.seq - seq)
+		if i < 0 || i >= n || r.hist.at(i).Seq != seq {
+			return fmt.Errorf("history entry %d of run %q not in its window", seq, r.id)
+		}
+		enc, err := json.Marshal(r.hist.at(i).record())
+		if err != nil {
+			return err
+		}
+		c.set(historyKey(r.id, seq), enc)
+	}
+	return nil
 }

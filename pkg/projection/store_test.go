@@ -1,7 +1,9 @@
 package projection
 
 import (
+	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +40,9 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 			events[i], events[j] = events[j], events[i]
 		}
 	})
-	cfg := Config{MaxHotNodes: 100} // forces eviction and reloads
+	// Few hot nodes force eviction and reloads; a small history window makes
+	// entries leave it (and the store) across commits and reloads.
+	cfg := Config{MaxHotNodes: 100, HistorySize: 16}
 
 	mem, _ := New(cfg)
 	db := openDB(t, dir)
@@ -144,5 +148,35 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 		if err := checkInvariants(r); err != nil {
 			t.Fatalf("%s: %v", run, err)
 		}
+		// The history window is state like the rest: the same after reloads,
+		// and exactly the window's entries are in the store.
+		if a, b := historyDump(t, mem, run), historyDump(t, store, run); a != b {
+			t.Fatalf("%s: history differs after reload:\nmemory:\n%s\nstore:\n%s", run, a, b)
+		}
+		n := 0
+		_ = store.store.scan(store.store.abs(rel([]byte{'r'}, []byte(run), []byte{0, 'h'})), func(k, v []byte) error { n++; return nil })
+		if want := min(int(r.Seq()), cfg.HistorySize); n != want {
+			t.Fatalf("%s: %d history keys in the store, want %d", run, n, want)
+		}
+	}
+}
+
+// historyDump pages through a run's whole history window.
+func historyDump(t *testing.T, p *Projection, run string) string {
+	t.Helper()
+	var b strings.Builder
+	cursor := ""
+	for {
+		pg, err := p.History(run, cursor, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, _ := json.Marshal(pg)
+		b.Write(enc)
+		b.WriteString("\n")
+		if pg.NextCursor == "" {
+			return b.String()
+		}
+		cursor = pg.NextCursor
 	}
 }
