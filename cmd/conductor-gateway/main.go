@@ -1,0 +1,207 @@
+// Command conductor-gateway serves canopy's HTTP API for humans and readers:
+// human input onto the priority lane, and a run's snapshot, read model,
+// history and live wakes. Every flag has a CANOPY_* environment variable
+// (flags win). SIGTERM or SIGINT stops it gracefully.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/canopy-dev/canopy/internal/gateway"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stderr, nil))
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(env(name, "")); err == nil {
+		return n
+	}
+	return def
+}
+
+// run parses args, serves until ctx ends, then shuts down gracefully. ready,
+// when set, receives the listen address (for tests).
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
+	fs := flag.NewFlagSet("conductor-gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg                                  gateway.Config
+		brokers, prefix, kafkaCA, saslMech   string
+		saslUser, saslPass, jwtKeyFile, addr string
+		certFile, keyFile, projectorCA       string
+		kafkaTLS, projectorTLS               bool
+		version                              int
+		logLevel                             string
+	)
+	fs.StringVar(&addr, "listen", env("CANOPY_LISTEN", ":8080"), "address to serve HTTP on (CANOPY_LISTEN)")
+	fs.StringVar(&certFile, "tls-cert", env("CANOPY_HTTP_TLS_CERT", ""), "PEM certificate: serve HTTPS (CANOPY_HTTP_TLS_CERT)")
+	fs.StringVar(&keyFile, "tls-key", env("CANOPY_HTTP_TLS_KEY", ""), "PEM key of -tls-cert (CANOPY_HTTP_TLS_KEY)")
+	fs.StringVar(&brokers, "brokers", env("CANOPY_BROKERS", ""), "Kafka seed brokers, host:port,... (CANOPY_BROKERS)")
+	fs.StringVar(&prefix, "topic-prefix", env("CANOPY_TOPIC_PREFIX", topics.DefaultPrefix), "prefix of every topic name (CANOPY_TOPIC_PREFIX)")
+	fs.IntVar(&version, "topic-version", topics.DefaultVersion, "contract version suffix of every topic name")
+	fs.BoolVar(&kafkaTLS, "kafka-tls", env("CANOPY_TLS", "") == "true", "connect to Kafka with TLS (CANOPY_TLS=true)")
+	fs.StringVar(&kafkaCA, "kafka-tls-ca", env("CANOPY_TLS_CA", ""), "PEM file of CAs to trust for Kafka (CANOPY_TLS_CA)")
+	fs.StringVar(&saslMech, "sasl-mechanism", env("CANOPY_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (CANOPY_SASL_MECHANISM)")
+	fs.StringVar(&saslUser, "sasl-user", env("CANOPY_SASL_USER", ""), "SASL user (CANOPY_SASL_USER)")
+	fs.StringVar(&saslPass, "sasl-password", env("CANOPY_SASL_PASSWORD", ""), "SASL password (CANOPY_SASL_PASSWORD)")
+	fs.StringVar(&cfg.ProjectorGroup, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
+	fs.BoolVar(&projectorTLS, "projector-tls", env("CANOPY_PROJECTOR_TLS", "") == "true", "query projectors over HTTPS (CANOPY_PROJECTOR_TLS=true)")
+	fs.StringVar(&projectorCA, "projector-tls-ca", env("CANOPY_PROJECTOR_TLS_CA", ""), "PEM file of CAs to trust for projectors (CANOPY_PROJECTOR_TLS_CA)")
+	fs.StringVar(&jwtKeyFile, "jwt-key-file", env("CANOPY_JWT_KEY_FILE", ""), "file holding the HS256 key of bearer tokens, >= 32 bytes (CANOPY_JWT_KEY_FILE)")
+	fs.StringVar(&cfg.TokenFile, "token-file", env("CANOPY_TOKEN_FILE", ""), "JSON file of static development tokens: {\"<token>\": {\"sub\", \"runs\", \"sessions\"}} (CANOPY_TOKEN_FILE)")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", int64(envInt("CANOPY_MAX_BODY_BYTES", 128<<10)), "largest request body (CANOPY_MAX_BODY_BYTES)")
+	fs.Float64Var(&cfg.RatePerSecond, "rate", 10, "requests per second per token subject")
+	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once")
+	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
+	fs.IntVar(&cfg.MaxStreams, "max-streams", envInt("CANOPY_MAX_STREAMS", 1000), "concurrent wake streams (CANOPY_MAX_STREAMS)")
+	fs.StringVar(&logLevel, "log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: -log-level %q: want debug, info, warn or error\n", logLevel)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			cfg.Brokers = append(cfg.Brokers, b)
+		}
+	}
+	cfg.Names = topics.Names{Prefix: prefix, Version: version}
+	var errs []error
+	if kafkaTLS || kafkaCA != "" {
+		t, err := tlsClient(kafkaCA)
+		errs = append(errs, err)
+		cfg.TLS = t
+	}
+	if projectorTLS || projectorCA != "" {
+		t, err := tlsClient(projectorCA)
+		errs = append(errs, err)
+		cfg.ProjectorScheme = "https"
+		cfg.ProjectorClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: t}}
+	}
+	m, err := saslMechanism(saslMech, saslUser, saslPass)
+	errs = append(errs, err)
+	cfg.SASL = m
+	if jwtKeyFile != "" {
+		k, err := os.ReadFile(jwtKeyFile)
+		errs = append(errs, err)
+		cfg.JWTKey = []byte(strings.TrimSpace(string(k)))
+	}
+	if (certFile == "") != (keyFile == "") {
+		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
+	}
+	errs = append(errs, cfg.Validate())
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 2
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	g, err := gateway.New(startCtx, cfg)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 1
+	}
+	defer g.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 1
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	// Wake streams hold their connection: ending the gateway's context ends
+	// them, so that Shutdown does not wait for them forever.
+	srv.RegisterOnShutdown(g.Drain)
+	served := make(chan error, 1)
+	go func() {
+		if certFile != "" {
+			served <- srv.ServeTLS(ln, certFile, keyFile)
+		} else {
+			served <- srv.Serve(ln)
+		}
+	}()
+	cfg.Logger.Info("conductor-gateway serving", "addr", ln.Addr().String(), "tls", certFile != "", "partitions", g.Partitions())
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case err := <-served:
+		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: shutdown: %v\n", err)
+		return 1
+	}
+	cfg.Logger.Info("conductor-gateway stopped")
+	return 0
+}
+
+func tlsClient(caFile string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile == "" {
+		return c, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	c.RootCAs = x509.NewCertPool()
+	if !c.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificates in it", caFile)
+	}
+	return c, nil
+}
+
+func saslMechanism(mech, user, pass string) (sasl.Mechanism, error) {
+	auth := scram.Auth{User: user, Pass: pass}
+	switch strings.ToUpper(mech) {
+	case "":
+		return nil, nil
+	case "PLAIN":
+		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return auth.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return auth.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", mech)
+}

@@ -1,0 +1,194 @@
+// Package gateway is canopy's conductor gateway: the HTTP front of the
+// human input lane and of the projectors' read side.
+//
+// A human's input is authenticated, checked against the event contract and
+// produced to the human input topic keyed by its run; the answer (202) comes
+// only once Kafka has acknowledged the record from all in-sync replicas.
+// Reads of a run (snapshot, read model, history) are routed to the projector
+// instance that owns the run's partition; a run's wakes are streamed as
+// Server-Sent Events from the two wake topics.
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Config configures a Gateway. Zero fields take the default their comment
+// names.
+type Config struct {
+	// Brokers are the Kafka seed brokers, host:port. Required.
+	Brokers []string
+	// TLS, when set, is used for every broker connection.
+	TLS *tls.Config
+	// SASL, when set, authenticates every broker connection.
+	SASL sasl.Mechanism
+	// Names are the topic names; default prefix "canopy", version 1.
+	Names topics.Names
+	// ProjectorGroup is the consumer group of the projector instances, whose
+	// assignment says which instance owns a run; default "canopy-projector".
+	ProjectorGroup string
+
+	// JWTKey is the HS256 key bearer tokens are signed with. At least one
+	// of JWTKey and TokenFile is required.
+	JWTKey []byte
+	// TokenFile is a JSON file mapping static bearer tokens to their claims
+	// ({"token": {"sub": "...", "runs": [...], "sessions": [...]}}), for
+	// development. Optional.
+	TokenFile string
+
+	// MaxBodyBytes bounds a request body; larger is 413. Default 128 KiB
+	// (input text is at most 16 KiB, which JSON escaping can inflate 6x).
+	MaxBodyBytes int64
+	// RatePerSecond is each token subject's sustained request rate; default 10.
+	RatePerSecond float64
+	// RateBurst is how many requests a subject may make at once; default 20.
+	RateBurst int
+	// ProduceTimeout bounds how long an input waits for Kafka's
+	// acknowledgement before the answer is 503; default 10s.
+	ProduceTimeout time.Duration
+	// RetryAfter is what a 503 tells the client to wait; default 2s.
+	RetryAfter time.Duration
+	// IdempotencyKeys is how many recent Idempotency-Keys (with their first
+	// response) are remembered; default 10000.
+	IdempotencyKeys int
+	// MaxStreams bounds concurrent wake streams; beyond, 503. Default 1000.
+	MaxStreams int
+	// Heartbeat is how often an idle wake stream sends a comment, so proxies
+	// keep it open; default 15s.
+	Heartbeat time.Duration
+	// AssignmentTTL is how long the projector group's assignment is cached
+	// for routing reads; a 421 from a projector refreshes it. Default 5s.
+	AssignmentTTL time.Duration
+	// ProjectorClient calls the projectors' query endpoint; default a client
+	// with a 10s timeout.
+	ProjectorClient *http.Client
+	// ProjectorScheme is "http" (default) or "https" for the projectors'
+	// query endpoint.
+	ProjectorScheme string
+	// Source is the CloudEvents source of the inputs produced; default "/gateway".
+	Source string
+
+	// Now is the clock; default time.Now. Tests inject one.
+	Now func() time.Time
+	// Entropy makes the ULIDs of inputs without an Idempotency-Key; default
+	// a monotonic crypto/rand reader. Tests inject one.
+	Entropy io.Reader
+	// Logger receives the gateway's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrConfig is wrapped by Validate's error.
+var ErrConfig = errors.New("gateway: invalid config")
+
+// withDefaults fills in every zero field that has a default.
+func (c Config) withDefaults() Config {
+	if c.Names == (topics.Names{}) {
+		c.Names = topics.DefaultNames()
+	}
+	if c.ProjectorGroup == "" {
+		c.ProjectorGroup = "canopy-projector"
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 128 << 10
+	}
+	if c.RatePerSecond == 0 {
+		c.RatePerSecond = 10
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = 20
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = 10 * time.Second
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = 2 * time.Second
+	}
+	if c.IdempotencyKeys == 0 {
+		c.IdempotencyKeys = 10000
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 1000
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 15 * time.Second
+	}
+	if c.AssignmentTTL == 0 {
+		c.AssignmentTTL = 5 * time.Second
+	}
+	if c.ProjectorClient == nil {
+		c.ProjectorClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.ProjectorScheme == "" {
+		c.ProjectorScheme = "http"
+	}
+	if c.Source == "" {
+		c.Source = "/gateway"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every problem with c (after defaults), each with what to
+// fix, in one error wrapping ErrConfig.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var ps []string
+	if len(c.Brokers) == 0 {
+		ps = append(ps, "Brokers: required (the Kafka seed brokers, host:port)")
+	}
+	if err := c.Names.Validate(); err != nil {
+		ps = append(ps, "Names: "+err.Error())
+	}
+	if len(c.JWTKey) == 0 && c.TokenFile == "" {
+		ps = append(ps, "JWTKey or TokenFile: at least one is required, or no token could be accepted")
+	}
+	if len(c.JWTKey) > 0 && len(c.JWTKey) < 32 {
+		ps = append(ps, fmt.Sprintf("JWTKey: %d bytes is too short for HS256; use at least 32 random bytes", len(c.JWTKey)))
+	}
+	if c.MaxBodyBytes < 1<<10 {
+		ps = append(ps, fmt.Sprintf("MaxBodyBytes: %d is below 1024; an input of any size would be refused", c.MaxBodyBytes))
+	}
+	if c.RatePerSecond < 0 {
+		ps = append(ps, "RatePerSecond: must be positive")
+	}
+	if c.RateBurst < 1 {
+		ps = append(ps, "RateBurst: must be 1 or more")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ProduceTimeout", c.ProduceTimeout}, {"RetryAfter", c.RetryAfter}, {"Heartbeat", c.Heartbeat}, {"AssignmentTTL", c.AssignmentTTL}} {
+		if d.v < 0 {
+			ps = append(ps, d.name+": must not be negative")
+		}
+	}
+	if c.IdempotencyKeys < 1 {
+		ps = append(ps, "IdempotencyKeys: must be 1 or more")
+	}
+	if c.MaxStreams < 1 {
+		ps = append(ps, "MaxStreams: must be 1 or more")
+	}
+	if c.ProjectorScheme != "http" && c.ProjectorScheme != "https" {
+		ps = append(ps, fmt.Sprintf("ProjectorScheme: %q; want http or https", c.ProjectorScheme))
+	}
+	if len(ps) > 0 {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(ps, "; "))
+	}
+	return nil
+}

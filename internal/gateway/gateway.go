@@ -1,0 +1,247 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Gateway is the conductor gateway, an http.Handler. Close it when done.
+type Gateway struct {
+	cfg        Config
+	cl         *kgo.Client
+	adm        *kadm.Client
+	partitions int32
+	auth       *authenticator
+	limit      *limiter
+	idem       *idemCache
+	streams    chan struct{}
+	mux        *http.ServeMux
+	owners     ownerCache
+
+	entropyMu sync.Mutex // ulid entropy readers are not safe for concurrent use
+
+	ctx    context.Context // cancelled by Close: ends the wake streams
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+}
+
+// kafkaOpts are the connection options every client of the gateway shares.
+func (c *Config) kafkaOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID("canopy-gateway")}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
+	}
+	return opts
+}
+
+// New validates cfg, connects to Kafka and checks the topics (their
+// partition count places a run's input), and returns the gateway.
+func New(ctx context.Context, cfg Config) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	g := &Gateway{cfg: cfg, limit: &limiter{rate: cfg.RatePerSecond, burst: float64(cfg.RateBurst), now: cfg.Now, buckets: map[string]*bucket{}},
+		idem: newIdemCache(cfg.IdempotencyKeys), streams: make(chan struct{}, cfg.MaxStreams)}
+	if g.cfg.Entropy == nil {
+		g.cfg.Entropy = ulid.Monotonic(rand.Reader, 0)
+	}
+	g.auth = &authenticator{key: cfg.JWTKey, now: cfg.Now}
+	if cfg.TokenFile != "" {
+		var err error
+		if g.auth.static, err = LoadTokenFile(cfg.TokenFile); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	// The producer is idempotent (franz-go's default) and waits for all
+	// in-sync replicas, so a 202 means the record survives a broker loss.
+	// The partition is chosen here with the contract's murmur2 so that it is
+	// the run's partition of every co-partitioned topic.
+	g.cl, err = kgo.NewClient(append(cfg.kafkaOpts(),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0),
+		// A record not delivered by then fails in the client too, rather
+		// than being written long after its request got a 503.
+		kgo.RecordDeliveryTimeout(max(cfg.ProduceTimeout, time.Second)),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: kafka client: %w", err)
+	}
+	g.adm = kadm.NewClient(g.cl)
+	g.partitions, err = projector.CheckTopics(ctx, g.adm, cfg.Names)
+	if err != nil {
+		g.cl.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.owners.ttl = cfg.AssignmentTTL
+	g.routes()
+	return g, nil
+}
+
+// Drain ends the wake streams, which otherwise last as long as their
+// clients; inputs in flight go on. http.Server.Shutdown waits for open
+// requests, so register Drain with RegisterOnShutdown.
+func (g *Gateway) Drain() { g.cancel() }
+
+// Close ends the wake streams and closes the Kafka client. Call it after the
+// HTTP server stopped; calling it again does nothing.
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		g.cancel()
+		g.wg.Wait()
+		g.cl.Close()
+	})
+}
+
+// Partitions is the partition count of the co-partitioned topics.
+func (g *Gateway) Partitions() int32 { return g.partitions }
+
+// route is one path of the API; methods maps each allowed method to its
+// handler, so that any other method is a 405 problem.
+type route map[string]func(http.ResponseWriter, *http.Request, *Principal, string)
+
+func (g *Gateway) routes() {
+	g.mux = http.NewServeMux()
+	for path, rt := range map[string]route{
+		"/v1/runs/{run_id}/input":      {http.MethodPost: g.input},
+		"/v1/runs/{run_id}/snapshot":   {http.MethodGet: g.read("snapshot")},
+		"/v1/runs/{run_id}/read-model": {http.MethodGet: g.read("read-model")},
+		"/v1/runs/{run_id}/history":    {http.MethodGet: g.history},
+		"/v1/runs/{run_id}/wakes":      {http.MethodGet: g.wakes},
+	} {
+		g.mux.Handle(path, g.handle(rt))
+	}
+	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such endpoint; see schema/openapi.yaml"))
+	})
+}
+
+// ServeHTTP serves the API. A panic in a handler becomes a 500 problem and a
+// log line rather than a dropped connection.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			g.cfg.Logger.Error("gateway: panic serving request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.Internal, "internal error"))
+		}
+	}()
+	g.mux.ServeHTTP(w, r)
+}
+
+// handle runs the checks every endpoint shares, in an order that tells the
+// client the first thing to fix: method, credentials, rate, run id.
+func (g *Gateway) handle(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, ok := rt[r.Method]
+		if !ok {
+			for m := range rt {
+				w.Header().Set("Allow", m)
+			}
+			problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "%s is not allowed here; use %s", r.Method, w.Header().Get("Allow")))
+			return
+		}
+		p, prob := g.auth.authenticate(r)
+		if prob != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="canopy"`)
+			problem.Write(w, r, prob)
+			return
+		}
+		if ok, wait := g.limit.allow(p.Subject); !ok {
+			prob := problem.New(http.StatusTooManyRequests, problem.RateLimited,
+				"token subject %q is over %g requests/s (burst %d); retry after the Retry-After seconds", p.Subject, g.cfg.RatePerSecond, g.cfg.RateBurst)
+			prob.RetryAfter = wait
+			problem.Write(w, r, prob)
+			return
+		}
+		run := r.PathValue("run_id")
+		if msg := idProblem(run); msg != "" {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "run_id: %s", msg))
+			return
+		}
+		h(w, r, p, run)
+	})
+}
+
+// idProblem checks an identifier against the contract: 1-256 bytes of UTF-8
+// without control characters.
+func idProblem(v string) string {
+	switch {
+	case v == "":
+		return "required"
+	case len(v) > topics.MaxIDLength:
+		return fmt.Sprintf("longer than %d bytes", topics.MaxIDLength)
+	case !utf8.ValidString(v):
+		return "not valid UTF-8"
+	case strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return "contains a control character"
+	}
+	return ""
+}
+
+// authorize checks that p may touch run: the token names the run, or one of
+// its sessions is the run's session (as the run's owner projector knows it).
+func (g *Gateway) authorize(ctx context.Context, p *Principal, run string) *problem.Problem {
+	if p.CoversRun(run) {
+		return nil
+	}
+	if len(p.Sessions) == 0 {
+		return problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q does not cover run %q", p.Subject, run)
+	}
+	session, prob := g.runSession(ctx, run)
+	if prob != nil {
+		if prob.Type == problem.UnknownRun {
+			return problem.New(http.StatusForbidden, problem.Forbidden,
+				"the token of %q does not name run %q, and the run's session is not known yet (no event of it was projected)", p.Subject, run)
+		}
+		return prob
+	}
+	if !p.CoversSession(session) {
+		return problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q covers neither run %q nor its session", p.Subject, run)
+	}
+	return nil
+}
+
+// newULID makes an event id from the injected clock and entropy.
+func (g *Gateway) newULID() (string, error) {
+	g.entropyMu.Lock()
+	defer g.entropyMu.Unlock()
+	id, err := ulid.New(ulid.Timestamp(g.cfg.Now()), g.cfg.Entropy)
+	if err != nil {
+		return "", err
+	}
+	return id.String(), nil
+}
+
+// unavailable is a 503 problem with the configured Retry-After.
+func (g *Gateway) unavailable(typ, format string, args ...any) *problem.Problem {
+	p := problem.New(http.StatusServiceUnavailable, typ, format, args...)
+	p.RetryAfter = g.cfg.RetryAfter
+	return p
+}

@@ -1,0 +1,234 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// InputRequest is the body of POST /v1/runs/{run_id}/input: a human input
+// (the contract's signal.input payload) and its optional scope and causality.
+type InputRequest struct {
+	// InputKind is message, interrupt, cancel, steer, approve or reject. Required.
+	InputKind string `json:"input_kind"`
+	// Text is the input's text, at most 16 KiB of UTF-8.
+	Text string `json:"text,omitempty"`
+	// ContentRef references larger content stored elsewhere.
+	ContentRef string `json:"content_ref,omitempty"`
+	// InputID is the client's id of the input.
+	InputID       string `json:"input_id,omitempty"`
+	SessionID     string `json:"session_id,omitempty"`
+	ThreadID      string `json:"thread_id,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+	CausationID   string `json:"causation_id,omitempty"`
+}
+
+// DecodeInput decodes a request body strictly: one JSON object of
+// InputRequest's fields, nothing unknown, nothing after it. The error says
+// what is wrong, for a person.
+func DecodeInput(body []byte) (*InputRequest, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var in InputRequest
+	if err := dec.Decode(&in); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, errors.New("the body is empty; want a JSON object with input_kind")
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, errors.New("the body is not valid JSON: it ends early")
+		case errors.As(err, &se):
+			return nil, fmt.Errorf("the body is not valid JSON (at byte %d): %v", se.Offset, err)
+		case errors.As(err, &te):
+			return nil, fmt.Errorf("%s: want a JSON %s", te.Field, te.Type)
+		}
+		return nil, fmt.Errorf("the body is not an input object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("the body has data after the JSON object")
+	}
+	return &in, nil
+}
+
+// idempotencyKeyRE is what an Idempotency-Key may be: visible ASCII, so that
+// it is safe to log and hash.
+var idempotencyKeyRE = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
+
+// traceparentRE is W3C trace context's traceparent, version 00.
+var traceparentRE = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+
+// input is POST /v1/runs/{run_id}/input.
+func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMedia, "send the input as Content-Type: application/json"))
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if _, set := r.Header["Idempotency-Key"]; set && !idempotencyKeyRE.MatchString(key) {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "Idempotency-Key: want 1-255 visible ASCII characters"))
+		return
+	}
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		problem.Write(w, r, tooLarge(g.cfg.MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			problem.Write(w, r, tooLarge(g.cfg.MaxBodyBytes))
+			return
+		}
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "reading the body: %v", err))
+		return
+	}
+	in, err := DecodeInput(body)
+	if err != nil {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "%v", err))
+		return
+	}
+	if prob := g.authorize(r.Context(), p, run); prob != nil {
+		problem.Write(w, r, prob)
+		return
+	}
+	ev := &topics.Event{Source: g.cfg.Source, Type: topics.TypeInput, Time: topics.NewTime(g.cfg.Now()), RunID: run,
+		AgentID: "human:" + p.Subject, SchemaVersion: topics.CurrentSchemaVersion,
+		SessionID: in.SessionID, ThreadID: in.ThreadID, CorrelationID: in.CorrelationID, CausationID: in.CausationID,
+		Data: &topics.Input{InputID: in.InputID, InputKind: in.InputKind, Text: in.Text, ContentRef: in.ContentRef}}
+	if key == "" {
+		if ev.ID, err = g.newULID(); err != nil {
+			problem.Error(w, r, fmt.Errorf("making an event id: %w", err))
+			return
+		}
+	} else {
+		ev.ID = idempotentEventID(p.Subject, run, key)
+	}
+	tp := r.Header.Get("traceparent")
+	if !traceparentRE.MatchString(tp) {
+		tp = "" // a malformed trace context is dropped, not refused: tracing is best effort
+	}
+	rec, err := topics.EventRecord(g.cfg.Names.HumanInput(), ev, tp)
+	if err != nil {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the input violates the event contract: %s", contractDetail(err)))
+		return
+	}
+	rec.Partition = topics.Partition(rec.Key, g.partitions)
+
+	if key == "" {
+		res, prob := g.produce(r, rec, ev.ID, run)
+		if prob != nil {
+			problem.Write(w, r, prob)
+			return
+		}
+		writeAccepted(w, res, false)
+		return
+	}
+	// The fingerprint is of the decoded request, so that the same input
+	// sent with different whitespace is the same request.
+	canon, _ := json.Marshal(in)
+	sum := sha256.Sum256(canon)
+	res, owner, prob := g.idem.begin(r.Context(), p.Subject+"\x00"+run+"\x00"+key, sum)
+	if prob != nil {
+		problem.Write(w, r, prob)
+		return
+	}
+	if owner == nil {
+		writeAccepted(w, res, true)
+		return
+	}
+	res, prob = g.produce(r, rec, ev.ID, run)
+	g.idem.finish(owner, res)
+	if prob != nil {
+		problem.Write(w, r, prob)
+		return
+	}
+	writeAccepted(w, res, false)
+}
+
+func tooLarge(n int64) *problem.Problem {
+	return problem.New(http.StatusRequestEntityTooLarge, problem.TooLarge, "the body is larger than %d bytes", n)
+}
+
+// contractDetail lists a contract violation's problems with the gateway's
+// field names where they differ from the event's.
+func contractDetail(err error) string {
+	var de *topics.DecodeError
+	if !errors.As(err, &de) {
+		return err.Error()
+	}
+	var parts []string
+	for _, p := range de.Problems {
+		f := strings.TrimPrefix(p.Field, "data.")
+		switch f {
+		case "sessionid":
+			f = "session_id"
+		case "threadid":
+			f = "thread_id"
+		case "correlationid":
+			f = "correlation_id"
+		case "causationid":
+			f = "causation_id"
+		case "agentid":
+			f = "token sub"
+		}
+		parts = append(parts, f+": "+p.Problem)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// produce sends rec and waits for Kafka's acknowledgement, at most
+// ProduceTimeout. Only an acknowledged record is a success: a timeout is a
+// 503 even though the idempotent producer may still deliver the record
+// later, which a retry with the same Idempotency-Key makes harmless.
+func (g *Gateway) produce(r *http.Request, rec *kgo.Record, eventID, run string) (*accepted, *problem.Problem) {
+	type result struct {
+		rec *kgo.Record
+		err error
+	}
+	done := make(chan result, 1)
+	// The record's context is not the request's: a client that hangs up
+	// must not abort a record that may already be on its way.
+	g.cl.Produce(g.ctx, rec, func(rec *kgo.Record, err error) { done <- result{rec, err} })
+	t := time.NewTimer(g.cfg.ProduceTimeout)
+	defer t.Stop()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			g.cfg.Logger.Warn("gateway: produce failed", "run", run, "event_id", eventID, "err", res.err)
+			return nil, g.unavailable(problem.Unavailable, "Kafka did not accept the input (%v); retry, with the same Idempotency-Key", res.err)
+		}
+		return &accepted{EventID: eventID, RunID: run, Topic: res.rec.Topic, Partition: res.rec.Partition, Offset: res.rec.Offset}, nil
+	case <-t.C:
+		g.cfg.Logger.Warn("gateway: produce timed out", "run", run, "event_id", eventID, "timeout", g.cfg.ProduceTimeout)
+		return nil, g.unavailable(problem.Unavailable,
+			"Kafka did not acknowledge the input within %s; retry with the same Idempotency-Key so that it is applied once", g.cfg.ProduceTimeout)
+	}
+}
+
+func writeAccepted(w http.ResponseWriter, res *accepted, replayed bool) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	h.Set("Location", "/v1/runs/"+url.PathEscape(res.RunID)+"/snapshot")
+	w.WriteHeader(http.StatusAccepted)
+	b, _ := topics.Marshal(res)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// ownerCache caches the projector group's assignment for AssignmentTTL, so
+// that a read does not ask the group coordinator every time.
+type ownerCache struct {
+	ttl        time.Duration
+	mu         sync.Mutex
+	assignment map[int32]projector.Member
+	at         time.Time
+}
+
+// assignment returns the cached assignment, reading it again when it is
+// older than the TTL or refresh is set.
+func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]projector.Member, error) {
+	c := &g.owners
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := g.cfg.Now()
+	if !refresh && c.assignment != nil && now.Sub(c.at) < c.ttl {
+		return c.assignment, nil
+	}
+	a, err := projector.Assignment(ctx, g.adm, g.cfg.ProjectorGroup, g.cfg.Names)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// No projector has joined the group yet: nobody owns anything.
+		a, err = map[int32]projector.Member{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.assignment, c.at = a, now
+	return a, nil
+}
+
+// owner returns the advertised address of the projector that owns run, or a
+// 503 problem that says why there is none.
+func (g *Gateway) owner(ctx context.Context, run string, refresh bool) (string, *problem.Problem) {
+	a, err := g.assignment(ctx, refresh)
+	if err != nil {
+		return "", g.unavailable(problem.Unavailable, "cannot read the projector group's assignment from Kafka: %v", err)
+	}
+	m, part, err := projector.Owner(a, run, g.partitions)
+	if errors.Is(err, projector.ErrNoOwner) && !refresh {
+		// A cached assignment may predate the owner: ask again once.
+		return g.owner(ctx, run, true)
+	}
+	if err != nil {
+		return "", g.unavailable(problem.NoOwner,
+			"no projector instance owns partition %d of run %q yet (the group %q is rebalancing, or no projector is running); retry later",
+			part, run, g.cfg.ProjectorGroup)
+	}
+	if m.Addr == "" {
+		return "", g.unavailable(problem.NoOwner,
+			"projector %s owns partition %d of run %q but advertises no address; start it with -advertise-addr", m.ClientID, part, run)
+	}
+	return m.Addr, nil
+}
+
+// ask sends GET /internal/v1/runs/{run}/{what}?query to the run's owner and
+// returns the response, refreshing the assignment and retrying once when the
+// instance asked says it is not the owner (421): ownership moved.
+func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (*http.Response, *problem.Problem) {
+	refresh := false
+	for attempt := 0; ; attempt++ {
+		addr, prob := g.owner(ctx, run, refresh)
+		if prob != nil {
+			return nil, prob
+		}
+		u := url.URL{Scheme: g.cfg.ProjectorScheme, Host: addr, Path: "/internal/v1/runs/" + run + "/" + what,
+			RawPath: "/internal/v1/runs/" + url.PathEscape(run) + "/" + what, RawQuery: query.Encode()}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, problem.New(http.StatusInternalServerError, problem.Internal, "building the query: %v", err)
+		}
+		resp, err := g.cfg.ProjectorClient.Do(req)
+		if err != nil {
+			return nil, g.unavailable(problem.Unavailable, "the projector that owns run %q (%s) cannot be reached: %v", run, addr, err)
+		}
+		if resp.StatusCode == http.StatusMisdirectedRequest && attempt == 0 {
+			drain(resp)
+			refresh = true
+			continue
+		}
+		return resp, nil
+	}
+}
+
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+}
+
+// maxProjectorBody bounds what the gateway relays from a projector.
+const maxProjectorBody = 64 << 20
+
+// relay answers with a projector's response: a 200 body as is, a problem
+// with the gateway's path as its instance.
+func (g *Gateway) relay(w http.ResponseWriter, r *http.Request, run string, resp *http.Response) {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		if p, ok := problem.Read(resp); ok {
+			p.Instance = ""
+			if p.Status == 0 {
+				p.Status = resp.StatusCode
+			}
+			if p.Status == http.StatusMisdirectedRequest {
+				// Ownership moved twice in a row: to the client, the run has no settled owner.
+				p = g.unavailable(problem.NoOwner, "ownership of run %q is moving between projector instances; retry", run)
+			}
+			problem.Write(w, r, p)
+			return
+		}
+		problem.Write(w, r, g.unavailable(problem.Unavailable, "the projector that owns run %q answered %s", run, resp.Status))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProjectorBody))
+	if err != nil {
+		problem.Write(w, r, g.unavailable(problem.Unavailable, "reading the projector's answer: %v", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// read is GET /v1/runs/{run_id}/{what} for the snapshot and the read model.
+func (g *Gateway) read(what string) func(http.ResponseWriter, *http.Request, *Principal, string) {
+	return func(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
+		if prob := g.authorize(r.Context(), p, run); prob != nil {
+			problem.Write(w, r, prob)
+			return
+		}
+		resp, prob := g.ask(r.Context(), run, what, nil)
+		if prob != nil {
+			problem.Write(w, r, prob)
+			return
+		}
+		g.relay(w, r, run, resp)
+	}
+}
+
+// maxHistoryLimit bounds a history window.
+const maxHistoryLimit = 1000
+
+// history is GET /v1/runs/{run_id}/history?cursor=&limit=.
+func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
+	q := r.URL.Query()
+	out := url.Values{}
+	if c := q.Get("cursor"); c != "" {
+		if len(c) > 1024 || idProblem(c) != "" {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "cursor: pass back a next_cursor as received"))
+			return
+		}
+		out.Set("cursor", c)
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxHistoryLimit {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "limit: want an integer from 1 to %d, got %q", maxHistoryLimit, l))
+			return
+		}
+		out.Set("limit", strconv.Itoa(n))
+	}
+	if prob := g.authorize(r.Context(), p, run); prob != nil {
+		problem.Write(w, r, prob)
+		return
+	}
+	resp, prob := g.ask(r.Context(), run, "history", out)
+	if prob != nil {
+		problem.Write(w, r, prob)
+		return
+	}
+	g.relay(w, r, run, resp)
+}
+
+// runSession asks the run's owner for its snapshot and returns the session
+// in its scope ("" when it has none), for session-scoped tokens.
+func (g *Gateway) runSession(ctx context.Context, run string) (string, *problem.Problem) {
+	resp, prob := g.ask(ctx, run, "snapshot", nil)
+	if prob != nil {
+		return "", prob
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		if p, ok := problem.Read(resp); ok {
+			if p.Status == http.StatusServiceUnavailable && p.RetryAfter == 0 {
+				p.RetryAfter = g.cfg.RetryAfter
+			}
+			return "", p
+		}
+		return "", g.unavailable(problem.Unavailable, "the projector that owns run %q answered %s", run, resp.Status)
+	}
+	var s topics.AgentTreeSnapshot
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProjectorBody)).Decode(&s); err != nil {
+		return "", g.unavailable(problem.Unavailable, "the run's snapshot could not be read: %v", err)
+	}
+	if s.Scope.SessionID == nil {
+		return "", nil
+	}
+	return *s.Scope.SessionID, nil
+}
