@@ -65,6 +65,15 @@ func DecodeInput(body []byte) (*InputRequest, error) {
 	return &in, nil
 }
 
+// event is the signal.input event of in, sent by subject to run; its ID is
+// left to the caller.
+func (in *InputRequest) event(source, run, subject string, now time.Time) *topics.Event {
+	return &topics.Event{Source: source, Type: topics.TypeInput, Time: topics.NewTime(now), RunID: run,
+		AgentID: "human:" + subject, SchemaVersion: topics.CurrentSchemaVersion,
+		SessionID: in.SessionID, ThreadID: in.ThreadID, CorrelationID: in.CorrelationID, CausationID: in.CausationID,
+		Data: &topics.Input{InputID: in.InputID, InputKind: in.InputKind, Text: in.Text, ContentRef: in.ContentRef}}
+}
+
 // idempotencyKeyRE is what an Idempotency-Key may be: visible ASCII, so that
 // it is safe to log and hash.
 var idempotencyKeyRE = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
@@ -106,10 +115,7 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		problem.Write(w, r, prob)
 		return
 	}
-	ev := &topics.Event{Source: g.cfg.Source, Type: topics.TypeInput, Time: topics.NewTime(g.cfg.Now()), RunID: run,
-		AgentID: "human:" + p.Subject, SchemaVersion: topics.CurrentSchemaVersion,
-		SessionID: in.SessionID, ThreadID: in.ThreadID, CorrelationID: in.CorrelationID, CausationID: in.CausationID,
-		Data: &topics.Input{InputID: in.InputID, InputKind: in.InputKind, Text: in.Text, ContentRef: in.ContentRef}}
+	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())
 	if key == "" {
 		if ev.ID, err = g.newULID(); err != nil {
 			problem.Error(w, r, fmt.Errorf("making an event id: %w", err))
