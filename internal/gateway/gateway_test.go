@@ -253,12 +253,13 @@ func TestBrokerDown(t *testing.T) {
 // TestDecodeInput covers the decoder's messages.
 func TestDecodeInput(t *testing.T) {
 	for body, want := range map[string]string{
-		"":                             "empty",
-		`[]`:                           "want a JSON",
-		`{"input_kind":"message"} {}`:  "after the JSON object",
-		`{"input_kind":1}`:             "input_kind: want a JSON string",
-		`{"input_kind":"message"}`:     "",
-		`{"input_kind":"x","text":""}`: "",
+		"":                                    "empty",
+		`[]`:                                  "want a JSON",
+		`{"input_kind":"message"} {}`:         "after the JSON object",
+		`{"input_kind":1}`:                    "input_kind: want a JSON string",
+		`{"input_kind":"message"}`:            "",
+		`{"input_kind":"message","Text":"x"}`: "unknown field \"Text\"",
+		`{"input_kind":"x","text":""}`:        "",
 	} {
 		_, err := DecodeInput([]byte(body))
 		if (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {

@@ -62,6 +62,17 @@ func DecodeInput(body []byte) (*InputRequest, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("the body has data after the JSON object")
 	}
+	// encoding/json matches field names case-insensitively; the contract's
+	// names are exact, so "Text" is refused rather than taken for "text".
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(body, &keys); err != nil {
+		return nil, fmt.Errorf("the body is not an input object: %v", err)
+	}
+	for k := range keys {
+		if !inputFields[k] {
+			return nil, fmt.Errorf("unknown field %q; want input_kind, text, content_ref, input_id, session_id, thread_id, correlation_id, causation_id", k)
+		}
+	}
 	return &in, nil
 }
 
@@ -73,6 +84,10 @@ func (in *InputRequest) event(source, run, subject string, now time.Time) *topic
 		SessionID: in.SessionID, ThreadID: in.ThreadID, CorrelationID: in.CorrelationID, CausationID: in.CausationID,
 		Data: &topics.Input{InputID: in.InputID, InputKind: in.InputKind, Text: in.Text, ContentRef: in.ContentRef}}
 }
+
+// inputFields are InputRequest's JSON names.
+var inputFields = map[string]bool{"input_kind": true, "text": true, "content_ref": true, "input_id": true,
+	"session_id": true, "thread_id": true, "correlation_id": true, "causation_id": true}
 
 // idempotencyKeyRE is what an Idempotency-Key may be: visible ASCII, so that
 // it is safe to log and hash.
