@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -26,11 +27,24 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
+// TestMain checks, after the tests, that no goroutine leaked and that every
+// status a test saw is documented in schema/openapi.yaml for its operation.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	code := m.Run()
+	if code == 0 {
+		if err := checkObserved(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	if code == 0 {
 		// Pebble's disk-health tickers (in the projectors) end a moment after Close.
-		goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2/vfs.(*diskHealthCheckingFile).startTicker.func1"),
-	)
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2/vfs.(*diskHealthCheckingFile).startTicker.func1")); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // clock is the injected clock: tests move it by hand.
@@ -200,6 +214,7 @@ func call(t *testing.T, method, url, token string, body []byte, header ...string
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	observe(method, req.URL.Path, resp.StatusCode)
 	b, _ := io.ReadAll(resp.Body)
 	return reply{resp.StatusCode, resp.Header, b}
 }

@@ -124,15 +124,21 @@ func (g *Gateway) Partitions() int32 { return g.partitions }
 // handler, so that any other method is a 405 problem.
 type route map[string]func(http.ResponseWriter, *http.Request, *Principal, string)
 
-func (g *Gateway) routes() {
-	g.mux = http.NewServeMux()
-	for path, rt := range map[string]route{
+// table is the API: schema/openapi.yaml documents exactly these paths and
+// methods (openapi_test.go checks).
+func (g *Gateway) table() map[string]route {
+	return map[string]route{
 		"/v1/runs/{run_id}/input":      {http.MethodPost: g.input},
 		"/v1/runs/{run_id}/snapshot":   {http.MethodGet: g.read("snapshot")},
 		"/v1/runs/{run_id}/read-model": {http.MethodGet: g.read("read-model")},
 		"/v1/runs/{run_id}/history":    {http.MethodGet: g.history},
 		"/v1/runs/{run_id}/wakes":      {http.MethodGet: g.wakes},
-	} {
+	}
+}
+
+func (g *Gateway) routes() {
+	g.mux = http.NewServeMux()
+	for path, rt := range g.table() {
 		g.mux.Handle(path, g.handle(rt))
 	}
 	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
