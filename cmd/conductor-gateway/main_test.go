@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestFlagsReportEveryProblem: a bad command line names each thing to fix.
+func TestFlagsReportEveryProblem(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"-sasl-mechanism", "KERBEROS", "-tls-cert", "x"}, &stderr, nil); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	for _, want := range []string{"Brokers: required", "JWTKey or TokenFile", "-sasl-mechanism", "-tls-cert and -tls-key"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr %q does not mention %q", stderr.String(), want)
+		}
+	}
+}
+
+// TestServeAndStop: the binary serves with a token file from the
+// environment and stops gracefully when its context ends (as on SIGTERM).
+func TestServeAndStop(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	names := topics.Names{Prefix: "cmd", Version: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"dev-token-0123456789": {"sub": "dev", "runs": ["*"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CANOPY_TOKEN_FILE", tokens)
+	t.Setenv("CANOPY_BROKERS", strings.Join(c.ListenAddrs(), ","))
+	runCtx, stop := context.WithCancel(ctx)
+	addrs := make(chan string, 1)
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-topic-prefix", "cmd", "-log-level", "error"}, &stderr, func(a string) { addrs <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case code := <-done:
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"message","text":"hi"}`))
+	req.Header.Set("Authorization", "Bearer dev-token-0123456789")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("input: %d", resp.StatusCode)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	stop()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d after the stop: %s", code, stderr.String())
+	}
+}
