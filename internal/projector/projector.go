@@ -78,6 +78,8 @@ type Projector struct {
 	// ready is closed once New has set every field: the group client starts
 	// joining as soon as it is created, and its callbacks wait for this.
 	ready chan struct{}
+	// running is true while Run consumes, for Ready.
+	running atomic.Bool
 
 	// Stats are live counters, for tests and the metrics adapter.
 	Stats Stats
@@ -190,6 +192,8 @@ func (p *Projector) Owned() []int32 {
 func (p *Projector) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	p.running.Store(true)
+	defer p.running.Store(false)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); p.pollGroup(ctx) }()

@@ -43,6 +43,11 @@ type worker struct {
 	start map[string]int64
 
 	human, agent chan batch
+	// queries are reads of the state (query.go), answered between batches.
+	queries chan *query
+	// lastRecordAt is the append time of the last record applied, for the
+	// staleness of query answers when the partition is behind.
+	lastRecordAt time.Time
 	// ready is closed once the partition is restored and consuming; done
 	// when the worker's goroutine has returned; quit asks it to stop.
 	ready, quit, done chan struct{}
@@ -65,7 +70,7 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
 	w := &worker{
 		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
-		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool),
+		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool), queries: make(chan *query),
 		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
@@ -201,6 +206,30 @@ func (w *worker) run() {
 			if !w.fireTimers() {
 				return
 			}
+		case q := <-w.queries:
+			// Human input that came meanwhile goes first, even before a
+			// read.
+			if !w.drainHuman() {
+				return
+			}
+			w.answer(q)
+		}
+	}
+}
+
+// drainHuman processes the human input waiting, without blocking. It
+// returns false when the worker must stop.
+func (w *worker) drainHuman() bool {
+	for {
+		select {
+		case hb := <-w.human:
+			if !w.process(hb) {
+				return false
+			}
+		case <-w.quit:
+			return false
+		default:
+			return true
 		}
 	}
 }
@@ -221,18 +250,12 @@ func (w *worker) processAgent(b batch) bool {
 		if !w.process(chunk) {
 			return false
 		}
-		for drained := false; !drained; {
-			select {
-			case hb := <-w.human:
-				if !w.process(hb) {
-					return false
-				}
-			case <-w.quit:
-				return false
-			default:
-				drained = true
-			}
+		if !w.drainHuman() {
+			return false
 		}
+		// Between chunks the state is what was just committed: reads need
+		// not wait for the whole backlog.
+		w.serveQueries()
 	}
 	return true
 }
@@ -274,6 +297,7 @@ func (w *worker) process(b batch) bool {
 	if last == nil {
 		return true
 	}
+	w.lastRecordAt = last.Timestamp
 	// The snapshot is as fresh as the log when this batch reached the high
 	// watermark; otherwise it is as old as the last record applied.
 	source := topics.NewTime(now)

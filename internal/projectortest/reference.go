@@ -182,7 +182,8 @@ func (r *Reference) comparePartition(rep *report, part int32, live *projection.P
 // CompareRun checks that run is the same in live and in ref: both applied
 // events events, and its snapshot at now (but for the wall-clock fields
 // generated_at, snapshot_age_ms and stale), its clock, totals and every node
-// are byte for byte equal. Differences are reported through tb.Errorf.
+// are byte for byte equal, and so is its history window. Differences are
+// reported through tb.Errorf.
 func CompareRun(tb testing.TB, run string, events int, live, ref *projection.Projection, now time.Time) {
 	tb.Helper()
 	var rep report
@@ -236,6 +237,29 @@ func compareRun(rep *report, run string, events int, live, ref *projection.Proje
 	}
 	if a, b := tree(lr), tree(rr); !bytes.Equal(a, b) {
 		rep.add("trees differ", "run %s: tree (clock, totals, nodes by last signal) differs %s", run, difference(a, b))
+	}
+	// The history window is state too: the same entries, in the store and
+	// the changelog, as a projection that never stopped keeps.
+	history := func(p *projection.Projection) []byte {
+		var all []projection.HistoryEntry
+		for cursor := ""; ; {
+			pg, err := p.History(run, cursor, projection.MaxHistoryLimit)
+			if err != nil {
+				return []byte("history error: " + err.Error())
+			}
+			all = append(all, pg.Entries...)
+			if cursor = pg.NextCursor; cursor == "" {
+				break
+			}
+		}
+		b, err := json.Marshal(all)
+		if err != nil {
+			return []byte("history encoding error: " + err.Error())
+		}
+		return b
+	}
+	if a, b := history(live), history(ref); !bytes.Equal(a, b) {
+		rep.add("histories differ", "run %s: history window differs %s", run, difference(a, b))
 	}
 }
 

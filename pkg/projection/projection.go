@@ -403,7 +403,15 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 
 // Snapshot builds the current snapshot of a run, for readers rather than for a
 // wake: no node is referenced, and its id derives from the run and its seq.
+// ErrUnknownRun when no event of the run was applied.
 func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSnapshot, snapshot.Info, error) {
+	return p.CurrentSnapshot(runID, now, topics.Time{})
+}
+
+// CurrentSnapshot is Snapshot with the time up to which the projection
+// reflects its input (zero: the run's clock), which snapshot_age_ms and
+// stale are measured from, as in Wakes.
+func (p *Projection) CurrentSnapshot(runID string, now time.Time, source topics.Time) (*topics.AgentTreeSnapshot, snapshot.Info, error) {
 	r, ok := p.Run(runID)
 	if !ok {
 		if p.err != nil {
@@ -415,6 +423,7 @@ func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSna
 		SnapshotID: derivedULID(uint64(max(r.clock.UnixMilli(), 0)), "current", r.id, fmt.Sprint(r.seq)).String(),
 		Seq:        r.seq,
 		At:         r.clock,
+		Source:     source,
 	}
 	return snapshot.Build(r, w, p.cfg.Limits, now)
 }

@@ -1,0 +1,323 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestQueries: queries about a run are answered by the instance that owns
+// its partition, from its worker: the snapshot, the read model and the
+// history window, paged with cursors and bounded at the window size, the
+// same as a projection fed the same events computes; the other instance
+// answers ErrNotOwner, a run without events is unknown. The history
+// survives a move to another instance (through the changelog) and a
+// restart (from Pebble). The HTTP endpoint answers the same, with
+// problem+json errors.
+func TestQueries(t *testing.T) {
+	const partitions, window = 4, 24
+	e := newEnv(t, partitions)
+	start := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond) // no timer falls due
+	var events []topics.Event
+	var runs []string
+	for i := range 6 {
+		run := fmt.Sprintf("query-%02d", i)
+		runs = append(runs, run)
+		events = append(events, workload.Generate(workload.Spec{RunID: run, Nodes: 8 + 3*i, Seed: uint64(i + 1),
+			Start: start.Add(time.Duration(i) * time.Millisecond), Step: 10 * time.Millisecond})...)
+	}
+	pcfg := projection.Config{HistorySize: window}
+	ref, err := projection.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		ref.Apply(&events[i])
+	}
+	applied := func(ps ...*Projector) int64 {
+		var n int64
+		for _, p := range ps {
+			n += p.Stats.Applied.Load()
+		}
+		return n
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// checkRun compares what p answers about run with the reference.
+	checkRun := func(who string, p *Projector, run string) {
+		t.Helper()
+		r, _ := ref.Run(run)
+		snap, err := p.Snapshot(ctx, run)
+		if err != nil {
+			t.Fatalf("%s: snapshot of %s: %v", who, run, err)
+		}
+		want, _, _ := ref.Snapshot(run, time.Now())
+		if snap.AsOfEventSeq != r.Seq() || snap.Summary.NodeCountTotal != want.Summary.NodeCountTotal ||
+			snap.SnapshotID != want.SnapshotID {
+			t.Errorf("%s: snapshot of %s: seq %d nodes %d id %s, want %d %d %s", who, run, snap.AsOfEventSeq,
+				snap.Summary.NodeCountTotal, snap.SnapshotID, r.Seq(), want.Summary.NodeCountTotal, want.SnapshotID)
+		}
+		m, err := p.ReadModel(ctx, run)
+		if err != nil {
+			t.Fatalf("%s: read model of %s: %v", who, run, err)
+		}
+		wm, _ := ref.ReadModel(run, time.Time{}, false)
+		m.GeneratedAt, wm.GeneratedAt = topics.Time{}, topics.Time{}
+		if a, b := mustJSON(t, m), mustJSON(t, wm); a != b {
+			t.Errorf("%s: read model of %s:\n got %s\nwant %s", who, run, a, b)
+		}
+		// Page through the window, 7 at a time.
+		var got []projection.HistoryEntry
+		pages := 0
+		for cursor := ""; ; {
+			pages++
+			pg, err := p.History(ctx, run, cursor, 7)
+			if err != nil {
+				t.Fatalf("%s: history of %s: %v", who, run, err)
+			}
+			if len(pg.Entries) > 7 || pg.WindowSize != window || pg.AsOfEventSeq != r.Seq() {
+				t.Fatalf("%s: history page of %s: %d entries, window %d, as of %d", who, run, len(pg.Entries), pg.WindowSize, pg.AsOfEventSeq)
+			}
+			got = append(got, pg.Entries...)
+			if cursor = pg.NextCursor; cursor == "" {
+				if want := r.Seq() > window; pg.Truncated != want {
+					t.Errorf("%s: history of %s: truncated %v, want %v", who, run, pg.Truncated, want)
+				}
+				break
+			}
+		}
+		if n := min(int(r.Seq()), window); len(got) != n || pages != (n+6)/7 {
+			t.Errorf("%s: history of %s: %d entries in %d pages, want %d", who, run, len(got), pages, n)
+		}
+		for i, h := range got {
+			if h.Seq != r.Seq()-int64(i) {
+				t.Fatalf("%s: history of %s: entry %d has seq %d, want %d (newest first, consecutive)", who, run, i, h.Seq, r.Seq()-int64(i))
+			}
+		}
+		var wantHist []projection.HistoryEntry
+		for cursor := ""; ; {
+			pg, _ := ref.History(run, cursor, projection.MaxHistoryLimit)
+			wantHist = append(wantHist, pg.Entries...)
+			if cursor = pg.NextCursor; cursor == "" {
+				break
+			}
+		}
+		if a, b := mustJSON(t, got), mustJSON(t, wantHist); a != b {
+			t.Errorf("%s: history of %s:\n got %s\nwant %s", who, run, a, b)
+		}
+	}
+
+	cfgA := e.config(t.TempDir())
+	cfgA.Projection = pcfg
+	a, stopA := e.start(cfgA)
+	e.produce(e.names.AgentEvents(), events...)
+	waitFor(t, 60*time.Second, a, "A applies every event", func() bool { return applied(a) >= int64(len(events)) })
+	waitFor(t, 30*time.Second, a, "A owns every partition", func() bool { return len(a.Owned()) == partitions })
+	for _, run := range runs {
+		checkRun("A", a, run)
+	}
+	if _, err := a.Snapshot(ctx, "query-never-seen"); !errors.Is(err, projection.ErrUnknownRun) {
+		t.Errorf("snapshot of a run without events: %v, want ErrUnknownRun", err)
+	}
+	if _, err := a.ReadModel(ctx, "query-never-seen"); !errors.Is(err, projection.ErrUnknownRun) {
+		t.Errorf("read model of a run without events: %v, want ErrUnknownRun", err)
+	}
+	if _, err := a.History(ctx, "query-never-seen", "", 0); !errors.Is(err, projection.ErrUnknownRun) {
+		t.Errorf("history of a run without events: %v, want ErrUnknownRun", err)
+	}
+	if _, err := a.History(ctx, runs[0], "not a cursor", 0); !errors.Is(err, projection.ErrBadCursor) {
+		t.Errorf("history with a bad cursor: %v, want ErrBadCursor", err)
+	}
+	if _, err := a.History(ctx, runs[0], "", 101); !errors.Is(err, projection.ErrBadLimit) {
+		t.Errorf("history with limit 101: %v, want ErrBadLimit", err)
+	}
+	done, cancelDone := context.WithCancel(ctx)
+	cancelDone()
+	if _, err := a.Snapshot(done, runs[0]); !errors.Is(err, context.Canceled) {
+		t.Errorf("snapshot with a canceled context: %v", err)
+	}
+
+	// B joins and takes some partitions.
+	cfgB := e.config(t.TempDir())
+	cfgB.Projection = pcfg
+	b, stopB := e.start(cfgB)
+	waitFor(t, 60*time.Second, b, "A and B share the partitions", func() bool {
+		oa, ob := a.Owned(), b.Owned()
+		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
+	})
+	ownedByA := a.Owned()
+	var runOfA, runOfB string
+	for _, run := range runs {
+		if slices.Contains(ownedByA, topics.Partition([]byte(run), partitions)) {
+			runOfA = run
+		} else {
+			runOfB = run
+		}
+	}
+	if runOfA == "" || runOfB == "" {
+		t.Fatalf("the test's runs all landed on one instance (A owns %v)", ownedByA)
+	}
+	if _, err := b.Snapshot(ctx, runOfA); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("B about A's run: %v, want ErrNotOwner", err)
+	}
+	if _, err := a.History(ctx, runOfB, "", 0); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("A about B's run: %v, want ErrNotOwner", err)
+	}
+	checkRun("A", a, runOfA)
+	checkRun("B", b, runOfB) // restored from the changelog
+
+	// The HTTP endpoint of A's process.
+	qs := NewQueryServer()
+	srv := httptest.NewServer(qs)
+	defer srv.Close()
+	get := func(path string) (int, http.Header, []byte) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, body
+	}
+	wantProblem := func(path string, status int, typ string, retry bool) {
+		t.Helper()
+		code, h, body := get(path)
+		var pr problem.Problem
+		if code != status || h.Get("Content-Type") != problem.ContentType || json.Unmarshal(body, &pr) != nil ||
+			pr.Type != typ || pr.Status != status || pr.Instance == "" || (h.Get("Retry-After") != "") != retry {
+			t.Errorf("GET %s: %d %s %q (Retry-After %q), want %d problem %s", path, code, h.Get("Content-Type"), body,
+				h.Get("Retry-After"), status, typ)
+		}
+	}
+	wantProblem("/internal/v1/runs/"+runOfA+"/snapshot", http.StatusServiceUnavailable, problem.Unavailable, true)
+	if code, _, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("readyz without an instance: %d, want 503", code)
+	}
+	qs.Set(a)
+	if code, _, body := get("/healthz"); code != http.StatusOK {
+		t.Errorf("healthz: %d %s", code, body)
+	}
+	if code, _, body := get("/readyz"); code != http.StatusOK {
+		t.Errorf("readyz: %d %s", code, body)
+	}
+	code, h, body := get("/internal/v1/runs/" + runOfA + "/snapshot")
+	var snap topics.AgentTreeSnapshot
+	if code != http.StatusOK || h.Get("Content-Type") != "application/json" || json.Unmarshal(body, &snap) != nil || snap.Scope.RunID != runOfA {
+		t.Errorf("GET snapshot: %d %s %.200s", code, h.Get("Content-Type"), body)
+	}
+	code, _, body = get("/internal/v1/runs/" + runOfA + "/read-model")
+	var rm map[string]json.RawMessage
+	if code != http.StatusOK || json.Unmarshal(body, &rm) != nil {
+		t.Fatalf("GET read-model: %d %.200s", code, body)
+	}
+	// Honesty: what the events do not carry is unavailable, not a default.
+	for _, f := range []string{"model_routing", "permission_state", "sandbox_profile", "pending_approvals", "active_turn_id"} {
+		var fact projection.Fact[string]
+		if err := json.Unmarshal(rm[f], &fact); err != nil || fact.Status != projection.Unavailable || fact.Value != nil || fact.Reason == "" {
+			t.Errorf("read model %s: %s, want status unavailable with a reason and no value", f, rm[f])
+		}
+	}
+	var page projection.HistoryPage
+	code, _, body = get("/internal/v1/runs/" + runOfA + "/history?limit=3")
+	if code != http.StatusOK || json.Unmarshal(body, &page) != nil || len(page.Entries) != 3 || page.NextCursor == "" {
+		t.Fatalf("GET history: %d %.300s", code, body)
+	}
+	code, _, body = get("/internal/v1/runs/" + runOfA + "/history?limit=3&cursor=" + page.NextCursor)
+	var page2 projection.HistoryPage
+	if code != http.StatusOK || json.Unmarshal(body, &page2) != nil || len(page2.Entries) != 3 ||
+		page2.Entries[0].Seq != page.Entries[2].Seq-1 {
+		t.Errorf("GET history, second page: %d %.300s", code, body)
+	}
+	wantProblem("/internal/v1/runs/"+runOfB+"/snapshot", http.StatusMisdirectedRequest, problem.NotOwner, false)
+	wantProblem("/internal/v1/runs/"+runOfB+"/history", http.StatusMisdirectedRequest, problem.NotOwner, false)
+	// A run of A's partitions that has no events.
+	var unknown string
+	for i := 0; unknown == ""; i++ {
+		if r := fmt.Sprintf("query-unknown-%d", i); slices.Contains(ownedByA, topics.Partition([]byte(r), partitions)) {
+			unknown = r
+		}
+	}
+	wantProblem("/internal/v1/runs/"+unknown+"/read-model", http.StatusNotFound, problem.UnknownRun, false)
+	wantProblem("/internal/v1/runs/"+runOfA+"/history?cursor=%21%21", http.StatusBadRequest, problem.BadRequest, false)
+	for _, l := range []string{"0", "101", "-1", "x"} {
+		wantProblem("/internal/v1/runs/"+runOfA+"/history?limit="+l, http.StatusBadRequest, problem.BadRequest, false)
+	}
+	wantProblem("/internal/v1/nothing", http.StatusNotFound, problem.NotFound, false)
+
+	// A leaves: B takes its runs over with their history, from the changelog.
+	stopA()
+	wantProblem("/internal/v1/runs/"+runOfA+"/snapshot", http.StatusServiceUnavailable, problem.Unavailable, true)
+	waitFor(t, 60*time.Second, b, "B owns every partition", func() bool { return len(b.Owned()) == partitions })
+	for _, run := range runs {
+		checkRun("B after the move", b, run)
+	}
+	// B restarts on its data directory: the history comes back from Pebble.
+	stopB()
+	b2, _ := e.start(cfgB)
+	waitFor(t, 60*time.Second, b2, "B again owns every partition", func() bool { return len(b2.Owned()) == partitions })
+	for _, run := range runs {
+		checkRun("B after a restart", b2, run)
+	}
+}
+
+// TestQueryWhileRestoring: a partition assigned but not restored answers
+// ErrRestoring (503 with Retry-After); a stopping instance ErrStopped
+// (503); a partition not assigned ErrNotOwner.
+func TestQueryWhileRestoring(t *testing.T) {
+	ready := make(chan struct{})
+	close(ready)
+	run := "restoring-run"
+	part := topics.Partition([]byte(run), 4)
+	p := &Projector{partitions: 4, ready: ready, workers: map[int32]*worker{
+		part: {ready: make(chan struct{}), done: make(chan struct{}), quit: make(chan struct{})},
+	}}
+	ctx := context.Background()
+	if _, err := p.Snapshot(ctx, run); !errors.Is(err, ErrRestoring) {
+		t.Errorf("snapshot while restoring: %v, want ErrRestoring", err)
+	}
+	qs := NewQueryServer()
+	qs.Set(p)
+	rec := httptest.NewRecorder()
+	qs.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/internal/v1/runs/"+run+"/read-model", nil))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("read-model while restoring: %d (Retry-After %q) %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	var pr problem.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &pr); err != nil || pr.Type != problem.Restoring {
+		t.Errorf("read-model while restoring: %s, want a %s problem", rec.Body, problem.Restoring)
+	}
+	other := "x"
+	for i := 0; topics.Partition([]byte(other), 4) == part; i++ {
+		other = fmt.Sprint("x", i)
+	}
+	if _, err := p.ReadModel(ctx, other); !errors.Is(err, ErrNotOwner) {
+		t.Errorf("read model of an unassigned partition: %v, want ErrNotOwner", err)
+	}
+	p.closing = true
+	if _, err := p.History(ctx, run, "", 0); !errors.Is(err, ErrStopped) {
+		t.Errorf("history of a stopping instance: %v, want ErrStopped", err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
