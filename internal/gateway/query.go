@@ -15,6 +15,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -157,8 +158,9 @@ func (g *Gateway) read(what string) func(http.ResponseWriter, *http.Request, *Pr
 	}
 }
 
-// maxHistoryLimit bounds a history window.
-const maxHistoryLimit = 1000
+// maxHistoryLimit bounds a history window: the projection's own bound, so
+// the gateway refuses exactly what the projector would.
+const maxHistoryLimit = projection.MaxHistoryLimit
 
 // history is GET /v1/runs/{run_id}/history?cursor=&limit=.
 func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
