@@ -27,6 +27,17 @@ type stream struct {
 
 func openStream(t *testing.T, srv *httptest.Server, run, token, lastID string) *stream {
 	t.Helper()
+	s, status := tryStream(t, srv, run, token, lastID)
+	if s == nil {
+		t.Fatalf("wake stream: status %d", status)
+	}
+	return s
+}
+
+// tryStream opens a wake stream; when the answer is not a stream it returns
+// nil and the status.
+func tryStream(t *testing.T, srv *httptest.Server, run, token, lastID string) (*stream, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/runs/"+run+"/wakes", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -38,10 +49,11 @@ func openStream(t *testing.T, srv *httptest.Server, run, token, lastID string) *
 		cancel()
 		t.Fatal(err)
 	}
+	observe("GET", req.URL.Path, resp.StatusCode)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		cancel()
 		resp.Body.Close()
-		t.Fatalf("wake stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		return nil, resp.StatusCode
 	}
 	s := &stream{t: t, resp: resp, events: make(chan sseEvent, 100), cancel: cancel}
 	go func() {
@@ -52,6 +64,8 @@ func openStream(t *testing.T, srv *httptest.Server, run, token, lastID string) *
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
+			case strings.HasPrefix(line, ":"):
+				s.events <- sseEvent{name: "comment", data: line}
 			case line == "":
 				if ev.name != "" {
 					s.events <- ev
@@ -67,7 +81,7 @@ func openStream(t *testing.T, srv *httptest.Server, run, token, lastID string) *
 		}
 	}()
 	t.Cleanup(s.close)
-	return s
+	return s, resp.StatusCode
 }
 
 func (s *stream) close() {
@@ -185,5 +199,37 @@ func TestInputWakeStream(t *testing.T) {
 		if ev := again.next("wake"); ev.id != id {
 			t.Fatalf("resumed wake %d has id %s, want %s", i, ev.id, id)
 		}
+	}
+}
+
+// TestStreamLimitAndHeartbeat: beyond MaxStreams a stream is 503 with
+// Retry-After; an idle stream sends heartbeat comments; a closed stream
+// frees its slot.
+func TestStreamLimitAndHeartbeat(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	cfg.MaxStreams, cfg.Heartbeat = 1, 10*time.Millisecond
+	_, srv := e.gateway(cfg)
+	st := openStream(t, srv, "run-1", tokAll, "")
+	st.next("open")
+	if c := st.next("comment"); c.data != ": heartbeat" {
+		t.Errorf("comment %q", c.data)
+	}
+	r := call(t, "GET", srv.URL+"/v1/runs/run-2/wakes", tokAll, nil)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.problem(t).Detail, "maximum of 1 wake streams") {
+		t.Errorf("a second stream: %d %s", r.status, r.body)
+	}
+	st.close()
+	var again *stream
+	waitFor(t, 10*time.Second, "the closed stream's slot is free", func() bool {
+		var status int
+		again, status = tryStream(t, srv, "run-2", tokAll, "0.0")
+		if again == nil && status != 503 {
+			t.Fatalf("status %d", status)
+		}
+		return again != nil
+	})
+	if o := again.next("open"); o.id != "0.0" {
+		t.Errorf("resumed at %s, want 0.0", o.id)
 	}
 }
