@@ -420,7 +420,7 @@ func (h *harness) start(name, dir string) *child {
 	c := &child{name: name, exited: make(chan struct{})}
 	c.cmd = exec.Command(h.bin, "run", "-brokers", strings.Join(h.brokers, ","), "-topic-prefix", h.names.Prefix,
 		"-data-dir", filepath.Join(h.tmp, dir), "-group", h.group, "-session-timeout", "2s", "-transactions=true",
-		"-log-level", "info")
+		"-log-level", "info", "-http-addr", "127.0.0.1:0")
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 	if err := c.cmd.Start(); err != nil {
 		h.t.Fatal(err)

@@ -128,7 +128,7 @@ func benchFailover(b *testing.B, standby bool) {
 			c := &child{name: name, exited: make(chan struct{})}
 			args := []string{"run", "-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
 				"-data-dir", filepath.Join(tmp, fmt.Sprintf("%s-%d", name, i)), "-group", group,
-				"-session-timeout", failoverSession.String(), "-advertise-addr", name + ":1", "-log-level", "warn"}
+				"-session-timeout", failoverSession.String(), "-advertise-addr", name + ":1", "-log-level", "warn", "-http-addr", "127.0.0.1:0"}
 			if standby {
 				args = append(args, "-standby")
 			}

@@ -244,7 +244,8 @@ func TestKill9(t *testing.T) {
 		// pod would: the new process takes the dead one's place in the group
 		// at once instead of after its session timeout.
 		c.cmd = exec.Command(bin, "run", "-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
-			"-data-dir", dataDir, "-group", group, "-instance-id", "kill-test", "-session-timeout", "6s", "-log-level", "info")
+			"-data-dir", dataDir, "-group", group, "-instance-id", "kill-test", "-session-timeout", "6s", "-log-level", "info",
+			"-http-addr", "127.0.0.1:0")
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 		if err := c.cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -135,7 +138,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Standby, "standby", env("CANOPY_STANDBY", "") == "true",
 		"keep warm copies of the partitions this instance does not own, for fast failover (CANOPY_STANDBY=true)")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", env("CANOPY_ADVERTISE_ADDR", ""),
-		"host:port where this instance answers for its runs, published with its group membership (CANOPY_ADVERTISE_ADDR)")
+		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
+			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081 (CANOPY_ADVERTISE_ADDR)")
+	httpAddr := fs.String("http-addr", env("CANOPY_HTTP_ADDR", ":8081"),
+		"listen address of the internal query endpoint (/internal/v1/runs/..., /healthz, /readyz); empty disables it (CANOPY_HTTP_ADDR)")
 	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", 1_000_000, "nodes kept in memory per partition; colder runs are read back from Pebble")
 	addProjectionFlags(fs, &cfg.Projection)
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
@@ -163,12 +169,94 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := projector.Serve(ctx, cfg, nil); err != nil {
+	qs := projector.NewQueryServer()
+	actors := []actor{{
+		name:  "projector",
+		start: func(ctx context.Context) error { return projector.Serve(ctx, cfg, qs.Set) },
+	}}
+	if *httpAddr != "" {
+		// Listen before anything starts: a taken port is a configuration
+		// error to report at once, not after the partitions are restored.
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
+			return 1
+		}
+		srv := &http.Server{Handler: qs, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String())
+		actors = append(actors, actor{
+			name: "query endpoint",
+			start: func(context.Context) error {
+				if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+					return err
+				}
+				return nil
+			},
+			stop: func() {
+				// In-flight queries finish; the projector has stopped by
+				// now, so they are answered 503 at once.
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			},
+		})
+	}
+	if err := runActors(ctx, actors); err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 1
 	}
 	cfg.Logger.Info("projector stopped")
 	return 0
+}
+
+// actor is one part of a process that runs until stopped: start runs it
+// until ctx ends (or it fails); stop, when set, makes a start that does not
+// watch ctx return.
+type actor struct {
+	name  string
+	start func(ctx context.Context) error
+	stop  func()
+}
+
+// runActors starts every actor and, once ctx ends or any of them returns,
+// stops them all in order, each after the one before it has returned: the
+// projector first (it finishes and commits its batches), the query
+// endpoint after it, so that readers are answered until the end. It
+// returns the first error.
+func runActors(ctx context.Context, actors []actor) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		i   int
+		err error
+	}
+	done := make(chan result, len(actors))
+	for i, a := range actors {
+		go func() { done <- result{i, a.start(ctx)} }()
+	}
+	var first error
+	returned := make([]bool, len(actors))
+	note := func(r result) {
+		returned[r.i] = true
+		if r.err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", actors[r.i].name, r.err)
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case r := <-done:
+		note(r)
+	}
+	cancel()
+	for i, a := range actors {
+		if !returned[i] && a.stop != nil {
+			a.stop()
+		}
+		for !returned[i] {
+			note(<-done)
+		}
+	}
+	return first
 }
 
 // createTopics is "projector create-topics": every canopy topic, co-partitioned.

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestRunServesQueries: "projector run -http-addr" serves the query
+// endpoint of the instance Serve runs: ready once it owns its partitions,
+// the snapshot of a run it projected, and on SIGTERM it stops gracefully,
+// the HTTP server with it.
+func TestRunServesQueries(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	names := topics.Names{Prefix: "httptest", Version: 1}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	// A free port: listen, note it, close. Nothing else in the test takes it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	var out syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- runProjector([]string{"-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
+			"-data-dir", t.TempDir(), "-group", "httptest", "-session-timeout", "2s", "-http-addr", addr,
+			"-advertise-addr", addr, "-log-level", "info"}, &out)
+	}()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	get := func(path string) (int, string) {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 60s; output:\n%s", what, out.String())
+			}
+			select {
+			case c := <-code:
+				t.Fatalf("projector run exited with %d:\n%s", c, out.String())
+			default:
+			}
+		}
+	}
+	waitUntil("ready", func() bool { c, _ := get("/readyz"); return c == http.StatusOK })
+	if c, body := get("/healthz"); c != http.StatusOK {
+		t.Errorf("healthz: %d %s", c, body)
+	}
+
+	ev := topics.Event{ID: "ev-1", Source: "/agents/root", Type: topics.TypeNodeCreated, Time: topics.NewTime(time.Now()),
+		RunID: "run-http", AgentID: "root", SchemaVersion: topics.CurrentSchemaVersion,
+		Data: &topics.NodeCreated{Role: topics.RoleConductor}}
+	rec, err := topics.EventRecord(names.AgentEvents(), &ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Partition = topics.Partition(rec.Key, 2)
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	waitUntil("the run's snapshot", func() bool {
+		var c int
+		c, body = get("/internal/v1/runs/run-http/snapshot")
+		return c == http.StatusOK
+	})
+	var snap topics.AgentTreeSnapshot
+	if err := json.Unmarshal([]byte(body), &snap); err != nil || snap.AsOfEventSeq != 1 || snap.Scope.RunID != "run-http" {
+		t.Errorf("snapshot: %v %s", err, body)
+	}
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("projector run exited with %d:\n%s", c, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("projector run did not stop on SIGTERM:\n%s", out.String())
+	}
+	if c, _ := get("/healthz"); c != 0 {
+		t.Errorf("the query endpoint still answers after the process stopped: %d", c)
+	}
+}
