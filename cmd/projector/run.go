@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -143,6 +144,8 @@ func runProjector(args []string, stderr io.Writer) int {
 	httpAddr := fs.String("http-addr", env("CANOPY_HTTP_ADDR", ":8081"),
 		"listen address of the internal query endpoint (/internal/v1/runs/..., /healthz, /readyz); empty disables it (CANOPY_HTTP_ADDR)")
 	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", 1_000_000, "nodes kept in memory per partition; colder runs are read back from Pebble")
+	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
+		"applied events each run keeps for history windows (state: give every instance the same)")
 	addProjectionFlags(fs, &cfg.Projection)
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
