@@ -214,24 +214,31 @@ func idProblem(v string) string {
 // authorize checks that p may touch run: the token names the run, or one of
 // its sessions is the run's session (as the run's owner projector knows it).
 func (g *Gateway) authorize(ctx context.Context, p *Principal, run string) *problem.Problem {
+	_, prob := g.authorizeSession(ctx, p, run)
+	return prob
+}
+
+// authorizeSession is authorize that also returns the run's session when
+// the token covers the run only through it ("" when it names the run).
+func (g *Gateway) authorizeSession(ctx context.Context, p *Principal, run string) (string, *problem.Problem) {
 	if p.CoversRun(run) {
-		return nil
+		return "", nil
 	}
 	if len(p.Sessions) == 0 {
-		return problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q does not cover run %q", p.Subject, run)
+		return "", problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q does not cover run %q", p.Subject, run)
 	}
 	session, prob := g.runSession(ctx, run)
 	if prob != nil {
 		if prob.Type == problem.UnknownRun {
-			return problem.New(http.StatusForbidden, problem.Forbidden,
+			return "", problem.New(http.StatusForbidden, problem.Forbidden,
 				"the token of %q does not name run %q, and the run's session is not known yet (no event of it was projected)", p.Subject, run)
 		}
-		return prob
+		return "", prob
 	}
 	if !p.CoversSession(session) {
-		return problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q covers neither run %q nor its session", p.Subject, run)
+		return "", problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q covers neither run %q nor its session", p.Subject, run)
 	}
-	return nil
+	return session, nil
 }
 
 // newULID makes an event id from the injected clock and entropy.

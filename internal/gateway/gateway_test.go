@@ -56,6 +56,7 @@ func TestRefusals(t *testing.T) {
 		{"wrong key", "POST", "/v1/runs/run-1/input", otherKey, msg, nil, 401, problem.Unauthorized, "signature"},
 		{"alg none", "POST", "/v1/runs/run-1/input", none, msg, nil, 401, problem.Unauthorized, "HS256"},
 		{"run not covered", "POST", "/v1/runs/run-2/input", tokRun1, msg, nil, 403, problem.Forbidden, `run "run-2"`},
+		{"session not held", "POST", "/v1/runs/run-1/input", tokRun1, `{"input_kind":"message","session_id":"s9"}`, nil, 403, problem.Forbidden, `session_id "s9"`},
 		{"read not covered", "GET", "/v1/runs/run-2/snapshot", tokRun1, "", nil, 403, problem.Forbidden, `run "run-2"`},
 		{"too large", "POST", "/v1/runs/run-1/input", tokAll, `{"input_kind":"message","text":"` + strings.Repeat("x", 4096) + `"}`, nil, 413, problem.TooLarge, "2048 bytes"},
 		{"not json", "POST", "/v1/runs/run-1/input", tokAll, `{"input_kind":`, nil, 400, problem.BadRequest, "not valid JSON"},

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,8 +127,23 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "%v", err))
 		return
 	}
-	if prob := g.authorize(r.Context(), p, run); prob != nil {
+	session, prob := g.authorizeSession(r.Context(), p, run)
+	if prob != nil {
 		problem.Write(w, r, prob)
+		return
+	}
+	// The first event of a run fixes its session, and sessions grant
+	// access: a token may only name a session it holds, or, holding the run
+	// through its session, that session.
+	switch {
+	case session != "" && in.SessionID == "":
+		in.SessionID = session
+	case session != "" && in.SessionID != session:
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "session_id %q is not the run's session", in.SessionID))
+		return
+	case session == "" && in.SessionID != "" && !p.CoversSession(in.SessionID) && !slices.Contains(p.Runs, "*"):
+		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden,
+			"the token of %q does not cover session_id %q; leave it out or use a token whose sessions claim names it", p.Subject, in.SessionID))
 		return
 	}
 	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())

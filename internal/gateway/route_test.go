@@ -151,7 +151,16 @@ func TestRouting(t *testing.T) {
 	if r := call(t, "GET", srv.URL+"/v1/runs/unknown/snapshot", tokSession, nil); r.status != 403 {
 		t.Errorf("session token, unknown run: %d %s", r.status, r.body)
 	}
-	decodeAccepted(t, post(t, srv, "run-b-s1", tokSession, msg))
+	acc := decodeAccepted(t, post(t, srv, "run-b-s1", tokSession, msg))
+	if r := post(t, srv, "run-b-s1", tokSession, `{"input_kind":"message","session_id":"s2"}`); r.status != 403 {
+		t.Errorf("session token naming another session: %d %s", r.status, r.body)
+	}
+	for _, rec := range e.records(e.names.HumanInput()) {
+		ev, err := topics.DecodeRecord(rec.Key, rec.Value, rec.Headers)
+		if err != nil || (ev.ID == acc.EventID && ev.SessionID != "s1") {
+			t.Errorf("record %+v %v: want the run's session s1 filled in", ev, err)
+		}
+	}
 	if r := post(t, srv, "run-b-s2", tokSession, msg); r.status != 403 {
 		t.Errorf("session token, input to a run of another session: %d %s", r.status, r.body)
 	}
