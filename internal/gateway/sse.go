@@ -38,6 +38,9 @@ func ParseStreamPos(s string) (normal, priority int64, err error) {
 	return normal, priority, nil
 }
 
+// fetchErrorPause is how long a wake stream waits after a failed fetch.
+const fetchErrorPause = 500 * time.Millisecond
+
 // wakes is GET /v1/runs/{run_id}/wakes: the run's wakes, both lanes, as
 // Server-Sent Events. It reads the wake topics with read_committed, so it
 // sends exactly the wakes of committed projector transactions. Without
@@ -143,6 +146,17 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 			case fetched <- b:
 			case <-ctx.Done():
 				return
+			}
+			if b.err != nil && len(b.recs) == 0 {
+				// A broker in trouble can fail every fetch at once: pause
+				// so that a stream does not spin on errors.
+				t := time.NewTimer(fetchErrorPause)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
 			}
 		}
 	}()
