@@ -1,7 +1,9 @@
 package projectortest
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -329,12 +331,43 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 		rep.add("consumed offsets not at the end", "partition %d: restored next offset of %s is %d (present: %v), want the end of the partition, %d",
 			part, k.Names.AgentEvents(), got, ok, end)
 	}
+	checkHistoryKeys(rep, db, ref, part)
 	live, err := projection.Open(ref.cfg, store)
 	if err != nil {
 		rep.add("restored projections unreadable", "partition %d: opening the restored projection: %v", part, err)
 		return
 	}
 	ref.comparePartition(rep, part, live)
+}
+
+// checkHistoryKeys checks that the changelog holds no more history entries
+// per run than the window: entries that left it must have left the
+// changelog too (a later load would trim them, hiding the leak from
+// CompareRun). Key layout: pkg/projection Store.
+func checkHistoryKeys(rep *report, db *pebble.DB, ref *Reference, part int32) {
+	window := ref.cfg.WithDefaults().HistorySize
+	for _, run := range ref.Runs() {
+		if topics.Partition([]byte(run), ref.partitions) != part {
+			continue
+		}
+		prefix := []byte{'p', 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(prefix[1:], uint32(part))
+		prefix = append(append(append(prefix, 'r'), run...), 0, 'h')
+		upper := append(bytes.Clone(prefix[:len(prefix)-1]), 'h'+1)
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		if err != nil {
+			rep.add("history keys unreadable", "run %s: %v", run, err)
+			continue
+		}
+		n := 0
+		for it.First(); it.Valid(); it.Next() {
+			n++
+		}
+		_ = it.Close()
+		if want := min(ref.Events(run), window); n != want {
+			rep.add("history keys beyond the window", "run %s: %d history entries in the changelog, want %d (window %d)", run, n, want, window)
+		}
+	}
 }
 
 // quietLogger keeps Pebble's routine messages out of the test's output and
