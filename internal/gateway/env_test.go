@@ -71,7 +71,7 @@ var jwtKey = []byte("0123456789abcdef0123456789abcdef")
 
 // env is a kfake broker on loopback with canopy's topics.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	cluster *kfake.Cluster
 	brokers []string
 	names   topics.Names
@@ -82,7 +82,7 @@ type env struct {
 	parts   int32
 }
 
-func newEnv(t *testing.T, partitions int32) *env {
+func newEnv(t testing.TB, partitions int32) *env {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
