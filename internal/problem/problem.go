@@ -33,7 +33,7 @@ const (
 	UnknownRun       = TypeBase + "unknown-run"        // 404: no event of the run was projected
 	MethodNotAllowed = TypeBase + "method-not-allowed" // 405
 	Conflict         = TypeBase + "idempotency-conflict"
-	TooLarge         = TypeBase + "body-too-large"   // 413
+	TooLarge         = TypeBase + "body-too-large"    // 413
 	UnsupportedMedia = TypeBase + "unsupported-media" // 415
 	RateLimited      = TypeBase + "rate-limited"      // 429, with Retry-After
 	NotOwner         = TypeBase + "not-owner"         // 421: this projector does not own the run's partition
