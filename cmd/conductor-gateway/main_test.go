@@ -3,6 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,7 +43,40 @@ func TestFlagsReportEveryProblem(t *testing.T) {
 	}
 }
 
-// TestServeAndStop: the binary serves with a token file from the
+// selfSigned writes a certificate for 127.0.0.1 and its key as PEM files.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gateway test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestServeAndStop: the binary serves HTTPS with a token file from the
 // environment and stops gracefully when its context ends (as on SIGTERM).
 func TestServeAndStop(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
@@ -59,12 +101,16 @@ func TestServeAndStop(t *testing.T) {
 	}
 	t.Setenv("CANOPY_TOKEN_FILE", tokens)
 	t.Setenv("CANOPY_BROKERS", strings.Join(c.ListenAddrs(), ","))
+	certFile, keyFile, pool := selfSigned(t)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
 	runCtx, stop := context.WithCancel(ctx)
 	addrs := make(chan string, 1)
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-topic-prefix", "cmd", "-log-level", "error"}, &stderr, func(a string) { addrs <- a })
+		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-topic-prefix", "cmd", "-log-level", "error",
+			"-tls-cert", certFile, "-tls-key", keyFile}, &stderr, func(a string) { addrs <- a })
 	}()
 	var addr string
 	select {
@@ -72,10 +118,10 @@ func TestServeAndStop(t *testing.T) {
 	case code := <-done:
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"message","text":"hi"}`))
+	req, _ := http.NewRequest("POST", "https://"+addr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"message","text":"hi"}`))
 	req.Header.Set("Authorization", "Bearer dev-token-0123456789")
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +129,7 @@ func TestServeAndStop(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Errorf("input: %d", resp.StatusCode)
 	}
-	http.DefaultClient.CloseIdleConnections()
+	client.CloseIdleConnections()
 	stop()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d after the stop: %s", code, stderr.String())
