@@ -3,12 +3,16 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -19,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/wakefmt"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -39,6 +44,8 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		partitions = fs.Int("partitions", 4, "partitions of the topics")
 		duration   = fs.Duration("duration", 0, "stop after this long (default: until Ctrl-C)")
 		dataDir    = fs.String("data-dir", "", "keep the projector's state here (default: a temporary directory)")
+		httpAddr   = fs.String("http-addr", "127.0.0.1:8081", "the projector's query endpoint (loopback)")
+		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -54,7 +61,8 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir}, stdout, stderr); err != nil {
+	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
+		httpAddr: *httpAddr, gatewayAddr: *gwAddr}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "projector dev: %v\n", err)
 		return 1
 	}
@@ -62,11 +70,16 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 }
 
 type devOptions struct {
-	runs, nodes int
-	rate        float64
-	partitions  int32
-	dataDir     string
+	runs, nodes           int
+	rate                  float64
+	partitions            int32
+	dataDir               string
+	httpAddr, gatewayAddr string
 }
+
+// devToken is the bearer token of `make run`'s gateway: every run, on
+// loopback only.
+const devToken = "canopy-dev-token"
 
 func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -98,26 +111,79 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "canopy dev: waves of %d demo runs of %d nodes at %.0f events/s; a human types into the newest wave every 10s (WAKE! = priority lane). Ctrl-C stops.\n\n",
 		o.runs, o.nodes, o.rate)
 
-	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: "canopy-dev", Logger: log})
+	// The projector's query endpoint, which the gateway routes reads to,
+	// and the gateway with a static development token.
+	qLis, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return fmt.Errorf("the projector's query endpoint: %w (choose another with -http-addr)", err)
+	}
+	gLis, err := net.Listen("tcp", o.gatewayAddr)
+	if err != nil {
+		qLis.Close()
+		return fmt.Errorf("the gateway: %w (choose another with -gateway-addr)", err)
+	}
+	defer qLis.Close() // closed by its server too; this covers the early returns
+	defer gLis.Close()
+	tokens := filepath.Join(dir, "dev-tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"`+devToken+`": {"sub": "dev", "runs": ["*"], "sessions": ["*"]}}`), 0o600); err != nil {
+		return err
+	}
+	const group = "canopy-dev"
+	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
+		AdvertiseAddr: qLis.Addr().String()})
 	if err != nil {
 		return err
 	}
+	queries := projector.NewQueryServer()
+	queries.Set(p)
+	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+	servers := []*http.Server{{Handler: queries, ReadHeaderTimeout: 10 * time.Second}, {Handler: gw, ReadHeaderTimeout: 10 * time.Second}}
+	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gLis.Addr(), devToken)
+	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gLis.Addr())
+	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n\n", devToken, gLis.Addr())
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 3)
-	wg.Add(3)
+	const actors = 5
+	errc := make(chan error, actors)
+	wg.Add(actors)
 	go func() { defer wg.Done(); errc <- p.Run(ctx) }()
 	go func() { defer wg.Done(); errc <- printWakes(ctx, brokers, names, stdout) }()
 	go func() { defer wg.Done(); errc <- demoTraffic(ctx, cl, names, o) }()
+	for i, lis := range []net.Listener{qLis, gLis} {
+		srv := servers[i]
+		go func() {
+			defer wg.Done()
+			err := srv.Serve(lis)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
 	var first error
-	for i := 0; i < 3; i++ {
-		if err := <-errc; err != nil && first == nil && ctx.Err() == nil {
+	for i := 0; i < actors; i++ {
+		err := <-errc
+		if err != nil && first == nil && ctx.Err() == nil {
 			first = err
+		}
+		if i == 0 {
+			// Whichever ends first (the duration, Ctrl-C, a failure) ends
+			// all: the HTTP servers first, so that no request is left
+			// waiting on a projector that stops.
+			gw.Drain()
+			for _, srv := range servers {
+				sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = srv.Shutdown(sctx)
+				scancel()
+			}
 			cancel()
-		} else if i == 0 {
-			cancel() // whichever ends first (the duration, Ctrl-C) ends all
 		}
 	}
 	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDev is `make run` as a new user meets it: everything comes up on
+// loopback, the curl the banner prints sends human input through the gateway,
+// its wake is printed on the priority lane, the other curl reads the run's
+// snapshot, and the whole stops by itself.
+func TestDev(t *testing.T) {
+	var out syncBuffer
+	var errOut syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- dev(ctx, devOptions{runs: 2, nodes: 10, rate: 100, partitions: 2, httpAddr: "127.0.0.1:0", gatewayAddr: "127.0.0.1:0"}, &out, &errOut)
+	}()
+	waitOut := func(what string, re *regexp.Regexp) []string {
+		t.Helper()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if m := re.FindStringSubmatch(out.String()); m != nil {
+				return m
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("dev ended waiting for %s: %v\n%s\n%s", what, err, out.String(), errOut.String())
+			case <-ctx.Done():
+				t.Fatalf("waiting for %s: %v\n%s", what, ctx.Err(), out.String())
+			case <-tick.C:
+			}
+		}
+	}
+	addr := waitOut("the gateway's address", regexp.MustCompile(`gateway on (http://[0-9.:]+)`))[1]
+	waitOut("the first wake", regexp.MustCompile(`wake \S+ run=run-1`))
+
+	do := func(method, path, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+devToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := do(http.MethodPost, "/v1/runs/run-1/input", `{"input_kind":"steer","text":"a test steers run-1"}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("input: %s", resp.Status)
+	}
+	waitOut("the input's priority wake", regexp.MustCompile(`WAKE! \S+ run=run-1 .*"a test steers run-1"`))
+	if resp := do(http.MethodGet, "/v1/runs/run-1/snapshot", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("snapshot: %s", resp.Status)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("dev: %v", err)
+	}
+	if !strings.Contains(out.String(), "events projected") {
+		t.Fatalf("no closing summary:\n%s", out.String())
+	}
+}
