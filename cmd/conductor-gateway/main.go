@@ -6,8 +6,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,12 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
-
 	"github.com/canopy-dev/canopy/internal/gateway"
-	"github.com/canopy-dev/canopy/pkg/topics"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 )
 
 func main() {
@@ -36,12 +30,8 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stderr, nil))
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
+// env is kafkaconn.Env: every flag of the command has a CANOPY_* variable.
+var env = kafkaconn.Env
 
 func envInt(name string, def int) int {
 	if n, err := strconv.Atoi(env(name, "")); err == nil {
@@ -56,25 +46,19 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	fs := flag.NewFlagSet("conductor-gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		cfg                                  gateway.Config
-		brokers, prefix, kafkaCA, saslMech   string
-		saslUser, saslPass, jwtKeyFile, addr string
-		certFile, keyFile, projectorCA       string
-		kafkaTLS, projectorTLS               bool
-		version                              int
-		logLevel                             string
+		cfg                            gateway.Config
+		kafka                          kafkaconn.Flags
+		jwtKeyFile, addr               string
+		certFile, keyFile, projectorCA string
+		projectorTLS                   bool
+		logLevel                       string
 	)
 	fs.StringVar(&addr, "listen", env("CANOPY_LISTEN", ":8080"), "address to serve HTTP on (CANOPY_LISTEN)")
 	fs.StringVar(&certFile, "tls-cert", env("CANOPY_HTTP_TLS_CERT", ""), "PEM certificate: serve HTTPS (CANOPY_HTTP_TLS_CERT)")
 	fs.StringVar(&keyFile, "tls-key", env("CANOPY_HTTP_TLS_KEY", ""), "PEM key of -tls-cert (CANOPY_HTTP_TLS_KEY)")
-	fs.StringVar(&brokers, "brokers", env("CANOPY_BROKERS", ""), "Kafka seed brokers, host:port,... (CANOPY_BROKERS)")
-	fs.StringVar(&prefix, "topic-prefix", env("CANOPY_TOPIC_PREFIX", topics.DefaultPrefix), "prefix of every topic name (CANOPY_TOPIC_PREFIX)")
-	fs.IntVar(&version, "topic-version", topics.DefaultVersion, "contract version suffix of every topic name")
-	fs.BoolVar(&kafkaTLS, "kafka-tls", env("CANOPY_TLS", "") == "true", "connect to Kafka with TLS (CANOPY_TLS=true)")
-	fs.StringVar(&kafkaCA, "kafka-tls-ca", env("CANOPY_TLS_CA", ""), "PEM file of CAs to trust for Kafka (CANOPY_TLS_CA)")
-	fs.StringVar(&saslMech, "sasl-mechanism", env("CANOPY_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (CANOPY_SASL_MECHANISM)")
-	fs.StringVar(&saslUser, "sasl-user", env("CANOPY_SASL_USER", ""), "SASL user (CANOPY_SASL_USER)")
-	fs.StringVar(&saslPass, "sasl-password", env("CANOPY_SASL_PASSWORD", ""), "SASL password (CANOPY_SASL_PASSWORD)")
+	// -tls-cert and -tls-key are the gateway's own HTTPS: Kafka's TLS
+	// flags are -kafka-tls and -kafka-tls-ca.
+	kafka.Register(fs, "kafka-")
 	fs.StringVar(&cfg.ProjectorGroup, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
 	fs.BoolVar(&projectorTLS, "projector-tls", env("CANOPY_PROJECTOR_TLS", "") == "true", "query projectors over HTTPS (CANOPY_PROJECTOR_TLS=true)")
 	fs.StringVar(&projectorCA, "projector-tls-ca", env("CANOPY_PROJECTOR_TLS_CA", ""), "PEM file of CAs to trust for projectors (CANOPY_PROJECTOR_TLS_CA)")
@@ -95,25 +79,18 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	for _, b := range strings.Split(brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			cfg.Brokers = append(cfg.Brokers, b)
-		}
-	}
-	cfg.Names = topics.Names{Prefix: prefix, Version: version}
+	cfg.Brokers, cfg.Names = kafka.BrokerList(), kafka.Names()
 	var errs []error
-	if kafkaTLS || kafkaCA != "" {
-		t, err := tlsClient(kafkaCA)
-		errs = append(errs, err)
-		cfg.TLS = t
-	}
+	t, err := kafka.TLSConfig()
+	errs = append(errs, err)
+	cfg.TLS = t
 	if projectorTLS || projectorCA != "" {
-		t, err := tlsClient(projectorCA)
+		t, err := kafkaconn.ClientTLS(projectorCA)
 		errs = append(errs, err)
 		cfg.ProjectorScheme = "https"
 		cfg.ProjectorClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: t}}
 	}
-	m, err := saslMechanism(saslMech, saslUser, saslPass)
+	m, err := kafka.SASL()
 	errs = append(errs, err)
 	cfg.SASL = m
 	if jwtKeyFile != "" {
@@ -173,35 +150,4 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	}
 	cfg.Logger.Info("conductor-gateway stopped")
 	return 0
-}
-
-func tlsClient(caFile string) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return c, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	c.RootCAs = x509.NewCertPool()
-	if !c.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no PEM certificates in it", caFile)
-	}
-	return c, nil
-}
-
-func saslMechanism(mech, user, pass string) (sasl.Mechanism, error) {
-	auth := scram.Auth{User: user, Pass: pass}
-	switch strings.ToUpper(mech) {
-	case "":
-		return nil, nil
-	case "PLAIN":
-		return plain.Auth{User: user, Pass: pass}.AsMechanism(), nil
-	case "SCRAM-SHA-256":
-		return auth.AsSha256Mechanism(), nil
-	case "SCRAM-SHA-512":
-		return auth.AsSha512Mechanism(), nil
-	}
-	return nil, fmt.Errorf("-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", mech)
 }

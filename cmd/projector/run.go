@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,121 +9,28 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
-	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// kafkaFlags are the connection settings shared by the commands that talk to
-// Kafka. Every flag can also be set by the environment variable named in its
-// help (flags win).
-type kafkaFlags struct {
-	brokers, prefix, tlsCA, saslMech, saslUser, saslPass string
-	tls                                                  bool
-	version                                              int
-}
-
-func (k *kafkaFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&k.brokers, "brokers", env("CANOPY_BROKERS", ""), "Kafka seed brokers, host:port,... (CANOPY_BROKERS)")
-	fs.StringVar(&k.prefix, "topic-prefix", env("CANOPY_TOPIC_PREFIX", topics.DefaultPrefix), "prefix of every topic name (CANOPY_TOPIC_PREFIX)")
-	fs.IntVar(&k.version, "topic-version", topics.DefaultVersion, "contract version suffix of every topic name")
-	fs.BoolVar(&k.tls, "tls", env("CANOPY_TLS", "") == "true", "connect with TLS (CANOPY_TLS=true)")
-	fs.StringVar(&k.tlsCA, "tls-ca", env("CANOPY_TLS_CA", ""), "PEM file of CAs to trust, instead of the system's (CANOPY_TLS_CA)")
-	fs.StringVar(&k.saslMech, "sasl-mechanism", env("CANOPY_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (CANOPY_SASL_MECHANISM)")
-	fs.StringVar(&k.saslUser, "sasl-user", env("CANOPY_SASL_USER", ""), "SASL user (CANOPY_SASL_USER)")
-	fs.StringVar(&k.saslPass, "sasl-password", env("CANOPY_SASL_PASSWORD", ""), "SASL password (CANOPY_SASL_PASSWORD)")
-}
-
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-func (k *kafkaFlags) names() topics.Names { return topics.Names{Prefix: k.prefix, Version: k.version} }
-
-func (k *kafkaFlags) brokerList() []string {
-	var out []string
-	for _, b := range strings.Split(k.brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
-func (k *kafkaFlags) tlsConfig() (*tls.Config, error) {
-	if !k.tls && k.tlsCA == "" {
-		return nil, nil
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if k.tlsCA != "" {
-		pem, err := os.ReadFile(k.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("-tls-ca: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-tls-ca %s: no PEM certificates in it", k.tlsCA)
-		}
-	}
-	return c, nil
-}
-
-func (k *kafkaFlags) sasl() (sasl.Mechanism, error) {
-	auth := scram.Auth{User: k.saslUser, Pass: k.saslPass}
-	switch strings.ToUpper(k.saslMech) {
-	case "":
-		return nil, nil
-	case "PLAIN":
-		return plain.Auth{User: k.saslUser, Pass: k.saslPass}.AsMechanism(), nil
-	case "SCRAM-SHA-256":
-		return auth.AsSha256Mechanism(), nil
-	case "SCRAM-SHA-512":
-		return auth.AsSha512Mechanism(), nil
-	}
-	return nil, fmt.Errorf("-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.saslMech)
-}
-
-func (k *kafkaFlags) clientOpts() ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(k.brokerList()...)}
-	t, err := k.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	if t != nil {
-		opts = append(opts, kgo.DialTLSConfig(t))
-	}
-	m, err := k.sasl()
-	if err != nil {
-		return nil, err
-	}
-	if m != nil {
-		opts = append(opts, kgo.SASL(m))
-	}
-	return opts, nil
-}
+// env is kafkaconn.Env: every flag of the command has a CANOPY_* variable.
+var env = kafkaconn.Env
 
 // runProjector is "projector run": one projector instance until SIGTERM or
 // SIGINT, then a graceful stop (finish the batch, commit, leave the group).
 func runProjector(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var k kafkaFlags
-	k.register(fs)
+	var k kafkaconn.Flags
+	k.Register(fs, "")
 	var cfg projector.Config
 	fs.StringVar(&cfg.Group, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
 	fs.StringVar(&cfg.InstanceID, "instance-id", env("CANOPY_INSTANCE_ID", ""), "static group instance id, e.g. the pod name (CANOPY_INSTANCE_ID)")
@@ -157,11 +62,11 @@ func runProjector(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Brokers, cfg.Names = k.brokerList(), k.names()
+	cfg.Brokers, cfg.Names = k.BrokerList(), k.Names()
 	cfg.AtLeastOnce = !*transactions
 	var err error
-	if cfg.TLS, err = k.tlsConfig(); err == nil {
-		cfg.SASL, err = k.sasl()
+	if cfg.TLS, err = k.TLSConfig(); err == nil {
+		cfg.SASL, err = k.SASL()
 	}
 	if err == nil {
 		err = cfg.Validate()
@@ -266,18 +171,18 @@ func runActors(ctx context.Context, actors []actor) error {
 func createTopics(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("create-topics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var k kafkaFlags
-	k.register(fs)
+	var k kafkaconn.Flags
+	k.Register(fs, "")
 	partitions := fs.Int("partitions", 12, "partitions of every co-partitioned topic")
 	replication := fs.Int("replication-factor", -1, "replication factor (-1: the broker's default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := k.names().Validate(); err != nil || len(k.brokerList()) == 0 || *partitions < 1 {
+	if err := k.Names().Validate(); err != nil || len(k.BrokerList()) == 0 || *partitions < 1 {
 		fmt.Fprintf(stderr, "projector create-topics: want -brokers, a valid -topic-prefix and -partitions >= 1 (%v)\n", err)
 		return 2
 	}
-	opts, err := k.clientOpts()
+	opts, err := k.ClientOpts()
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 2
@@ -291,15 +196,15 @@ func createTopics(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	if err := projector.CreateTopics(ctx, adm, k.names(), int32(*partitions), int16(*replication)); err != nil {
+	if err := projector.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication)); err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1
 	}
-	n, err := projector.CheckTopics(ctx, adm, k.names())
+	n, err := projector.CheckTopics(ctx, adm, k.Names())
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "topics of %s v%d ready, %d partitions each\n", k.prefix, k.version, n)
+	fmt.Fprintf(stderr, "topics of %s v%d ready, %d partitions each\n", k.Prefix, k.Version, n)
 	return 0
 }
