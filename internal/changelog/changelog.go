@@ -49,6 +49,11 @@ func Records(topic string, partition int32, changes projection.Changes) []*kgo.R
 	return out
 }
 
+// Change is the state change a changelog record carries: Records inverted.
+func Change(r *kgo.Record) projection.Change {
+	return projection.Change{Key: r.Key, Value: r.Value, Delete: r.Value == nil}
+}
+
 // IsCommitEnd reports whether a changelog record closes a commit.
 func IsCommitEnd(r *kgo.Record) bool { return string(r.Key) == string(projection.OffsetsKey) }
 
@@ -182,8 +187,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 		return nil
 	}
 	err = scan(ctx, cfg, partition, from, want, func(r *kgo.Record) error {
-		c := projection.Change{Key: r.Key, Value: r.Value, Delete: r.Value == nil}
-		batch = append(batch, c)
+		batch = append(batch, Change(r))
 		if len(batch) >= cfg.BatchRecords {
 			return flush(r.Offset + 1)
 		}

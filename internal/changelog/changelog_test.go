@@ -278,12 +278,12 @@ func TestTornCommit(t *testing.T) {
 	for range 10 {
 		w.commit()
 	}
-	_, fresh := openStore(t)
+	freshDB, fresh := openStore(t)
 	res = c.restore(fresh)
 	if len(res.Tail) != 0 {
 		t.Fatalf("tail after the rollback: %d keys", len(res.Tail))
 	}
-	same(t, "restore through a torn commit and its rollback", dump(t, fresh.DB()), w.want)
+	same(t, "restore through a torn commit and its rollback", dump(t, freshDB), w.want)
 	res = c.restore(store)
 	same(t, "the first store, restored on", dump(t, db), w.want)
 }

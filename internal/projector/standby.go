@@ -120,7 +120,7 @@ func (s *standby) run(ctx context.Context) {
 					continue // fetched before the partition was tracked again
 				}
 				r.next = rec.Offset + 1
-				r.buf = append(r.buf, projection.Change{Key: rec.Key, Value: rec.Value, Delete: rec.Value == nil})
+				r.buf = append(r.buf, changelog.Change(rec))
 				if !changelog.IsCommitEnd(rec) {
 					continue
 				}

@@ -50,9 +50,6 @@ func NewStore(db *pebble.DB, partition int32) *Store {
 	return &Store{db: db, prefix: p}
 }
 
-// DB returns the Pebble database the store is in.
-func (s *Store) DB() *pebble.DB { return s.db }
-
 // OffsetsKey is the relative key of the consumed offsets. A commit writes it
 // last, so in the changelog it closes each commit's records: records after
 // the last one are a commit that did not complete.
