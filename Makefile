@@ -6,7 +6,11 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 BIN       := bin
 
-.PHONY: all build run test vet fmt-check unit priority fuzz bench examples clean
+.PHONY: all build run test tools vet fmt-check unit priority fuzz bench examples clean
+
+# Tools the tests need beyond Go's module cache land in bin/tools (helm) or
+# come from Debian (kcat, python3-confluent-kafka, prometheus): see tools/.
+export PATH := $(CURDIR)/$(BIN)/tools:$(PATH)
 
 all: build
 
@@ -21,8 +25,12 @@ run: build
 	$(BIN)/projector dev $(RUNFLAGS)
 
 # test is what CI runs (.ci/run): formatting, vet, and every test with the
-# race detector, the checked-in fuzz corpora included.
-test: fmt-check vet unit priority
+# race detector, the checked-in fuzz corpora included. tools installs what
+# the interop, dashboard and chart tests need, if it is missing.
+test: tools fmt-check vet unit priority
+
+tools:
+	./tools/install.sh
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -1,0 +1,71 @@
+// Package testenv finds the outside tools some tests need (kcat, Debian's
+// python3 with confluent-kafka, prometheus, promtool, helm). `make test`
+// installs them (tools/install.sh); a test run by hand without them is
+// skipped, but under CI=true a missing tool fails the test, so CI can never
+// pass by skipping.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Tool returns the path of the named program, searching PATH and then the
+// repository's bin/tools. Missing, it fails t when CI=true and skips it
+// otherwise, naming the command that installs it.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if p := filepath.Join(RepoRoot(t), "bin", "tools", name); isExec(p) {
+		return p
+	}
+	Missing(t, name)
+	return ""
+}
+
+// Python returns Debian's python3 when it can import confluent_kafka (a
+// pyenv shim on PATH may not see Debian's module), with the same CI rule as
+// Tool.
+func Python(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/python3", "python3"} {
+		if exec.Command(p, "-c", "import confluent_kafka").Run() == nil {
+			if abs, err := exec.LookPath(p); err == nil {
+				return abs
+			}
+		}
+	}
+	Missing(t, "python3 with confluent_kafka (Debian package python3-confluent-kafka)")
+	return ""
+}
+
+// Missing reports that what is missing, failing under CI=true and skipping
+// otherwise.
+func Missing(t testing.TB, what string) {
+	t.Helper()
+	msg := what + " not found: run ./tools/install.sh (make test does)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// RepoRoot is the repository's top directory (where go.mod is).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("testenv: cannot locate the source tree")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}

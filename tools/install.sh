@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# install.sh installs what `make test` needs beyond Go's module cache, and
+# only what is missing, so that a fresh Debian machine (as root, or with
+# sudo) needs nothing done by hand:
+#
+#   kcat, python3-confluent-kafka  foreign Kafka clients of the interop tests
+#   prometheus (with promtool)     the real server the dashboard tests query
+#   helm                           renders and lints deploy/helm (bin/tools)
+#
+# Versions that resolve and work here are recorded in ../shared/INFRA-NOTES.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HELM_VERSION=${HELM_VERSION:-v3.19.0}
+TOOLS_BIN=${TOOLS_BIN:-$PWD/bin/tools}
+
+apt_pkgs=()
+command -v kcat >/dev/null 2>&1 || apt_pkgs+=(kcat)
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || apt_pkgs+=(prometheus)
+# The Debian module is for Debian's python3; a pyenv shim on PATH may not see it.
+/usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || apt_pkgs+=(python3-confluent-kafka)
+
+if ((${#apt_pkgs[@]})); then
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	echo "tools: installing ${apt_pkgs[*]} from Debian"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}" >/dev/null
+	# The package starts its own Prometheus (on :9090) where a service manager
+	# runs; the tests start their own on a free loopback port instead.
+fi
+
+if ! [ -x "$TOOLS_BIN/helm" ] && ! command -v helm >/dev/null 2>&1; then
+	echo "tools: building helm $HELM_VERSION from the Go module proxy"
+	GOBIN="$TOOLS_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
