@@ -1014,3 +1014,20 @@ func TestDecodeErrorFormat(t *testing.T) {
 		t.Errorf("long id not clipped in %q", err)
 	}
 }
+
+func TestHeaderCarrier(t *testing.T) {
+	var hs []kgo.RecordHeader
+	c := topics.HeaderCarrier{&hs}
+	c.Set(topics.HeaderTraceParent, "a")
+	c.Set("x", "1")
+	c.Set(topics.HeaderTraceParent, "b")
+	if got := c.Get(topics.HeaderTraceParent); got != "b" || len(hs) != 2 {
+		t.Fatalf("Get = %q with %d headers, want b with 2", got, len(hs))
+	}
+	if got := c.Get("missing"); got != "" {
+		t.Fatalf("Get(missing) = %q", got)
+	}
+	if keys := c.Keys(); len(keys) != 2 || keys[0] != topics.HeaderTraceParent || keys[1] != "x" {
+		t.Fatalf("Keys = %v", keys)
+	}
+}

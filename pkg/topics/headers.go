@@ -51,3 +51,35 @@ func EventRecord(topic string, e *Event, traceparent string) (*kgo.Record, error
 	}
 	return r, nil
 }
+
+// HeaderCarrier adapts a record's headers to OpenTelemetry's TextMapCarrier
+// (propagation.TraceContext{}.Inject and Extract), so W3C trace context
+// crosses Kafka in traceparent and tracestate headers. Set replaces an
+// existing header of the same key rather than adding a second one.
+type HeaderCarrier struct{ Headers *[]kgo.RecordHeader }
+
+// Get returns the last header named key, or "".
+func (c HeaderCarrier) Get(key string) string {
+	v, _ := Header(*c.Headers, key)
+	return v
+}
+
+// Set sets header key to value.
+func (c HeaderCarrier) Set(key, value string) {
+	for i := range *c.Headers {
+		if (*c.Headers)[i].Key == key {
+			(*c.Headers)[i].Value = []byte(value)
+			return
+		}
+	}
+	*c.Headers = append(*c.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+}
+
+// Keys lists the header names.
+func (c HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(*c.Headers))
+	for _, h := range *c.Headers {
+		keys = append(keys, h.Key)
+	}
+	return keys
+}
