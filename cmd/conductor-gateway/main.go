@@ -17,11 +17,15 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
 func main() {
@@ -41,8 +45,9 @@ func envInt(name string, def int) int {
 }
 
 // run parses args, serves until ctx ends, then shuts down gracefully. ready,
-// when set, receives the listen address (for tests).
-func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
+// when set, receives the API's and the metrics endpoint's listen addresses
+// (for tests).
+func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api, metrics string)) int {
 	fs := flag.NewFlagSet("conductor-gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -51,7 +56,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		jwtKeyFile, addr               string
 		certFile, keyFile, projectorCA string
 		projectorTLS                   bool
-		logLevel                       string
+		logLevel, metricsAddr          string
 	)
 	fs.StringVar(&addr, "listen", env("CANOPY_LISTEN", ":8080"), "address to serve HTTP on (CANOPY_LISTEN)")
 	fs.StringVar(&certFile, "tls-cert", env("CANOPY_HTTP_TLS_CERT", ""), "PEM certificate: serve HTTPS (CANOPY_HTTP_TLS_CERT)")
@@ -69,6 +74,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once")
 	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", envInt("CANOPY_MAX_STREAMS", 1000), "concurrent wake streams (CANOPY_MAX_STREAMS)")
+	fs.StringVar(&metricsAddr, "metrics-addr", env("CANOPY_METRICS_ADDR", ":9090"),
+		"address to serve /metrics, /healthz and /readyz on, apart from the API; empty disables it (CANOPY_METRICS_ADDR)")
 	fs.StringVar(&logLevel, "log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -106,6 +113,24 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 		return 2
 	}
+	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-gateway"})
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 2
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ot.Shutdown(sctx)
+	}()
+	reg := telemetry.NewRegistry()
+	gm, err := telemetry.NewGatewayMetrics(reg)
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 1
+	}
+	cfg.Hooks, cfg.TracerProvider = gm, ot.Tracer
+	cfg.KafkaHooks = telemetry.KafkaHooks(reg)("gateway")
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	g, err := gateway.New(startCtx, cfg)
 	cancel()
@@ -117,6 +142,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+		return 1
+	}
+	var ready atomic.Bool // the API serves and no shutdown began
+	admin, metricsLn, err := adminServer(metricsAddr, reg, &ready, cfg.Logger)
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "conductor-gateway: -metrics-addr: %v\n", err)
 		return 1
 	}
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
@@ -132,9 +164,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 			served <- srv.Serve(ln)
 		}
 	}()
-	cfg.Logger.Info("conductor-gateway serving", "addr", ln.Addr().String(), "tls", certFile != "", "partitions", g.Partitions())
-	if ready != nil {
-		ready(ln.Addr().String())
+	var adminAddr string
+	if admin != nil {
+		adminAddr = metricsLn.Addr().String()
+		go func() { _ = admin.Serve(metricsLn) }()
+		// Stopped last: metrics stay scrapeable while the API drains.
+		defer admin.Close()
+	}
+	ready.Store(true)
+	cfg.Logger.Info("conductor-gateway serving", "addr", ln.Addr().String(), "metrics", adminAddr, "tls", certFile != "", "partitions", g.Partitions())
+	if onReady != nil {
+		onReady(ln.Addr().String(), adminAddr)
 	}
 	select {
 	case err := <-served:
@@ -142,6 +182,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		return 1
 	case <-ctx.Done():
 	}
+	// Not ready from now on, so that load balancers stop sending requests
+	// while the API drains.
+	ready.Store(false)
 	shutCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
@@ -150,4 +193,29 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 	}
 	cfg.Logger.Info("conductor-gateway stopped")
 	return 0
+}
+
+// adminServer serves /metrics, /healthz (the process is alive) and /readyz
+// (the API is serving and not shutting down) on addr, apart from the API so
+// that neither needs the API's credentials nor shares its port. An empty
+// addr disables it.
+func adminServer(addr string, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, net.Listener, error) {
+	if addr == "" {
+		return nil, nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", telemetry.Handler(reg))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}, ln, nil
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -105,16 +106,17 @@ func TestServeAndStop(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer client.CloseIdleConnections()
 	runCtx, stop := context.WithCancel(ctx)
-	addrs := make(chan string, 1)
+	addrs := make(chan [2]string, 1)
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-topic-prefix", "cmd", "-log-level", "error",
-			"-tls-cert", certFile, "-tls-key", keyFile}, &stderr, func(a string) { addrs <- a })
+		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-topic-prefix", "cmd", "-log-level", "error",
+			"-tls-cert", certFile, "-tls-key", keyFile}, &stderr, func(api, metrics string) { addrs <- [2]string{api, metrics} })
 	}()
-	var addr string
+	var addr, metricsAddr string
 	select {
-	case addr = <-addrs:
+	case a := <-addrs:
+		addr, metricsAddr = a[0], a[1]
 	case code := <-done:
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -128,6 +130,28 @@ func TestServeAndStop(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
 		t.Errorf("input: %d", resp.StatusCode)
+	}
+	// The admin endpoint is plain HTTP on its own port, without credentials.
+	plain := &http.Client{}
+	defer plain.CloseIdleConnections()
+	get := func(path string) (int, string) {
+		resp, err := plain.Get("http://" + metricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := get(path); code != http.StatusOK {
+			t.Errorf("%s: %d %s", path, code, body)
+		}
+	}
+	if code, body := get("/metrics"); code != http.StatusOK ||
+		!strings.Contains(body, `canopy_gateway_requests_total{code="202",method="POST",route="/v1/runs/{run_id}/input"} 1`) ||
+		!strings.Contains(body, `canopy_kafka_`) {
+		t.Errorf("/metrics: %d, want the input counted and the Kafka client's metrics:\n%s", code, body)
 	}
 	client.CloseIdleConnections()
 	stop()

@@ -27,6 +27,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/wakefmt"
 	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -129,22 +130,35 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	const group = "canopy-dev"
-	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
-		AdvertiseAddr: qLis.Addr().String()})
+	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
+		AdvertiseAddr: qLis.Addr().String()}
+	in, err := instrument(ctx, &pcfg)
 	if err != nil {
 		return err
 	}
+	defer in.shutdown()
+	p, err := projector.New(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	in.metrics.Set(p)
 	queries := projector.NewQueryServer()
 	queries.Set(p)
-	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log})
+	gm, err := telemetry.NewGatewayMetrics(in.reg)
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
+		Hooks: gm, TracerProvider: in.otel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.reg)("gateway")})
 	if err != nil {
 		return err
 	}
 	defer gw.Close()
-	servers := []*http.Server{{Handler: queries, ReadHeaderTimeout: 10 * time.Second}, {Handler: gw, ReadHeaderTimeout: 10 * time.Second}}
+	servers := []*http.Server{{Handler: in.handler(queries), ReadHeaderTimeout: 10 * time.Second}, {Handler: gw, ReadHeaderTimeout: 10 * time.Second}}
 	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gLis.Addr(), devToken)
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gLis.Addr())
-	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n\n", devToken, gLis.Addr())
+	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n", devToken, gLis.Addr())
+	fmt.Fprintf(stdout, "canopy dev: Prometheus metrics on http://%s/metrics\n\n", qLis.Addr())
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -47,7 +47,7 @@ func runProjector(args []string, stderr io.Writer) int {
 		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
 			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081 (CANOPY_ADVERTISE_ADDR)")
 	httpAddr := fs.String("http-addr", env("CANOPY_HTTP_ADDR", ":8081"),
-		"listen address of the internal query endpoint (/internal/v1/runs/..., /healthz, /readyz); empty disables it (CANOPY_HTTP_ADDR)")
+		"listen address of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it (CANOPY_HTTP_ADDR)")
 	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", 1_000_000, "nodes kept in memory per partition; colder runs are read back from Pebble")
 	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
 		"applied events each run keeps for history windows (state: give every instance the same)")
@@ -77,10 +77,17 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	in, err := instrument(ctx, &cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "projector run: %v\n", err)
+		return 2
+	}
+	defer in.shutdown()
 	qs := projector.NewQueryServer()
+	started := func(p *projector.Projector) { qs.Set(p); in.metrics.Set(p) }
 	actors := []actor{{
 		name:  "projector",
-		start: func(ctx context.Context) error { return projector.Serve(ctx, cfg, qs.Set) },
+		start: func(ctx context.Context) error { return projector.Serve(ctx, cfg, started) },
 	}}
 	if *httpAddr != "" {
 		// Listen before anything starts: a taken port is a configuration
@@ -90,7 +97,7 @@ func runProjector(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
 			return 1
 		}
-		srv := &http.Server{Handler: qs, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+		srv := &http.Server{Handler: in.handler(qs), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String())
 		actors = append(actors, actor{
 			name: "query endpoint",

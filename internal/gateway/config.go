@@ -19,7 +19,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -86,7 +89,28 @@ type Config struct {
 	Entropy io.Reader
 	// Logger receives the gateway's logs; default slog.Default().
 	Logger *slog.Logger
+	// KafkaHooks are franz-go hooks (such as kprom's) for the gateway's
+	// producer; default none.
+	KafkaHooks []kgo.Hook
+	// Hooks receive each request's route, status and duration, for metrics
+	// (pkg/telemetry); default none.
+	Hooks Hooks
+	// TracerProvider makes a server span per request, the parent of the
+	// trace context an input carries to Kafka; default a no-op provider,
+	// which still passes the caller's traceparent on.
+	TracerProvider trace.TracerProvider
 }
+
+// Hooks receive what the gateway serves. Request is called once per request
+// when its handler returns (for a wake stream, when the stream ends); route
+// is the matched pattern ("" for no route).
+type Hooks interface {
+	Request(route, method string, status int, took time.Duration)
+}
+
+type nopHooks struct{}
+
+func (nopHooks) Request(string, string, int, time.Duration) {}
 
 // ErrConfig is wrapped by Validate's error.
 var ErrConfig = errors.New("gateway: invalid config")
@@ -140,6 +164,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Hooks == nil {
+		c.Hooks = nopHooks{}
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	return c
 }

@@ -15,6 +15,10 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
@@ -33,6 +37,7 @@ type Gateway struct {
 	streams    chan struct{}
 	mux        *http.ServeMux
 	owners     ownerCache
+	tracer     trace.Tracer
 
 	entropyMu sync.Mutex // ulid entropy readers are not safe for concurrent use
 
@@ -62,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, limit: &limiter{rate: cfg.RatePerSecond, burst: float64(cfg.RateBurst), now: cfg.Now, buckets: map[string]*bucket{}},
+	g := &Gateway{cfg: cfg, tracer: cfg.TracerProvider.Tracer("github.com/canopy-dev/canopy/internal/gateway"), limit: &limiter{rate: cfg.RatePerSecond, burst: float64(cfg.RateBurst), now: cfg.Now, buckets: map[string]*bucket{}},
 		idem: newIdemCache(cfg.IdempotencyKeys), streams: make(chan struct{}, cfg.MaxStreams)}
 	if g.cfg.Entropy == nil {
 		g.cfg.Entropy = ulid.Monotonic(rand.Reader, 0)
@@ -79,7 +84,10 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	// in-sync replicas, so a 202 means the record survives a broker loss.
 	// The partition is chosen here with the contract's murmur2 so that it is
 	// the run's partition of every co-partitioned topic.
-	g.cl, err = kgo.NewClient(append(cfg.kafkaOpts(),
+	// Only the long-lived producer gets KafkaHooks: each wake stream's
+	// consumer comes and goes, and metrics hooks such as kprom's register
+	// once per client.
+	g.cl, err = kgo.NewClient(append(cfg.kafkaOpts(), kgo.WithHooks(cfg.KafkaHooks...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
@@ -148,7 +156,23 @@ func (g *Gateway) routes() {
 
 // ServeHTTP serves the API. A panic in a handler becomes a 500 problem and a
 // log line rather than a dropped connection.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	began := time.Now()
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := g.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+	r = r.WithContext(ctx)
+	w := &statusWriter{ResponseWriter: rw}
+	defer func() {
+		// r.Pattern is set by the mux once it matched a route.
+		span.SetName(strings.TrimSpace(r.Method + " " + r.Pattern))
+		span.SetAttributes(attribute.String("http.route", r.Pattern), attribute.Int("http.response.status_code", w.status()))
+		if w.status() >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(w.status()))
+		}
+		span.End()
+		g.cfg.Hooks.Request(r.Pattern, r.Method, w.status(), time.Since(began))
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -159,6 +183,45 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	g.mux.ServeHTTP(w, r)
+}
+
+// statusWriter remembers the status a handler wrote, for Hooks.Request;
+// Flush and Unwrap keep wake streams and http.ResponseController working.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		if w.code == 0 {
+			w.code = http.StatusOK
+		}
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
 }
 
 // handle runs the checks every endpoint shares, in an order that tells the

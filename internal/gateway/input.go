@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -155,7 +156,11 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	} else {
 		ev.ID = idempotentEventID(p.Subject, run, key)
 	}
-	tp := r.Header.Get("traceparent")
+	// The request's span (ServeHTTP's, a child of the caller's traceparent
+	// if any) is the parent of everything the input causes downstream.
+	tc := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(r.Context(), tc)
+	tp := tc.Get("traceparent")
 	if !traceparentRE.MatchString(tp) {
 		tp = "" // a malformed trace context is dropped, not refused: tracing is best effort
 	}

@@ -8,7 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -70,6 +73,14 @@ type Config struct {
 	// membership (host:port where it answers for the runs it owns), so that
 	// Assignment can route a run to its owner.
 	AdvertiseAddr string
+	// Hooks receive what the projector does, for metrics and telemetry;
+	// default NopHooks.
+	Hooks Hooks
+	// KafkaHooks, when set, gives each Kafka client its franz-go hooks.
+	KafkaHooks KafkaHooks
+	// TracerProvider makes the spans of batches and wakes; default a no-op
+	// provider (never the global one).
+	TracerProvider trace.TracerProvider
 	// Logger receives the projector's logs; default slog.Default().
 	Logger *slog.Logger
 	// Now is the wall clock; default time.Now. Tests inject one.
@@ -106,6 +117,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Hooks == nil {
+		c.Hooks = NopHooks{}
+	}
+	if c.KafkaHooks == nil {
+		c.KafkaHooks = func(string) []kgo.Hook { return nil }
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -117,7 +117,8 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	common = slices.Clip(common)
 	p.common = common
 	common = slices.Clip(append(common, kgo.ClientID(cfg.ClientID)))
-	if p.prod, err = kgo.NewClient(append(common, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	hooks := func(role string) kgo.Opt { return kgo.WithHooks(cfg.KafkaHooks(role)...) }
+	if p.prod, err = kgo.NewClient(append(common, hooks("producer"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))...); err != nil {
 		return fail(fmt.Errorf("projector: producer: %w", err))
 	}
@@ -129,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 			return fail(err)
 		}
 	}
-	groupOpts := append(common,
+	groupOpts := append(common, hooks("group"),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Names.AgentEvents()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -155,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	// Its fetches wait at most 100ms for data: partitions are added one by
 	// one as their restores finish, and a partition added while a fetch is
 	// out is first fetched when that fetch returns.
-	if p.human, err = kgo.NewClient(append(common, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
+	if p.human, err = kgo.NewClient(append(common, hooks("human"), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
 		kgo.FetchMaxWait(100*time.Millisecond))...); err != nil {
 		return fail(fmt.Errorf("projector: human input consumer: %w", err))
 	}
@@ -300,6 +301,7 @@ func (p *Projector) assigned(_ context.Context, _ *kgo.Client, assigned map[stri
 		}
 	}
 	if len(parts) > 0 {
+		p.cfg.Hooks.Assigned(parts)
 		p.log.Info("partitions assigned", "partitions", parts)
 	}
 }
@@ -358,6 +360,7 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	if p.standby != nil {
 		p.standby.track(parts)
 	}
+	p.cfg.Hooks.Revoked(parts)
 	p.log.Info("partitions revoked", "partitions", parts)
 }
 

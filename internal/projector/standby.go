@@ -35,7 +35,7 @@ type replica struct {
 }
 
 func newStandby(p *Projector) (*standby, error) {
-	cl, err := kgo.NewClient(append(p.common[:len(p.common):len(p.common)],
+	cl, err := kgo.NewClient(append(p.common[:len(p.common):len(p.common)], kgo.WithHooks(p.cfg.KafkaHooks("standby")...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {

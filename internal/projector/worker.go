@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -63,6 +66,21 @@ type worker struct {
 
 	pending projection.Pending
 	out     []*kgo.Record
+
+	// lag is, per input topic (agent events, human input), the high
+	// watermark minus the next offset, as of the last batch; -1 before the
+	// first. Read by Projector.Lag from other goroutines.
+	lag [2]atomic.Int64
+	// origins is, per run triggered in the current batch, its earliest
+	// triggering record: for the wake's lag and its trace's parent.
+	origins map[string]origin
+	tracer  trace.Tracer
+}
+
+// origin is the earliest record that triggered a run's wake in a batch.
+type origin struct {
+	appended time.Time
+	span     trace.SpanContext
 }
 
 func newWorker(p *Projector, part int32) (*worker, error) {
@@ -72,12 +90,16 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool), queries: make(chan *query),
 		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
+		origins: make(map[string]origin), tracer: p.cfg.TracerProvider.Tracer(tracerName),
 	}
+	w.lag[0].Store(-1)
+	w.lag[1].Store(-1)
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	if w.txn {
 		var err error
 		w.prod, err = kgo.NewClient(append(slices.Clip(p.common),
 			kgo.ClientID(fmt.Sprintf("%s-p%d", p.cfg.ClientID, part)),
+			kgo.WithHooks(p.cfg.KafkaHooks(fmt.Sprintf("txn-%d", part))...),
 			kgo.TransactionalID(fmt.Sprintf("%s-%d", p.cfg.TransactionalIDPrefix, part)),
 			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
 			kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -113,6 +135,7 @@ func (w *worker) init() error {
 	}, w.part, w.store)
 	p.Stats.RestoredRecords.Add(res.Records - counted)
 	p.Stats.Restoring.Add(-1)
+	p.cfg.Hooks.Restored(w.part, res, err)
 	if err != nil {
 		return fail(err)
 	}
@@ -264,7 +287,10 @@ func (w *worker) processAgent(b batch) bool {
 // false after a failure the worker cannot go past.
 func (w *worker) process(b batch) bool {
 	now := w.p.cfg.Now()
-	st := &w.p.Stats
+	st, hooks := &w.p.Stats, w.p.cfg.Hooks
+	ctx, span := w.batchSpan(b)
+	defer span.End()
+	tracing := span.IsRecording()
 	var last *kgo.Record
 	for _, r := range b.records {
 		if next, ok := w.offsets[r.Topic]; ok && r.Offset < next {
@@ -277,26 +303,44 @@ func (w *worker) process(b batch) bool {
 		switch {
 		case errors.Is(err, topics.ErrUnknownType):
 			st.UnknownType.Add(1)
+			hooks.Consumed(r.Topic, "", OutcomeUnknownType)
 			continue
 		case err != nil:
 			w.deadLetter(r, err.Error())
+			hooks.Consumed(r.Topic, "", OutcomeDeadLettered)
 			continue
 		}
 		if want := topics.Partition([]byte(ev.RunID), w.p.partitions); want != r.Partition {
 			w.reroute(r, ev.RunID, want)
+			hooks.Consumed(r.Topic, ev.Type, OutcomeRerouted)
 			continue
 		}
 		trigs, dup := w.proj.Apply(ev)
 		if dup {
 			st.Duplicates.Add(1)
+			hooks.Consumed(r.Topic, ev.Type, OutcomeDuplicate)
 		} else {
 			st.Applied.Add(1)
+			hooks.Consumed(r.Topic, ev.Type, OutcomeApplied)
+		}
+		if len(trigs) > 0 {
+			if _, ok := w.origins[ev.RunID]; !ok {
+				o := origin{appended: r.Timestamp}
+				if tracing {
+					o.span = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), topics.HeaderCarrier{Headers: &r.Headers}))
+					if o.span.IsValid() && len(w.origins) < maxLinks {
+						span.AddLink(trace.Link{SpanContext: o.span})
+					}
+				}
+				w.origins[ev.RunID] = o
+			}
 		}
 		w.pending.Add(ev.RunID, trigs)
 	}
 	if last == nil {
 		return true
 	}
+	w.lag[w.topicIndex(last.Topic)].Store(max(b.highWatermark-(last.Offset+1), 0))
 	w.lastRecordAt = last.Timestamp
 	// The snapshot is as fresh as the log when this batch reached the high
 	// watermark; otherwise it is as old as the last record applied.
@@ -305,7 +349,7 @@ func (w *worker) process(b batch) bool {
 	if !w.caughtUp() {
 		source = topics.NewTime(last.Timestamp)
 	}
-	return w.publish(now, source)
+	return w.publish(ctx, now, source)
 }
 
 // caughtUp reports whether the partition has applied everything fetched and
@@ -328,7 +372,7 @@ func (w *worker) caughtUp() bool {
 func (w *worker) fireTimers() bool {
 	now := w.p.cfg.Now()
 	w.proj.FireDue(topics.NewTime(now), &w.pending)
-	return w.publish(now, topics.NewTime(now))
+	return w.publish(context.Background(), now, topics.NewTime(now))
 }
 
 func (w *worker) armTimer(t *time.Timer) {
@@ -346,26 +390,42 @@ func (w *worker) armTimer(t *time.Timer) {
 
 // publish builds the batch's wakes and commits them with the batch's state
 // changes and offsets (see commit).
-func (w *worker) publish(now time.Time, source topics.Time) bool {
+func (w *worker) publish(ctx context.Context, now time.Time, source topics.Time) bool {
 	built, err := w.proj.Wakes(&w.pending, now, source)
 	w.pending.Reset()
+	origins := w.origins
+	defer clear(origins)
 	if err != nil {
 		w.p.fail(err)
 		return false
 	}
-	for _, b := range built {
+	spans := make([]trace.Span, len(built))
+	defer func() {
+		for _, s := range spans {
+			if s != nil {
+				s.End()
+			}
+		}
+	}()
+	for i, b := range built {
 		enc, err := topics.Marshal(b.Wake)
 		if err != nil {
 			w.p.fail(err)
 			return false
 		}
-		w.out = append(w.out, &kgo.Record{
+		rec := &kgo.Record{
 			Topic: w.p.cfg.Names.WakeTopic(b.Wake.Lane), Partition: w.part, Key: []byte(b.Wake.RunID), Value: enc,
 			Headers: []kgo.RecordHeader{
 				{Key: topics.HeaderContentType, Value: []byte(topics.ContentTypeJSON)},
 				{Key: topics.HeaderSchemaVersion, Value: []byte(strconv.Itoa(topics.WakeSchemaVersion))},
 			},
-		})
+		}
+		var sctx context.Context
+		sctx, spans[i] = w.wakeSpan(ctx, rec, b.Wake, origins[b.Wake.RunID].span)
+		if spans[i].IsRecording() {
+			propagation.TraceContext{}.Inject(sctx, topics.HeaderCarrier{Headers: &rec.Headers})
+		}
+		w.out = append(w.out, rec)
 	}
 	changes, err := w.proj.Prepare(w.offsets)
 	if err != nil {
@@ -377,15 +437,24 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	}
 	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
 	if err := w.commit(changes); err != nil {
+		for _, s := range spans {
+			s.SetStatus(codes.Error, "commit failed")
+		}
 		w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false
 	}
 	st := &w.p.Stats
-	for _, b := range built {
+	committedAt := w.p.cfg.Now()
+	for i, b := range built {
 		st.Wakes.Add(1)
 		if b.Wake.Lane == topics.LanePriority {
 			st.PriorityWakes.Add(1)
 		}
+		cw := CommittedWake{Wake: b.Wake, Info: b.Info, Partition: w.part, Build: b.Build}
+		if o, ok := origins[b.Wake.RunID]; ok && !o.appended.IsZero() {
+			cw.Lag = max(committedAt.Sub(o.appended), 0)
+		}
+		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(ctx, spans[i]), cw)
 	}
 	return true
 }
@@ -395,19 +464,21 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 // acknowledged), and then writes changes to Pebble with the changelog
 // checkpoint the commit reached. On error the projection no longer matches
 // what Kafka has: the caller stops, and the next owner restores.
-func (w *worker) commit(changes projection.Changes) error {
+func (w *worker) commit(changes projection.Changes) (err error) {
 	defer func() {
 		clear(w.out)
 		w.out = w.out[:0]
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), w.p.cfg.TransactionTimeout)
 	defer cancel()
+	began := time.Now()
+	defer func() { w.p.cfg.Hooks.Committed(w.part, time.Since(began), err) }()
 	if w.txn {
 		if err := w.prod.BeginTransaction(); err != nil {
 			return fmt.Errorf("beginning a transaction: %w", err)
 		}
 	}
-	err := w.prod.ProduceSync(ctx, w.out...).FirstErr()
+	err = w.prod.ProduceSync(ctx, w.out...).FirstErr()
 	if w.txn {
 		how := kgo.TryCommit
 		if err != nil {

@@ -335,6 +335,9 @@ func (b *Pending) Reset() {
 type Built struct {
 	Wake *topics.Wake
 	Info snapshot.Info
+	// Build is how long the snapshot took to build: telemetry only, never
+	// part of the wake.
+	Build time.Duration
 }
 
 // Wakes builds one wake per run of b: priority-lane wakes first, then normal
@@ -351,11 +354,12 @@ func (p *Projection) Wakes(b *Pending, now time.Time, source topics.Time) ([]Bui
 			if laneOf(trigs) != lane {
 				continue
 			}
+			began := time.Now() // monotonic, for Built.Build only
 			w, info, err := p.wake(p.runs[id], lane, trigs, now, source)
 			if err != nil {
 				return out, err
 			}
-			out = append(out, Built{w, info})
+			out = append(out, Built{w, info, time.Since(began)})
 		}
 	}
 	return out, nil

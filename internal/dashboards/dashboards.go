@@ -1,0 +1,242 @@
+// Package dashboards is the one source of canopy's Grafana dashboards: each
+// panel with the operator question it answers and its PromQL. Render writes
+// the dashboard JSON files that Grafana provisioning and the Helm chart load
+// (deploy/helm/canopy/dashboards) and the guide to them (docs/DASHBOARDS.md);
+// a test keeps the committed files equal to what Render gives, and another
+// evaluates every query against a real Prometheus scraping canopy.
+package dashboards
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Dashboard is one Grafana dashboard.
+type Dashboard struct {
+	UID, Title string
+	// File is the JSON file's name under the dashboards directory.
+	File string
+	// About says who the dashboard is for.
+	About  string
+	Panels []Panel
+}
+
+// Panel is one time series panel.
+type Panel struct {
+	Title string
+	// Question is the operator question the panel answers; it is the
+	// panel's description in Grafana.
+	Question string
+	// Unit is Grafana's unit id: "s", "bytes", "percentunit", "ops",
+	// "short".
+	Unit    string
+	Queries []Query
+}
+
+// Query is one PromQL expression of a panel. $__rate_interval is Grafana's
+// rate window.
+type Query struct {
+	Expr, Legend string
+}
+
+const rate = "$__rate_interval"
+
+func q(expr, legend string) Query { return Query{Expr: strings.ReplaceAll(expr, "RATE", rate), Legend: legend} }
+
+func quantiles(metric, by, legendPrefix string) []Query {
+	var out []Query
+	for _, p := range []string{"0.5", "0.99", "0.999"} {
+		group := "le"
+		legend := legendPrefix + "p" + strings.TrimPrefix(p, "0.")
+		if by != "" {
+			group = "le, " + by
+			legend = "{{" + by + "}} " + legend
+		}
+		out = append(out, q(fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s_bucket[RATE])))", p, group, metric), legend))
+	}
+	return out
+}
+
+// All are canopy's dashboards.
+var All = []Dashboard{
+	{
+		UID: "canopy-overview", Title: "canopy / overview", File: "canopy-overview.json",
+		About: "Is canopy keeping up, and are conductors woken in time? The first dashboard to open.",
+		Panels: []Panel{
+			{Title: "Events in", Unit: "ops",
+				Question: "How many agent events and human inputs per second is canopy projecting, and what became of them?",
+				Queries:  []Query{q(`sum by (topic, outcome) (rate(canopy_projector_records_consumed_total[RATE]))`, "{{topic}} {{outcome}}")}},
+			{Title: "Wakes out", Unit: "ops",
+				Question: "How often are conductors woken, on the normal and the priority lane?",
+				Queries:  []Query{q(`sum by (lane) (rate(canopy_projector_wakes_published_total[RATE]))`, "{{lane}}")}},
+			{Title: "Event to wake latency", Unit: "s",
+				Question: "How long after an agent's event (or a human's input) is its conductor's wake committed? (p50, p99, p99.9 per lane)",
+				Queries:  quantiles("canopy_projector_wake_lag_seconds", "lane", "")},
+			{Title: "Consumer lag", Unit: "short",
+				Question: "Is any partition falling behind its input? (records not yet applied, per topic and partition)",
+				Queries:  []Query{q(`max by (topic, partition) (canopy_projector_consumer_lag_records)`, "{{topic}} p{{partition}}")}},
+			{Title: "Errors", Unit: "ops",
+				Question: "Is canopy refusing input or failing to commit? (dead letters, reroutes, failed commits, failed restores per second)",
+				Queries: []Query{
+					q(`sum(rate(canopy_projector_dead_letters_total[RATE]))`, "dead letters"),
+					q(`sum(rate(canopy_projector_reroutes_total[RATE]))`, "rerouted"),
+					q(`sum(rate(canopy_projector_commits_total{result="failed"}[RATE]))`, "failed commits"),
+					q(`sum(rate(canopy_projector_restores_total{result="failed"}[RATE]))`, "failed restores"),
+				}},
+			{Title: "Stale snapshots", Unit: "percentunit",
+				Question: "What share of wakes carry a snapshot built while the projection was behind?",
+				Queries:  []Query{q(`sum(rate(canopy_snapshot_stale_total[RATE])) / sum(rate(canopy_projector_wakes_published_total[RATE]))`, "stale share")}},
+		},
+	},
+	{
+		UID: "canopy-snapshots", Title: "canopy / snapshots", File: "canopy-snapshots.json",
+		About: "What the conductor sees: snapshot sizes, truncation and staleness, and what building them costs.",
+		Panels: []Panel{
+			{Title: "Snapshot size", Unit: "bytes",
+				Question: "How close are snapshots to their byte budget?",
+				Queries:  quantiles("canopy_snapshot_size_bytes", "", "")},
+			{Title: "Nodes per snapshot", Unit: "short",
+				Question: "How many nodes does a conductor see per wake?",
+				Queries:  quantiles("canopy_snapshot_nodes", "", "")},
+			{Title: "Truncated share", Unit: "percentunit",
+				Question: "What share of snapshots leave something out (nodes, handles or text), per lane?",
+				Queries: []Query{q(`sum by (lane) (rate(canopy_snapshot_truncated_total[RATE])) / sum by (lane) (rate(canopy_projector_wakes_published_total[RATE]))`,
+					"{{lane}}")}},
+			{Title: "Omitted nodes", Unit: "ops",
+				Question: "How many nodes per second do snapshot bounds leave out?",
+				Queries:  []Query{q(`sum(rate(canopy_snapshot_omitted_nodes_total[RATE]))`, "omitted nodes")}},
+			{Title: "Stale snapshots", Unit: "ops",
+				Question: "How many stale snapshots per second, per lane?",
+				Queries:  []Query{q(`sum by (lane) (rate(canopy_snapshot_stale_total[RATE]))`, "{{lane}}")}},
+			{Title: "Build time", Unit: "s",
+				Question: "How long does building one snapshot take?",
+				Queries:  quantiles("canopy_snapshot_build_seconds", "", "")},
+			{Title: "Triggers", Unit: "ops",
+				Question: "Why are conductors woken? (triggers per second by kind and lane)",
+				Queries:  []Query{q(`sum by (lane, kind) (rate(canopy_projector_wake_triggers_total[RATE]))`, "{{lane}} {{kind}}")}},
+		},
+	},
+	{
+		UID: "canopy-scale-out", Title: "canopy / scale-out", File: "canopy-scale-out.json",
+		About: "Partitions, instances, restores, commits and the state store: is the group balanced and healthy?",
+		Panels: []Panel{
+			{Title: "Partitions owned", Unit: "short",
+				Question: "How are partitions spread over projector instances?",
+				Queries:  []Query{q(`sum by (instance) (canopy_projector_partitions_owned)`, "{{instance}}")}},
+			{Title: "Partitions restoring", Unit: "short",
+				Question: "Is any instance restoring state from the changelog now?",
+				Queries:  []Query{q(`sum by (instance) (canopy_projector_partitions_restoring)`, "{{instance}}")}},
+			{Title: "Rebalances", Unit: "short",
+				Question: "How often does the group move partitions? (assigned and revoked per window)",
+				Queries:  []Query{q(`sum by (change) (increase(canopy_projector_partition_changes_total[RATE]))`, "{{change}}")}},
+			{Title: "Restore time", Unit: "s",
+				Question: "How long does taking over a partition take?",
+				Queries: []Query{
+					q(`histogram_quantile(0.5, sum by (le) (rate(canopy_projector_restore_seconds_bucket[RATE])))`, "p50"),
+					q(`histogram_quantile(0.99, sum by (le) (rate(canopy_projector_restore_seconds_bucket[RATE])))`, "p99"),
+					q(`sum(rate(canopy_projector_restored_records_total[RATE]))`, "records/s"),
+				}},
+			{Title: "Commit time", Unit: "s",
+				Question: "How long does committing a batch (transaction + Pebble) take?",
+				Queries:  quantiles("canopy_projector_commit_seconds", "", "")},
+			{Title: "Pebble disk and cache", Unit: "bytes",
+				Question: "How much disk does each instance's state use, and how big is its block cache?",
+				Queries: []Query{
+					q(`sum by (instance) (canopy_pebble_disk_usage_bytes)`, "{{instance}} disk"),
+					q(`sum by (instance) (canopy_pebble_block_cache_size_bytes)`, "{{instance}} cache"),
+				}},
+			{Title: "Pebble health", Unit: "short",
+				Question: "Is the state store keeping up? (compactions per second, read amplification, cache hit ratio)",
+				Queries: []Query{
+					q(`sum by (instance) (rate(canopy_pebble_compactions_total[RATE]))`, "{{instance}} compactions/s"),
+					q(`max by (instance) (canopy_pebble_read_amplification)`, "{{instance}} read amp"),
+					q(`sum by (instance) (rate(canopy_pebble_block_cache_hits_total[RATE])) / clamp_min(sum by (instance) (rate(canopy_pebble_block_cache_hits_total[RATE])) + sum by (instance) (rate(canopy_pebble_block_cache_misses_total[RATE])), 1e-9)`,
+						"{{instance}} cache hit ratio"),
+				}},
+		},
+	},
+	{
+		UID: "canopy-gateway", Title: "canopy / gateway", File: "canopy-gateway.json",
+		About: "The humans' way in: requests, errors and latency of the conductor gateway.",
+		Panels: []Panel{
+			{Title: "Requests", Unit: "reqps",
+				Question: "How many requests per second does the gateway serve, per route and status?",
+				Queries:  []Query{q(`sum by (route, code) (rate(canopy_gateway_requests_total[RATE]))`, "{{route}} {{code}}")}},
+			{Title: "Request latency", Unit: "s",
+				Question: "How long do requests take, per route? (an input's time includes Kafka's acknowledgement)",
+				Queries:  quantiles("canopy_gateway_request_duration_seconds", "route", "")},
+			{Title: "Refused and failed", Unit: "percentunit",
+				Question: "What share of requests fail on canopy's side (5xx) or are refused (4xx)?",
+				Queries: []Query{
+					// "or vector(0)": no 5xx series yet means none failed.
+					q(`(sum(rate(canopy_gateway_requests_total{code=~"5.."}[RATE])) or vector(0)) / sum(rate(canopy_gateway_requests_total[RATE]))`, "5xx"),
+					q(`(sum(rate(canopy_gateway_requests_total{code=~"4.."}[RATE])) or vector(0)) / sum(rate(canopy_gateway_requests_total[RATE]))`, "4xx"),
+				}},
+			{Title: "Kafka produce", Unit: "ops",
+				Question: "Are human inputs reaching Kafka? (records produced per second by the gateway)",
+				Queries:  []Query{q(`sum(rate(canopy_kafka_produce_records_total{client="gateway"}[RATE]))`, "records/s")}},
+		},
+	},
+}
+
+// JSON renders d as a Grafana dashboard for file provisioning or the
+// sidecar: a data source variable, one row of two panels at a time.
+func (d Dashboard) JSON() ([]byte, error) {
+	ds := map[string]any{"type": "prometheus", "uid": "${datasource}"}
+	panels := make([]any, 0, len(d.Panels))
+	for i, p := range d.Panels {
+		targets := make([]any, 0, len(p.Queries))
+		for j, qq := range p.Queries {
+			targets = append(targets, map[string]any{
+				"refId": string(rune('A' + j)), "expr": qq.Expr, "legendFormat": qq.Legend, "datasource": ds,
+			})
+		}
+		panels = append(panels, map[string]any{
+			"id": i + 1, "type": "timeseries", "title": p.Title, "description": p.Question, "datasource": ds,
+			"gridPos":     map[string]int{"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i / 2)},
+			"fieldConfig": map[string]any{"defaults": map[string]any{"unit": p.Unit}, "overrides": []any{}},
+			"options":     map[string]any{"legend": map[string]any{"displayMode": "list", "placement": "bottom"}},
+			"targets":     targets,
+		})
+	}
+	dash := map[string]any{
+		"uid": d.UID, "title": d.Title, "description": d.About, "tags": []string{"canopy"},
+		"schemaVersion": 39, "version": 1, "editable": true, "refresh": "30s", "timezone": "",
+		"time": map[string]string{"from": "now-1h", "to": "now"},
+		"templating": map[string]any{"list": []any{map[string]any{
+			"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+		}}},
+		"panels": panels,
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(dash); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Guide renders docs/DASHBOARDS.md: which panel answers which question.
+func Guide() []byte {
+	var b bytes.Buffer
+	b.WriteString("<!-- Generated by internal/dashboards (go test ./internal/dashboards -update); do not edit. -->\n\n")
+	b.WriteString("# Dashboards: which panel answers which question\n\n")
+	b.WriteString("The dashboards live in `deploy/helm/canopy/dashboards/` (Grafana file provisioning, or the Helm chart's\n")
+	b.WriteString("ConfigMaps for Grafana's sidecar). Every query below is evaluated against a real Prometheus scraping canopy\n")
+	b.WriteString("in `make test` (internal/dashboards/prometheus_test.go). The alerts are in `deploy/helm/canopy/rules/`.\n")
+	for _, d := range All {
+		fmt.Fprintf(&b, "\n## %s (`%s`)\n\n%s\n\n| Panel | Question it answers | Query |\n|---|---|---|\n", d.Title, d.File, d.About)
+		for _, p := range d.Panels {
+			exprs := make([]string, 0, len(p.Queries))
+			for _, qq := range p.Queries {
+				exprs = append(exprs, "`"+strings.ReplaceAll(qq.Expr, "|", `\|`)+"`")
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s |\n", p.Title, p.Question, strings.Join(exprs, "<br>"))
+		}
+	}
+	return b.Bytes()
+}

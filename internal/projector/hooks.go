@@ -1,0 +1,130 @@
+package projector
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Hooks receive what a projector does, so that metrics and telemetry
+// (pkg/telemetry) stay out of the core. The projector calls them from its
+// partitions' goroutines, in each partition's order; they must be quick and
+// must not block. Embed NopHooks to implement only some.
+type Hooks interface {
+	// Consumed reports a record read from an input topic and what became of
+	// it. typ is the event type when the record decoded, else "".
+	Consumed(topic string, typ topics.EventType, outcome Outcome)
+	// WakeCommitted reports a wake once the commit that publishes it
+	// succeeded. ctx carries the wake's publish span.
+	WakeCommitted(ctx context.Context, w CommittedWake)
+	// Committed reports a partition's commit (a transaction, or the
+	// acknowledged batch at least once): how long it took and its error.
+	Committed(partition int32, took time.Duration, err error)
+	// Assigned and Revoked report the group giving and taking partitions.
+	Assigned(partitions []int32)
+	Revoked(partitions []int32)
+	// Restored reports a finished (or failed) restore of a partition.
+	Restored(partition int32, res changelog.Result, err error)
+}
+
+// Outcome is what became of a consumed record.
+type Outcome string
+
+// Outcomes of a consumed record.
+const (
+	OutcomeApplied      Outcome = "applied"
+	OutcomeDuplicate    Outcome = "duplicate"
+	OutcomeDeadLettered Outcome = "dead_lettered"
+	OutcomeUnknownType  Outcome = "unknown_type"
+	OutcomeRerouted     Outcome = "rerouted"
+)
+
+// CommittedWake is a published wake with what telemetry needs about it. The
+// wake itself is there for its metadata (ids, seq, truncation meta): hooks
+// must never export node contents.
+type CommittedWake struct {
+	Wake      *topics.Wake
+	Info      snapshot.Info
+	Partition int32
+	// Build is how long the snapshot took to build.
+	Build time.Duration
+	// Lag is the time from the append of the earliest record that
+	// triggered the wake to its commit; zero for wakes no record triggered
+	// (timers).
+	Lag time.Duration
+}
+
+// NopHooks implements Hooks by doing nothing.
+type NopHooks struct{}
+
+// Consumed does nothing.
+func (NopHooks) Consumed(string, topics.EventType, Outcome) {}
+
+// WakeCommitted does nothing.
+func (NopHooks) WakeCommitted(context.Context, CommittedWake) {}
+
+// Committed does nothing.
+func (NopHooks) Committed(int32, time.Duration, error) {}
+
+// Assigned does nothing.
+func (NopHooks) Assigned([]int32) {}
+
+// Revoked does nothing.
+func (NopHooks) Revoked([]int32) {}
+
+// Restored does nothing.
+func (NopHooks) Restored(int32, changelog.Result, error) {}
+
+// KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
+// projector's Kafka clients, named by role: "group", "human", "producer",
+// "standby", or "txn-<partition>" for a partition's transactional producer.
+// The projector creates and closes clients as partitions move, so it asks
+// for fresh hooks for each client.
+type KafkaHooks func(role string) []kgo.Hook
+
+// PartitionLag is how far one owned partition is behind an input topic.
+type PartitionLag struct {
+	Topic     string
+	Partition int32
+	// Records is the high watermark minus the next offset to apply, as of
+	// the partition's last fetch.
+	Records int64
+}
+
+// Lag reports the lag of every owned partition on both input topics, in
+// partition order. A partition not fetched from yet reports nothing.
+func (p *Projector) Lag() []PartitionLag {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []PartitionLag
+	for _, part := range slices.Sorted(maps.Keys(p.workers)) {
+		w := p.workers[part]
+		for i, topic := range []string{p.cfg.Names.AgentEvents(), p.cfg.Names.HumanInput()} {
+			if n := w.lag[i].Load(); n >= 0 {
+				out = append(out, PartitionLag{Topic: topic, Partition: part, Records: n})
+			}
+		}
+	}
+	return out
+}
+
+// PebbleMetrics returns the state store's metrics (compactions, disk usage,
+// cache hits), or nil once the projector is shutting down.
+func (p *Projector) PebbleMetrics() *pebble.Metrics {
+	// Holding mu keeps shutdown, which sets closing under mu before it
+	// closes the database, from closing it meanwhile.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return nil
+	}
+	return p.db.Metrics()
+}

@@ -1,0 +1,35 @@
+package telemetry
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// GatewayMetrics implements gateway.Hooks: requests by route, method and
+// status, and their durations by route.
+type GatewayMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewGatewayMetrics registers the gateway's metrics on reg.
+func NewGatewayMetrics(reg prometheus.Registerer) (*GatewayMetrics, error) {
+	m := &GatewayMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "gateway", Name: "requests_total",
+			Help: "HTTP requests served, by route pattern (\"\" for none), method and status code."}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(histogram("gateway", "request_duration_seconds",
+			"Time to serve an HTTP request, by route pattern; a wake stream counts when it ends.", secondsBuckets), []string{"route"}),
+	}
+	return m, register(reg, m.requests, m.duration)
+}
+
+// Request counts one request.
+func (m *GatewayMetrics) Request(route, method string, status int, took time.Duration) {
+	if route == "/" {
+		route = "" // the catch-all is "no such route"
+	}
+	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(took.Seconds())
+}

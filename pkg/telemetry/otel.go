@@ -1,0 +1,156 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploggrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/log"
+	lognoop "go.opentelemetry.io/otel/log/noop"
+	sdklog "go.opentelemetry.io/otel/sdk/log"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+)
+
+// OTelConfig configures SetupOTel. Everything about the collector (endpoint,
+// protocol, headers, timeouts, TLS, sampling, resource attributes) comes from
+// the standard OTEL_* environment variables.
+type OTelConfig struct {
+	// ServiceName is service.name unless OTEL_SERVICE_NAME is set.
+	// Required.
+	ServiceName string
+	// Version is service.version; default none.
+	Version string
+	// Getenv reads the environment; default os.Getenv. Tests inject one.
+	Getenv func(string) string
+}
+
+// OTel holds the tracer and logger providers canopy's parts use. When export
+// is off they are no-op providers: spans and events cost next to nothing and
+// go nowhere.
+type OTel struct {
+	// Tracer makes spans; pass it to the parts (never set it globally).
+	Tracer trace.TracerProvider
+	// Logs carries the events as OpenTelemetry log records.
+	Logs log.LoggerProvider
+	// Enabled says export is on, and Protocol says how ("grpc" or
+	// "http/protobuf").
+	Enabled  bool
+	Protocol string
+
+	shutdown []func(context.Context) error
+}
+
+// ErrOTelConfig is wrapped by SetupOTel's error for a bad OTEL_* setting.
+var ErrOTelConfig = errors.New("telemetry: invalid OpenTelemetry configuration")
+
+// SetupOTel builds the providers from the environment. Export is on when
+// OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+// OTEL_EXPORTER_OTLP_LOGS_ENDPOINT is set and OTEL_SDK_DISABLED is not
+// "true"; otherwise SetupOTel returns no-op providers and no error, so a
+// process without a collector runs as before. The protocol is
+// OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): "grpc" or
+// "http/protobuf", the default. Call Shutdown to flush.
+func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	o := &OTel{Tracer: tracenoop.NewTracerProvider(), Logs: lognoop.NewLoggerProvider()}
+	if cfg.ServiceName == "" {
+		return nil, fmt.Errorf("%w: no service name", ErrOTelConfig)
+	}
+	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
+		return o, nil
+	}
+	traces := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	logs := getenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	if !traces && !logs {
+		return o, nil
+	}
+	protocol := func(signal string) (string, error) {
+		p := getenv("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL")
+		if p == "" {
+			p = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		}
+		switch p {
+		case "", "http/protobuf":
+			return "http/protobuf", nil
+		case "grpc":
+			return "grpc", nil
+		}
+		return "", fmt.Errorf("%w: OTEL_EXPORTER_OTLP_%sPROTOCOL %q: want grpc or http/protobuf (http/json is not supported)",
+			ErrOTelConfig, strings.TrimPrefix(signal+"_", "_"), p)
+	}
+	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
+	if cfg.Version != "" {
+		attrs = append(attrs, attribute.String("service.version", cfg.Version))
+	}
+	// Environment last: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win.
+	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		return nil, fmt.Errorf("%w: resource: %w", ErrOTelConfig, err)
+	}
+	if traces {
+		p, err := protocol("TRACES")
+		if err != nil {
+			return nil, err
+		}
+		var exp sdktrace.SpanExporter
+		if p == "grpc" {
+			exp, err = otlptracegrpc.New(ctx)
+		} else {
+			exp, err = otlptracehttp.New(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		o.Tracer, o.Protocol = tp, p
+		o.shutdown = append(o.shutdown, tp.Shutdown)
+	}
+	if logs {
+		p, err := protocol("LOGS")
+		if err != nil {
+			return nil, o.shutdownWith(ctx, err)
+		}
+		var exp sdklog.Exporter
+		if p == "grpc" {
+			exp, err = otlploggrpc.New(ctx)
+		} else {
+			exp, err = otlploghttp.New(ctx)
+		}
+		if err != nil {
+			return nil, o.shutdownWith(ctx, fmt.Errorf("telemetry: OTLP log exporter: %w", err))
+		}
+		lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)), sdklog.WithResource(res))
+		o.Logs, o.Protocol = lp, p
+		o.shutdown = append(o.shutdown, lp.Shutdown)
+	}
+	o.Enabled = true
+	return o, nil
+}
+
+func (o *OTel) shutdownWith(ctx context.Context, err error) error {
+	return errors.Join(err, o.Shutdown(ctx))
+}
+
+// Shutdown flushes what is buffered and stops the exporters; ctx bounds how
+// long it may take.
+func (o *OTel) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, f := range o.shutdown {
+		errs = append(errs, f(ctx))
+	}
+	o.shutdown = nil
+	return errors.Join(errs...)
+}

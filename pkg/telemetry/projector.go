@@ -1,0 +1,239 @@
+package telemetry
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// ProjectorMetrics implements projector.Hooks: it counts what projector
+// instances do as Prometheus metrics and emits the snapshot events. Counters
+// live here rather than in the instance, so they go on counting when
+// projector.Serve replaces a failed instance; gauges (partitions owned,
+// consumer lag, Pebble) are read at scrape time from the instance Set last.
+type ProjectorMetrics struct {
+	projector.NopHooks
+	events *Events
+	cur    atomic.Pointer[projector.Projector]
+
+	consumed        *prometheus.CounterVec
+	deadLetters     prometheus.Counter
+	reroutes        prometheus.Counter
+	wakes           *prometheus.CounterVec
+	triggers        *prometheus.CounterVec
+	build           prometheus.Histogram
+	bytes, nodes    prometheus.Histogram
+	truncated       *prometheus.CounterVec
+	omitted         prometheus.Counter
+	stale           *prometheus.CounterVec
+	wakeLag         *prometheus.HistogramVec
+	commits         *prometheus.CounterVec
+	commitTime      prometheus.Histogram
+	rebalances      *prometheus.CounterVec
+	restores        *prometheus.CounterVec
+	restoreTime     prometheus.Histogram
+	restoredRecords prometheus.Counter
+}
+
+// NewProjectorMetrics registers the projector's metrics on reg. events
+// (nil: none) receives the snapshot events.
+func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorMetrics, error) {
+	const sub = "projector"
+	m := &ProjectorMetrics{
+		events: events,
+		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "records_consumed_total",
+			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted."},
+			[]string{"topic", "type", "outcome"}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "dead_letters_total",
+			Help: "Records sent to the dead-letter topic because they could not be projected (their headers say why)."}),
+		reroutes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "reroutes_total",
+			Help: "Records found in the wrong partition for their run (a producer with another partitioner) and sent to the right one."}),
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wakes_published_total",
+			Help: "Wakes committed to a wake topic, by lane."}, []string{"lane"}),
+		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wake_triggers_total",
+			Help: "Triggers carried by committed wakes, by lane and trigger kind."}, []string{"lane", "kind"}),
+		build: prometheus.NewHistogram(histogram("snapshot", "build_seconds",
+			"Time to build one wake's snapshot.", secondsBuckets)),
+		bytes: prometheus.NewHistogram(histogram("snapshot", "size_bytes",
+			"Encoded size of each wake's snapshot.", bytesBuckets)),
+		nodes: prometheus.NewHistogram(histogram("snapshot", "nodes",
+			"Nodes included in each wake's snapshot.", nodesBuckets)),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "truncated_total",
+			Help: "Snapshots that left nodes, handles or text out, by lane."}, []string{"lane"}),
+		omitted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "omitted_nodes_total",
+			Help: "Nodes left out of snapshots by their bounds."}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "stale_total",
+			Help: "Snapshots built while the projection was behind its input by more than the staleness threshold, by lane."}, []string{"lane"}),
+		wakeLag: prometheus.NewHistogramVec(histogram(sub, "wake_lag_seconds",
+			"Time from the append of the earliest record that triggered a wake to the commit that published it, by lane.", secondsBuckets), []string{"lane"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "commits_total",
+			Help: "Batch commits (transactions), by result: committed or failed."}, []string{"result"}),
+		commitTime: prometheus.NewHistogram(histogram(sub, "commit_seconds",
+			"Time to commit one batch: produce, end the transaction, write Pebble.", secondsBuckets)),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "partition_changes_total",
+			Help: "Partitions the consumer group assigned to or revoked from this instance, by change."}, []string{"change"}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restores_total",
+			Help: "Partition restores from the changelog, by result: ok or failed."}, []string{"result"}),
+		restoreTime: prometheus.NewHistogram(histogram(sub, "restore_seconds",
+			"Time to restore one partition from the changelog.", []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
+		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restored_records_total",
+			Help: "Changelog records written to Pebble by restores."}),
+	}
+	for _, change := range []string{"assigned", "revoked"} {
+		m.rebalances.WithLabelValues(change)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.restores.WithLabelValues(r)
+	}
+	for _, r := range []string{"committed", "failed"} {
+		m.commits.WithLabelValues(r)
+	}
+	for _, lane := range []topics.Lane{topics.LaneNormal, topics.LanePriority} {
+		m.wakes.WithLabelValues(string(lane))
+		m.truncated.WithLabelValues(string(lane))
+		m.stale.WithLabelValues(string(lane))
+		m.wakeLag.WithLabelValues(string(lane))
+	}
+	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
+		m.wakeLag, m.commits, m.commitTime, m.rebalances, m.restores, m.restoreTime, m.restoredRecords, gauges{m})
+	return m, err
+}
+
+// Set points the scrape-time gauges at the running instance: pass it as
+// projector.Serve's started callback.
+func (m *ProjectorMetrics) Set(p *projector.Projector) { m.cur.Store(p) }
+
+// Consumed counts a consumed record.
+func (m *ProjectorMetrics) Consumed(topic string, typ topics.EventType, outcome projector.Outcome) {
+	m.consumed.WithLabelValues(topic, string(typ), string(outcome)).Inc()
+	switch outcome {
+	case projector.OutcomeDeadLettered:
+		m.deadLetters.Inc()
+	case projector.OutcomeRerouted:
+		m.reroutes.Inc()
+	}
+}
+
+// WakeCommitted counts a wake and its snapshot and emits its events.
+func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.CommittedWake) {
+	lane := string(w.Wake.Lane)
+	m.wakes.WithLabelValues(lane).Inc()
+	for _, t := range w.Wake.Triggers {
+		m.triggers.WithLabelValues(lane, string(t.Kind)).Inc()
+	}
+	s := &w.Wake.AgentTreeSnapshot
+	m.build.Observe(w.Build.Seconds())
+	m.bytes.Observe(float64(w.Info.Bytes))
+	m.nodes.Observe(float64(len(s.Nodes)))
+	if s.Truncated {
+		m.truncated.WithLabelValues(lane).Inc()
+		m.omitted.Add(float64(s.TruncationMeta.OmittedCountTotal))
+	}
+	if s.Stale {
+		m.stale.WithLabelValues(lane).Inc()
+	}
+	if w.Lag > 0 {
+		m.wakeLag.WithLabelValues(lane).Observe(w.Lag.Seconds())
+	}
+	if m.events != nil {
+		m.events.Snapshot(ctx, MetaOf(w.Wake, w.Info, w.Build))
+	}
+}
+
+// Committed counts a commit.
+func (m *ProjectorMetrics) Committed(_ int32, took time.Duration, err error) {
+	if err != nil {
+		m.commits.WithLabelValues("failed").Inc()
+		return
+	}
+	m.commits.WithLabelValues("committed").Inc()
+	m.commitTime.Observe(took.Seconds())
+}
+
+// Assigned counts assigned partitions.
+func (m *ProjectorMetrics) Assigned(parts []int32) {
+	m.rebalances.WithLabelValues("assigned").Add(float64(len(parts)))
+}
+
+// Revoked counts revoked partitions.
+func (m *ProjectorMetrics) Revoked(parts []int32) {
+	m.rebalances.WithLabelValues("revoked").Add(float64(len(parts)))
+}
+
+// Restored counts a restore.
+func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
+	m.restoredRecords.Add(float64(res.Records))
+	if err != nil {
+		m.restores.WithLabelValues("failed").Inc()
+		return
+	}
+	m.restores.WithLabelValues("ok").Inc()
+	m.restoreTime.Observe(res.Elapsed.Seconds())
+}
+
+// gauges reads, at scrape time, what only the running instance knows.
+type gauges struct{ m *ProjectorMetrics }
+
+var (
+	descOwned = prometheus.NewDesc(Namespace+"_projector_partitions_owned",
+		"Partitions this instance owns and has restored.", nil, nil)
+	descRestoring = prometheus.NewDesc(Namespace+"_projector_partitions_restoring",
+		"Partitions this instance is restoring from the changelog now.", nil, nil)
+	descLag = prometheus.NewDesc(Namespace+"_projector_consumer_lag_records",
+		"Records of an input topic's partition not yet applied: high watermark minus next offset, as of the last fetch.",
+		[]string{"topic", "partition"}, nil)
+	descCompactions = prometheus.NewDesc(Namespace+"_pebble_compactions_total",
+		"Pebble compactions since the store was opened.", nil, nil)
+	descFlushes = prometheus.NewDesc(Namespace+"_pebble_flushes_total",
+		"Pebble memtable flushes since the store was opened.", nil, nil)
+	descDisk = prometheus.NewDesc(Namespace+"_pebble_disk_usage_bytes",
+		"Disk space used by Pebble: tables, WAL, manifests.", nil, nil)
+	descReadAmp = prometheus.NewDesc(Namespace+"_pebble_read_amplification",
+		"Pebble's read amplification: sublevels plus non-empty levels.", nil, nil)
+	descDebt = prometheus.NewDesc(Namespace+"_pebble_compaction_debt_bytes",
+		"Pebble's estimate of bytes to compact before the LSM is stable.", nil, nil)
+	descCacheHits = prometheus.NewDesc(Namespace+"_pebble_block_cache_hits_total",
+		"Pebble block cache hits since the store was opened.", nil, nil)
+	descCacheMisses = prometheus.NewDesc(Namespace+"_pebble_block_cache_misses_total",
+		"Pebble block cache misses since the store was opened.", nil, nil)
+	descCacheBytes = prometheus.NewDesc(Namespace+"_pebble_block_cache_size_bytes",
+		"Bytes in Pebble's block cache.", nil, nil)
+)
+
+func (g gauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descLag, descCompactions, descFlushes, descDisk,
+		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes} {
+		ch <- d
+	}
+}
+
+func (g gauges) Collect(ch chan<- prometheus.Metric) {
+	p := g.m.cur.Load()
+	if p == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(p.Owned())))
+	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(p.Stats.Restoring.Load()))
+	for _, l := range p.Lag() {
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
+	}
+	pm := p.PebbleMetrics()
+	if pm == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, float64(pm.Compact.Count))
+	ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(pm.Flush.Count))
+	ch <- prometheus.MustNewConstMetric(descDisk, prometheus.GaugeValue, float64(pm.DiskSpaceUsage()))
+	ch <- prometheus.MustNewConstMetric(descReadAmp, prometheus.GaugeValue, float64(pm.ReadAmp()))
+	ch <- prometheus.MustNewConstMetric(descDebt, prometheus.GaugeValue, float64(pm.Compact.EstimatedDebt))
+	ch <- prometheus.MustNewConstMetric(descCacheHits, prometheus.CounterValue, float64(pm.BlockCache.Hits))
+	ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(pm.BlockCache.Misses))
+	ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, float64(pm.BlockCache.Size))
+}
