@@ -43,7 +43,9 @@ type Query struct {
 
 const rate = "$__rate_interval"
 
-func q(expr, legend string) Query { return Query{Expr: strings.ReplaceAll(expr, "RATE", rate), Legend: legend} }
+func q(expr, legend string) Query {
+	return Query{Expr: strings.ReplaceAll(expr, "RATE", rate), Legend: legend}
+}
 
 func quantiles(metric, by, legendPrefix string) []Query {
 	var out []Query
