@@ -210,7 +210,7 @@ func TestProjectorStatefulSet(t *testing.T) {
 				t.Fatalf("-transaction-timeout=%q: want whole seconds", txArg)
 			}
 			if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= int64(tx) {
-				t.Errorf("terminationGracePeriodSeconds %v, want more than the transaction timeout %ds", g, tx)
+				t.Errorf("terminationGracePeriodSeconds %s, want more than the transaction timeout %ds", ptr(g), tx)
 			}
 
 			if persistent {
@@ -246,7 +246,7 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 		}
 	}
 	if g := sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 75 {
-		t.Errorf("terminationGracePeriodSeconds %v, want the 75 the values set", g)
+		t.Errorf("terminationGracePeriodSeconds %s, want the 75 the values set", ptr(g))
 	}
 	if *sts.Spec.Replicas != 4 {
 		t.Errorf("replicas %d, want 4", *sts.Spec.Replicas)
@@ -256,7 +256,7 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	r = template(t, "-f", requiredValues, "--set", "projector.transactionTimeoutSeconds=100")
 	r.one(t, "StatefulSet", &sts)
 	if g := sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 130 {
-		t.Errorf("derived terminationGracePeriodSeconds %v, want 100+30", g)
+		t.Errorf("derived terminationGracePeriodSeconds %s, want 100+30", ptr(g))
 	}
 }
 
@@ -670,6 +670,14 @@ func leaves(path string, v any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ptr prints an optional number.
+func ptr(p *int64) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.FormatInt(*p, 10)
 }
 
 func typeOf(s map[string]any) string {
