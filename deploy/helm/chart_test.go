@@ -831,3 +831,31 @@ func assertServiceMonitorFindsService(t testing.TB, r rendered, sm manifest) {
 		}
 	}
 }
+
+// TestNotes: NOTES.txt says what was installed and how to reach it, and
+// warns about what was asked for but could not be installed.
+func TestNotes(t *testing.T) {
+	n := notes(t, "-f", requiredValues, "--set", "metrics.serviceMonitor.enabled=true")
+	for _, want := range []string{
+		"StatefulSet rel-canopy-projector, 3 pod(s)",
+		"rollout status statefulset/rel-canopy-projector",
+		"port-forward service/rel-canopy-gateway 8080:80",
+		"no monitoring.coreos.com/v1 API",
+		"docs/DEPLOY.md",
+	} {
+		if !strings.Contains(n, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, n)
+		}
+	}
+	n = notes(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI, "--set", "projector.replicas=30")
+	for _, want := range []string{
+		"https://canopy.example.com/",
+		"30 projector pods for 24 partitions: 6 pod(s) will own nothing",
+		"ServiceMonitors installed",
+		"Telemetry: OTLP (grpc) to http://otel-collector.observability:4317",
+	} {
+		if !strings.Contains(n, want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", want, n)
+		}
+	}
+}

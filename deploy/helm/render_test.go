@@ -265,3 +265,37 @@ func readYAML(t testing.TB, path string) any {
 	}
 	return v
 }
+
+// notes renders templates/NOTES.txt, which helm template does not print: a
+// copy of the chart gets a ConfigMap template that renders the notes with
+// tpl, in the same context as helm would.
+func notes(t testing.TB, args ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "canopy")
+	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(dir, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes-under-test.txt"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-under-test\ndata:\n  notes: {{ tpl (.Files.Get \"notes-under-test.txt\") . | quote }}\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "zz-notes-under-test.yaml"), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Tool(t, "helm"), append([]string{"template", "rel", dir, "--namespace", "ns", "--kube-version", kubeVersion,
+		"--show-only", "templates/zz-notes-under-test.yaml"}, args...)...)
+	cmd.Dir = chartDir(t) // values files are relative to the chart
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+tmp, "HELM_CACHE_HOME="+tmp, "HELM_DATA_HOME="+tmp)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("rendering NOTES.txt: %v\n%s", err, out)
+	}
+	var cm corev1.ConfigMap
+	strict(t, parse(t, out)[0], &cm)
+	return cm.Data["notes"]
+}
