@@ -1,0 +1,207 @@
+{{/* Names: <release>-<chart> unless overridden, cut to DNS label length. */}}
+{{- define "canopy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "canopy.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* StatefulSet pod names get "-<ordinal>" and a controller-revision label of
+     the name plus a hash: keep the base short enough for both. */}}
+{{- define "canopy.projector.fullname" -}}
+{{- printf "%s-projector" (include "canopy.fullname" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The headless Service that gives each projector pod its stable DNS name. */}}
+{{- define "canopy.projector.headless" -}}
+{{- printf "%s-headless" (include "canopy.projector.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "canopy.gateway.fullname" -}}
+{{- printf "%s-gateway" (include "canopy.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "canopy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "canopy.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "canopy.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "canopy.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: canopy
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "canopy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "canopy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Component labels: call with (dict "ctx" $ "component" "projector"). */}}
+{{- define "canopy.componentLabels" -}}
+{{ include "canopy.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "canopy.componentSelectorLabels" -}}
+{{ include "canopy.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "canopy.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The projector's termination grace period: long enough for the batch in
+     hand to finish and commit (a commit is bounded by the transaction
+     timeout), then to leave the group and close Pebble. */}}
+{{- define "canopy.projector.gracePeriod" -}}
+{{- $tx := int .Values.projector.transactionTimeoutSeconds -}}
+{{- $grace := .Values.projector.terminationGracePeriodSeconds -}}
+{{- if kindIs "invalid" $grace -}}
+{{- add $tx 30 -}}
+{{- else if le (int $grace) $tx -}}
+{{- fail (printf "projector.terminationGracePeriodSeconds (%d) must exceed projector.transactionTimeoutSeconds (%d): a pod killed mid-commit aborts its batch and the next owner redoes it" (int $grace) $tx) -}}
+{{- else -}}
+{{- int $grace -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Kafka connection environment shared by projector, gateway and the topics
+     Job. Credentials come from Secrets by reference, never from values. */}}
+{{- define "canopy.kafkaEnv" -}}
+{{- if not .Values.kafka.brokers }}
+{{- fail "kafka.brokers is required: host:port[,host:port...] of your Kafka cluster" }}
+{{- end }}
+- name: CANOPY_BROKERS
+  value: {{ .Values.kafka.brokers | quote }}
+- name: CANOPY_TOPIC_PREFIX
+  value: {{ .Values.kafka.topicPrefix | quote }}
+{{- if or .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
+- name: CANOPY_TLS
+  value: "true"
+{{- end }}
+{{- if .Values.kafka.tls.caSecret.name }}
+- name: CANOPY_TLS_CA
+  value: /etc/canopy/kafka-ca/{{ .Values.kafka.tls.caSecret.key }}
+{{- end }}
+{{- with .Values.kafka.sasl }}
+{{- if .mechanism }}
+{{- if not .existingSecret }}
+{{- fail "kafka.sasl.existingSecret is required with kafka.sasl.mechanism: the chart reads the SASL user and password from a Secret" }}
+{{- end }}
+- name: CANOPY_SASL_MECHANISM
+  value: {{ .mechanism | quote }}
+- name: CANOPY_SASL_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .usernameKey }}
+- name: CANOPY_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .existingSecret }}
+      key: {{ .passwordKey }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "canopy.kafkaVolumeMounts" -}}
+{{- if .Values.kafka.tls.caSecret.name }}
+- name: kafka-ca
+  mountPath: /etc/canopy/kafka-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "canopy.kafkaVolumes" -}}
+{{- if .Values.kafka.tls.caSecret.name }}
+- name: kafka-ca
+  secret:
+    secretName: {{ .Values.kafka.tls.caSecret.name }}
+    items:
+      - key: {{ .Values.kafka.tls.caSecret.key }}
+        path: {{ .Values.kafka.tls.caSecret.key }}
+{{- end }}
+{{- end -}}
+
+{{/* OTEL_* for a component: call with (dict "ctx" $ "service" "canopy-projector").
+     The pod's identity goes into the resource attributes from the downward
+     API (POD_NAME and POD_NAMESPACE must be set before these). */}}
+{{- define "canopy.otelEnv" -}}
+{{- $v := .ctx.Values.otel -}}
+{{- if $v.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $v.endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $v.protocol | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .service | quote }}
+{{- $attrs := list "k8s.pod.name=$(POD_NAME)" "k8s.namespace.name=$(POD_NAMESPACE)" (printf "service.version=%s" .ctx.Chart.AppVersion) }}
+{{- range $k, $val := $v.resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%s" $k $val) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
+{{- if $v.headersSecret.name }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.headersSecret.name }}
+      key: {{ $v.headersSecret.key }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Downward API identity every pod gets first, so later variables can use
+     $(POD_NAME) and $(POD_NAMESPACE). */}}
+{{- define "canopy.podIdentityEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{- end -}}
+
+{{/* GOMEMLIMIT from the container's memory limit: call with (dict "enabled" bool "resources" map "container" name). */}}
+{{- define "canopy.goMemLimitEnv" -}}
+{{- if and .enabled .resources .resources.limits .resources.limits.memory }}
+- name: GOMEMLIMIT
+  valueFrom:
+    resourceFieldRef:
+      containerName: {{ .container }}
+      resource: limits.memory
+{{- end }}
+{{- end -}}
+
+{{- define "canopy.probe" -}}
+initialDelaySeconds: {{ .initialDelaySeconds }}
+periodSeconds: {{ .periodSeconds }}
+timeoutSeconds: {{ .timeoutSeconds }}
+failureThreshold: {{ .failureThreshold }}
+{{- end -}}
