@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const partitions = 4
 
-// TestForeignClients: kcat and the Python producer each produce a run; kcat
+// TestForeignClients: kcat, the Python and the Go producer each produce a run; kcat
 // produces a third with librdkafka's default (CRC32) partitioner, into the
 // wrong partition on purpose; later kcat types a human input. The Python
 // conductor receives every wake, the priority one included, and acknowledges
@@ -107,9 +107,15 @@ func TestForeignClients(t *testing.T) {
 	runCmd(t, kcatEnv(misplaced, "consistent_random"), produce)
 	runCmd(t, nil, python, filepath.Join(root, "examples/python/producer.py"), "--brokers", strings.Join(brokers, ","),
 		"--topic", names.AgentEvents(), "--run", "run-python", "--base-time", base.Format(time.RFC3339))
+	goRun := exec.Command(testenv.Tool(t, "go"), "run", "./examples/producer-go", "-brokers", strings.Join(brokers, ","),
+		"-topic", names.AgentEvents(), "-run", "run-go", "-base-time", base.Format(time.RFC3339))
+	goRun.Dir = root
+	if out, err := goRun.CombinedOutput(); err != nil {
+		t.Fatalf("go run ./examples/producer-go: %v\n%s", err, out)
+	}
 
-	// 10 + 10 + 12 events raise 4 + 4 + 5 wakes, each acknowledged.
-	const events, wakes = 32, 13
+	// 10 + 10 + 12 + 12 events raise 4 + 4 + 5 + 5 wakes, each acknowledged.
+	const events, wakes = 44, 18
 	waitFor(t, ctx, p, conductor, "every wake acknowledged and projected", func() bool {
 		return p.Stats.Applied.Load() == events+wakes && conductor.wakes() == wakes
 	})
@@ -164,7 +170,7 @@ func TestForeignClients(t *testing.T) {
 	}
 
 	got := conductor.wakesByRun(t)
-	for _, run := range []string{"run-kcat", misplaced, "run-python"} {
+	for _, run := range []string{"run-kcat", misplaced, "run-python", "run-go"} {
 		var in bytes.Buffer
 		for _, v := range perRun[run] {
 			in.Write(v)
