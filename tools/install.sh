@@ -6,6 +6,8 @@
 #   kcat, python3-confluent-kafka  foreign Kafka clients of the interop tests
 #   prometheus (with promtool)     the real server the dashboard tests query
 #   helm                           renders and lints deploy/helm (bin/tools)
+#   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
+#                                  package-lock.json) check the TypeScript example
 #
 # Versions that resolve and work here are recorded in ../shared/INFRA-NOTES.md.
 set -euo pipefail
@@ -19,6 +21,7 @@ command -v kcat >/dev/null 2>&1 || apt_pkgs+=(kcat)
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || apt_pkgs+=(prometheus)
 # The Debian module is for Debian's python3; a pyenv shim on PATH may not see it.
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || apt_pkgs+=(python3-confluent-kafka)
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_pkgs+=(nodejs npm)
 
 if ((${#apt_pkgs[@]})); then
 	sudo=""
@@ -33,4 +36,9 @@ fi
 if ! [ -x "$TOOLS_BIN/helm" ] && ! command -v helm >/dev/null 2>&1; then
 	echo "tools: building helm $HELM_VERSION from the Go module proxy"
 	GOBIN="$TOOLS_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+
+if ! [ -x examples/typescript/node_modules/.bin/tsc ]; then
+	echo "tools: npm ci in examples/typescript (typescript, kafkajs, as package-lock.json pins them)"
+	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
 fi

@@ -29,6 +29,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
+	"github.com/canopy-dev/canopy/pkg/wake"
 )
 
 // runDev is "projector dev": everything on one machine, for a first look. An
@@ -205,29 +206,19 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	return first
 }
 
-// printWakes prints every wake of both lanes as it is committed: a
-// conductor reads with read_committed, and so sees each wake exactly once.
+// printWakes prints every wake of both lanes as a conductor receives it
+// with pkg/wake (read_committed, so each wake once; priority lane first), and
+// acknowledges it, so the watchdog sees the demo's results forwarded.
 func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Wakes(), names.PriorityWakes()),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "canopy-dev-conductor", Logger: slog.New(slog.DiscardHandler)},
+		func(_ context.Context, w *topics.Wake, r wake.Received) error {
+			fmt.Fprintf(out, "%s %s\n", r.ReceivedAt.Format("15:04:05.000"), wakefmt.Line(w))
+			return nil
+		})
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	for {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			w, err := topics.DecodeWake(r.Value)
-			if err != nil {
-				fmt.Fprintf(out, "undecodable wake at %s/%d@%d: %v\n", r.Topic, r.Partition, r.Offset, err)
-				return
-			}
-			fmt.Fprintf(out, "%s %s\n", time.Now().Format("15:04:05.000"), wakefmt.Line(w))
-		})
-	}
+	return c.Run(ctx)
 }
 
 // demoTraffic produces the demo runs' events at their own times (now

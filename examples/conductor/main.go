@@ -1,0 +1,99 @@
+// Command conductor is an example conductor in Go: it consumes a canopy
+// deployment's wakes with pkg/wake (priority lane first, read_committed,
+// duplicates dropped, staleness recomputed at receipt), logs each wake's
+// triggers and snapshot summary, and acknowledges it with a
+// conductor.wake_received event so the delivery watchdog sees its results
+// forwarded. A real conductor would plan and delegate where this one logs.
+//
+//	go run ./examples/conductor -brokers 127.0.0.1:9092
+//
+// It imports only the public packages pkg/wake and pkg/topics.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+	"github.com/canopy-dev/canopy/pkg/wake"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the conductor until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conductor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	brokers := fs.String("brokers", envOr("CANOPY_BROKERS", "127.0.0.1:9092"), "Kafka brokers, host:port[,host:port...] (env CANOPY_BROKERS)")
+	prefix := fs.String("topic-prefix", topics.DefaultPrefix, "topic name prefix")
+	group := fs.String("group", wake.DefaultGroup, "consumer group of this conductor")
+	staleAfter := fs.Duration("stale-after", 0, "snapshot age over which a wake is stale at receipt (default 10s)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := wake.New(wake.Config{Brokers: strings.Split(*brokers, ","), Names: topics.Names{Prefix: *prefix, Version: topics.DefaultVersion},
+		Group: *group, StaleAfter: *staleAfter, Logger: log}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
+		fmt.Fprintln(stdout, Line(w, r))
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor: %v\n", err)
+		return 2
+	}
+	if err := c.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "conductor: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// Line summarises a wake on one line: when it was received, its lane
+// (WAKE! for the priority lane), run, triggers, and the snapshot's counts.
+func Line(w *topics.Wake, r wake.Received) string {
+	var b strings.Builder
+	lane := "wake "
+	if w.Lane == topics.LanePriority {
+		lane = "WAKE!"
+	}
+	fmt.Fprintf(&b, "%s %s %s run=%s seq=%d triggers=[", r.ReceivedAt.Format("15:04:05.000"), lane, w.WakeID, w.RunID, r.AsOfEventSeq)
+	for i, t := range w.Triggers {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s:%s", t.Kind, t.AgentID)
+		if t.Input != nil && t.Input.Text != "" {
+			fmt.Fprintf(&b, "(%q)", t.Input.Text)
+		}
+	}
+	s := &w.AgentTreeSnapshot.Summary
+	c := s.CountsByStatus
+	fmt.Fprintf(&b, "] nodes=%d/%d running=%d blocked=%d failed=%d completed=%d open_requests=%d",
+		s.NodeCountIncluded, s.NodeCountTotal, c.Running, c.Blocked, c.Failed, c.Completed, s.OpenRequestCount)
+	if r.Truncated {
+		fmt.Fprintf(&b, " truncated(omitted=%d)", r.NodesOmitted)
+	}
+	if r.Stale {
+		fmt.Fprintf(&b, " STALE(age=%dms)", r.AgeMs)
+	}
+	return b.String()
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,466 @@
+// Package wake is the conductor's side of canopy: it consumes the priority
+// and normal wake topics and hands each wake to the conductor's handler,
+// without any canopy process beyond the projectors that publish them.
+//
+// For each wake it
+//   - delivers priority wakes (human input) before normal ones: whatever
+//     priority backlog exists when partitions are assigned, and every
+//     priority wake fetched since, goes before the next normal wake;
+//   - reads with read_committed, so wakes of aborted projector transactions
+//     are never seen, and drops duplicates by wake_id (from redelivery after
+//     a restart, or a projector run at least once), remembering a bounded
+//     number of recent ids;
+//   - recomputes staleness at receipt: the snapshot's age is its age when
+//     generated plus the time since (seed 000's rule, age > StaleAfter);
+//   - starts a consumer "process" span continuing the W3C trace context of
+//     the wake record's headers, logs one line, and tells the Observer
+//     (conductor.wake.received), all with metadata only, never node content;
+//   - after the handler returns, publishes a conductor.wake_received event
+//     to the agent events topic, keyed by run, naming the nodes whose results
+//     or completions the wake delivered, so the delivery watchdog (seed 004)
+//     marks them forwarded; then marks the wake's offset for commit.
+//
+// Delivery to the handler is at least once across restarts (offsets are
+// committed after the acknowledgement) and exactly once within a process.
+package wake
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Received is what a conductor learns about a wake on receipt: metadata
+// only, never node contents, so it may be logged and exported as the
+// conductor.wake.received telemetry event.
+type Received struct {
+	WakeID, SnapshotID, RunID string
+	Lane                      topics.Lane
+	// Topic, Partition and Offset locate the wake record.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// AsOfEventSeq is the number of the run's events the snapshot reflects.
+	AsOfEventSeq  int64
+	PolicyVersion string
+	// NodesIncluded and NodesOmitted are the snapshot's node counts; Bytes
+	// is the size of the wake record's value.
+	NodesIncluded, NodesOmitted, Bytes int
+	Truncated                          bool
+	// Stale and AgeMs are recomputed at receipt: AgeMs is the snapshot's age
+	// when generated plus the time since generated_at on Config.Now, and
+	// Stale is AgeMs > Config.StaleAfter.
+	Stale bool
+	AgeMs int64
+	// Triggers are the kinds of the wake's triggers, in order.
+	Triggers []topics.TriggerKind
+	// ReceivedAt is Config.Now at receipt.
+	ReceivedAt time.Time
+}
+
+// Handler handles one wake. The context carries the wake's process span.
+// An error stops Run (the wake is neither acknowledged nor committed, so it
+// is delivered again after a restart); handle what can be handled.
+type Handler func(ctx context.Context, w *topics.Wake, r Received) error
+
+// Stats count what a Consumer did.
+type Stats struct {
+	// Delivered wakes went to the handler; Duplicates were dropped by
+	// wake_id; Undecodable records were skipped (and logged); Acked wakes
+	// were acknowledged with conductor.wake_received.
+	Delivered, Duplicates, Undecodable, Acked atomic.Int64
+}
+
+// Consumer consumes a conductor's wakes. Make one with New, then Run it.
+type Consumer struct {
+	cfg    Config
+	h      Handler
+	cl     *kgo.Client
+	tracer trace.Tracer
+	seen   *seen
+	prio   []*kgo.Record // fetched priority records, delivered first
+	normal []*kgo.Record
+
+	mu sync.Mutex
+	// backlog maps each assigned priority partition whose committed backlog,
+	// listed at assignment, has not been fetched yet to the offset it ends at.
+	backlog      map[int32]int64
+	backlogSince time.Time
+
+	// Stats are live counters.
+	Stats Stats
+}
+
+// ErrHandler wraps the error of a Handler that stopped Run.
+var ErrHandler = errors.New("wake: handler failed")
+
+// ackKinds are the triggers whose agents' results or completions a wake
+// delivers: acknowledging them is what the watchdog counts as forwarded.
+var ackKinds = map[topics.TriggerKind]bool{topics.TriggerResult: true, topics.TriggerCompleted: true}
+
+// New validates cfg and creates the consumer's Kafka client. It consumes
+// nothing until Run.
+func New(cfg Config, h Handler) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: no handler", ErrConfig)
+	}
+	cfg = cfg.withDefaults()
+	c := &Consumer{cfg: cfg, h: h, seen: newSeen(cfg.DedupeSize), backlog: map[int32]int64{},
+		tracer: cfg.TracerProvider.Tracer("github.com/canopy-dev/canopy/pkg/wake")}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Names.PriorityWakes(), cfg.Names.Wakes()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers come through so that the end of a priority
+		// partition's backlog is seen even when a marker is its last record.
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AutoCommitMarks(),
+		// Records held in the queues stay ours: a rebalance waits for them.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.revoked),
+		// Acknowledgements are keyed by run and placed by murmur2, like
+		// every canopy record.
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	}, cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("wake: kafka client: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Run delivers wakes to the handler until ctx is done (then it returns nil),
+// the handler fails (ErrHandler), or Kafka reports an error that retrying
+// cannot fix. It commits what was handled and closes the client on return;
+// a Consumer runs once.
+func (c *Consumer) Run(ctx context.Context) (err error) {
+	defer func() {
+		c.cl.AllowRebalance()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if cerr := c.cl.CommitMarkedOffsets(cctx); cerr != nil && err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("wake: committing offsets: %w", cerr)
+		}
+		cancel()
+		c.cl.Close()
+	}()
+	for {
+		if len(c.prio) == 0 && len(c.normal) == 0 {
+			c.cl.AllowRebalance() // nothing held: a rebalance may go ahead
+			if err := c.take(c.cl.PollFetches(ctx)); err != nil || ctx.Err() != nil {
+				return err
+			}
+			continue
+		}
+		// Whatever else has arrived, priority wakes included, before the
+		// next delivery.
+		if err := c.take(c.cl.PollFetches(nil)); err != nil {
+			return err
+		}
+		if len(c.prio) == 0 && c.waitingForPriority() {
+			// A priority backlog listed at assignment is not here yet.
+			wctx, cancel := context.WithDeadline(ctx, c.backlogSince.Add(c.cfg.PriorityWait))
+			err := c.take(c.cl.PollFetches(wctx))
+			cancel()
+			if err != nil || ctx.Err() != nil {
+				return err
+			}
+			if wctx.Err() != nil && len(c.prio) == 0 {
+				c.giveUpBacklog()
+			}
+			continue
+		}
+		var r *kgo.Record
+		if len(c.prio) > 0 {
+			r, c.prio = c.prio[0], c.prio[1:]
+		} else {
+			r, c.normal = c.normal[0], c.normal[1:]
+		}
+		if err := c.deliver(ctx, r); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// take queues the records of fs by lane and notes how far each priority
+// partition has been fetched. It returns an error Kafka will not recover from.
+func (c *Consumer) take(fs kgo.Fetches) error {
+	var ferr error
+	fs.EachError(func(topic string, p int32, err error) {
+		switch {
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, kgo.ErrClientClosed) || !kerr.IsRetriable(err):
+			if ferr == nil {
+				ferr = fmt.Errorf("wake: consuming %s/%d: %w", topic, p, err)
+			}
+		default:
+			c.cfg.Logger.Warn("wake: fetch error, retrying", "topic", topic, "partition", p, "err", err)
+		}
+	})
+	prio := c.cfg.Names.PriorityWakes()
+	fs.EachRecord(func(r *kgo.Record) {
+		if r.Topic == prio {
+			c.fetched(r.Partition, r.Offset+1)
+		}
+		switch {
+		case r.Attrs.IsControl():
+			c.cl.MarkCommitRecords(r)
+		case r.Topic == prio:
+			c.prio = append(c.prio, r)
+		default:
+			c.normal = append(c.normal, r)
+		}
+	})
+	return ferr
+}
+
+// deliver handles one wake record: span, decode, dedupe, log, observe,
+// handle, acknowledge, mark.
+func (c *Consumer) deliver(ctx context.Context, r *kgo.Record) error {
+	ctx = propagation.TraceContext{}.Extract(ctx, topics.HeaderCarrier{Headers: &r.Headers})
+	ctx, span := c.tracer.Start(ctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		semconv.MessagingSystemKafka,
+		semconv.MessagingDestinationName(r.Topic),
+		semconv.MessagingDestinationPartitionID(fmt.Sprint(r.Partition)),
+		semconv.MessagingKafkaOffset(int(r.Offset)),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingConsumerGroupName(c.cfg.Group),
+		semconv.MessagingKafkaMessageKey(string(r.Key)),
+		semconv.MessagingMessageBodySize(len(r.Value)),
+	))
+	defer span.End()
+
+	w, err := topics.DecodeWake(r.Value)
+	if err != nil {
+		c.Stats.Undecodable.Add(1)
+		span.SetStatus(codes.Error, "undecodable wake")
+		span.RecordError(err)
+		c.cfg.Logger.Warn("wake: skipped an undecodable wake", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		c.cl.MarkCommitRecords(r)
+		return nil
+	}
+	span.SetAttributes(semconv.MessagingMessageID(w.WakeID), attribute.String("canopy.run_id", w.RunID))
+	if c.seen.add(w.WakeID) {
+		c.Stats.Duplicates.Add(1)
+		span.SetAttributes(attribute.Bool("canopy.wake.duplicate", true))
+		c.cfg.Logger.Debug("wake: dropped a duplicate", "wake_id", w.WakeID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		c.cl.MarkCommitRecords(r)
+		return nil
+	}
+	rec := c.received(w, r)
+	c.Stats.Delivered.Add(1)
+	c.cfg.Logger.Info("wake received", "wake_id", rec.WakeID, "run_id", rec.RunID, "lane", string(rec.Lane),
+		"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "as_of_event_seq", rec.AsOfEventSeq,
+		"nodes_included", rec.NodesIncluded, "nodes_omitted", rec.NodesOmitted, "truncated", rec.Truncated,
+		"stale", rec.Stale, "age_ms", rec.AgeMs, "bytes", rec.Bytes)
+	if c.cfg.Observer != nil {
+		c.cfg.Observer.WakeReceived(ctx, rec)
+	}
+	if err := c.h(ctx, w, rec); err != nil {
+		span.SetStatus(codes.Error, "handler failed")
+		span.RecordError(err)
+		return fmt.Errorf("%w: wake %s of run %s: %w", ErrHandler, w.WakeID, w.RunID, err)
+	}
+	if !c.cfg.NoAck {
+		if err := c.ack(ctx, w, rec.ReceivedAt); err != nil {
+			span.SetStatus(codes.Error, "acknowledgement failed")
+			span.RecordError(err)
+			return err
+		}
+	}
+	c.cl.MarkCommitRecords(r)
+	return nil
+}
+
+// received computes a wake's receipt metadata, staleness included.
+func (c *Consumer) received(w *topics.Wake, r *kgo.Record) Received {
+	s := &w.AgentTreeSnapshot
+	now := c.cfg.Now()
+	rec := Received{WakeID: w.WakeID, SnapshotID: s.SnapshotID, RunID: w.RunID, Lane: w.Lane,
+		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, AsOfEventSeq: s.AsOfEventSeq,
+		PolicyVersion: s.TruncationMeta.PolicyVersion, NodesIncluded: len(s.Nodes),
+		NodesOmitted: s.TruncationMeta.OmittedCountTotal, Bytes: len(r.Value), Truncated: s.Truncated,
+		AgeMs: staleAge(s, now), ReceivedAt: now}
+	rec.Stale = time.Duration(rec.AgeMs)*time.Millisecond > c.cfg.StaleAfter
+	for _, t := range w.Triggers {
+		rec.Triggers = append(rec.Triggers, t.Kind)
+	}
+	return rec
+}
+
+// staleAge is seed 000's snapshot age, measured at now: the age the
+// projector measured when it generated the snapshot plus the time since.
+// A conductor clock behind the projector's does not make it younger.
+func staleAge(s *topics.AgentTreeSnapshot, now time.Time) int64 {
+	since := now.Sub(s.GeneratedAt.Std()).Milliseconds()
+	if since < 0 || s.GeneratedAt.IsZero() {
+		since = 0
+	}
+	return s.SnapshotAgeMs + since
+}
+
+// AckEvent returns the conductor.wake_received event acknowledging w at
+// time at. Its id is derived from the wake id and the source, so
+// acknowledging a redelivered wake again is a duplicate the projector
+// applies once. It names the agents of the wake's result and completion
+// triggers: the nodes whose results it delivered.
+func AckEvent(w *topics.Wake, source, fallbackAgent string, at time.Time) *topics.Event {
+	s := &w.AgentTreeSnapshot
+	agent := fallbackAgent
+	if s.RootAgentID != nil {
+		agent = *s.RootAgentID
+	}
+	var agents []string
+	for _, t := range w.Triggers {
+		if ackKinds[t.Kind] && !contains(agents, t.AgentID) {
+			agents = append(agents, t.AgentID)
+		}
+	}
+	ms := uint64(at.UnixMilli())
+	if id, err := ulid.ParseStrict(w.WakeID); err == nil {
+		ms = id.Time() // the wake's own time: the same id whenever it is acknowledged
+	}
+	sum := sha256.Sum256([]byte("conductor.wake_received\x00" + source + "\x00" + w.WakeID))
+	var id ulid.ULID
+	_ = id.SetTime(ms)
+	_ = id.SetEntropy(sum[:10])
+	ev := &topics.Event{ID: id.String(), Source: source, Type: topics.TypeWakeReceived, Time: topics.NewTime(at),
+		RunID: w.RunID, AgentID: agent, SchemaVersion: topics.CurrentSchemaVersion,
+		Data: &topics.WakeReceived{WakeID: w.WakeID, SnapshotID: s.SnapshotID, AgentIDs: agents}}
+	if s.Scope.SessionID != nil {
+		ev.SessionID = *s.Scope.SessionID
+	}
+	if s.Scope.ThreadID != nil {
+		ev.ThreadID = *s.Scope.ThreadID
+	}
+	return ev
+}
+
+// ack produces the acknowledgement of w and waits for Kafka to have it,
+// carrying the process span's trace context in its headers.
+func (c *Consumer) ack(ctx context.Context, w *topics.Wake, at time.Time) error {
+	ev := AckEvent(w, c.cfg.Source, c.cfg.AgentID, at)
+	rec, err := topics.EventRecord(c.cfg.Names.AgentEvents(), ev, "")
+	if err != nil {
+		return fmt.Errorf("wake: acknowledgement of wake %s: %w", w.WakeID, err)
+	}
+	propagation.TraceContext{}.Inject(ctx, topics.HeaderCarrier{Headers: &rec.Headers})
+	if err := c.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("wake: producing the acknowledgement of wake %s to %s: %w", w.WakeID, rec.Topic, err)
+	}
+	c.Stats.Acked.Add(1)
+	return nil
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// assigned lists, for the newly assigned priority partitions, where their
+// committed backlog ends, so that no normal wake is delivered before it.
+func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	parts := assigned[c.cfg.Names.PriorityWakes()]
+	if len(parts) == 0 {
+		return
+	}
+	topic := c.cfg.Names.PriorityWakes()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListCommittedOffsets(ctx, topic) // last stable offsets
+	if err == nil {
+		err = ends.Error()
+	}
+	var starts kadm.ListedOffsets
+	if err == nil {
+		starts, err = adm.ListStartOffsets(ctx, topic)
+	}
+	var committed kadm.OffsetResponses
+	if err == nil {
+		committed, err = adm.FetchOffsets(ctx, c.cfg.Group)
+	}
+	if err != nil {
+		c.cfg.Logger.Warn("wake: cannot list the priority backlog; priority wakes go first as they are fetched", "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range parts {
+		end, ok := ends.Lookup(topic, p)
+		if !ok {
+			continue
+		}
+		from := int64(0)
+		if s, ok := starts.Lookup(topic, p); ok {
+			from = s.Offset
+		}
+		if o, ok := committed.Lookup(topic, p); ok && o.Err == nil && o.At > from {
+			from = o.At
+		}
+		if end.Offset > from {
+			c.backlog[p] = end.Offset
+			c.backlogSince = time.Now() // a timeout, not a fact of any wake
+		}
+	}
+}
+
+func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range revoked[c.cfg.Names.PriorityWakes()] {
+		delete(c.backlog, p)
+	}
+}
+
+// fetched notes that priority partition p was fetched up to offset next.
+func (c *Consumer) fetched(p int32, next int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if end, ok := c.backlog[p]; ok && next >= end {
+		delete(c.backlog, p)
+	}
+}
+
+func (c *Consumer) waitingForPriority() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.backlog) > 0
+}
+
+func (c *Consumer) giveUpBacklog() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.Logger.Warn("wake: the priority backlog did not arrive within the priority wait; delivering normal wakes",
+		"partitions", len(c.backlog), "priority_wait", c.cfg.PriorityWait)
+	clear(c.backlog)
+}

@@ -1,0 +1,286 @@
+package wake_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/replay"
+	"github.com/canopy-dev/canopy/pkg/topics"
+	"github.com/canopy-dev/canopy/pkg/wake"
+)
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	err := wake.Config{Brokers: []string{"nohost"}, Names: topics.Names{Prefix: "bad prefix", Version: 1},
+		StaleAfter: -1, DedupeSize: -1, PriorityWait: -1, Source: "bad\nsource"}.Validate()
+	if !errors.Is(err, wake.ErrConfig) {
+		t.Fatalf("Validate = %v, want ErrConfig", err)
+	}
+	for _, want := range []string{`broker "nohost"`, "prefix", "stale after", "dedupe size", "priority wait", "source"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate's error does not mention %q: %v", want, err)
+		}
+	}
+	if err := (wake.Config{}).Validate(); err == nil || !strings.Contains(err.Error(), "no brokers") {
+		t.Errorf("empty config: %v, want no brokers", err)
+	}
+	if err := (wake.Config{Brokers: []string{"127.0.0.1:9092"}}).Validate(); err != nil {
+		t.Errorf("minimal config: %v", err)
+	}
+}
+
+// realWakes replays examples/small-run.jsonl plus a human input and
+// returns the wakes the projector would publish, as records of their lanes'
+// topics.
+func realWakes(t *testing.T, names topics.Names) []*kgo.Record {
+	t.Helper()
+	in, err := os.ReadFile("../../examples/small-run.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	human := `{"specversion":"1.0","id":"01JM00000000000000000HUMAN","source":"/gateway/test","type":"signal.input","time":"2026-02-14T10:05:00.000Z","runid":"run-demo-1","agentid":"human:test","schemaversion":1,"data":{"input_kind":"steer","text":"look at the failure"}}`
+	var out bytes.Buffer
+	if _, err := replay.Run(io.MultiReader(bytes.NewReader(in), strings.NewReader(human+"\n")), &out, io.Discard, replay.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		w, err := topics.DecodeWake(sc.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: names.WakeTopic(w.Lane), Key: []byte(w.RunID), Value: bytes.Clone(sc.Bytes())})
+	}
+	return recs
+}
+
+type observed struct {
+	mu  sync.Mutex
+	got []wake.Received
+	ctx []context.Context
+}
+
+func (o *observed) WakeReceived(ctx context.Context, r wake.Received) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got, o.ctx = append(o.got, r), append(o.ctx, ctx)
+}
+
+// TestConsumer: a backlog of normal wakes with a duplicate, then a priority
+// wake, all waiting before the conductor starts: the priority wake is
+// delivered first, the duplicate is dropped, staleness is measured on the
+// injected clock, the span continues the record's trace, and every wake is
+// acknowledged on the agent events topic, keyed and partitioned by run.
+func TestConsumer(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	names := topics.Names{Prefix: "waketest", Version: 1}
+	const partitions = 3
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	recs := realWakes(t, names)
+	var normal, prio []*kgo.Record
+	for _, r := range recs {
+		if r.Topic == names.PriorityWakes() {
+			prio = append(prio, r)
+		} else {
+			normal = append(normal, r)
+		}
+	}
+	if len(prio) < 1 || len(normal) < 5 {
+		t.Fatalf("replay gave %d priority and %d normal wakes, want at least 1 and 5", len(prio), len(normal))
+	}
+	// The priority wake carries a trace context its process span continues.
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled})
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, parent), topics.HeaderCarrier{Headers: &prio[0].Headers})
+	dup := *normal[1]
+	dup.Headers = nil
+	send := append(append(append([]*kgo.Record{}, normal...), &dup), prio...)
+	if err := cl.ProduceSync(ctx, send...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	now := time.Date(2026, 2, 14, 12, 0, 0, 0, time.UTC)
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(context.Background())
+	obs := &observed{}
+	var mu sync.Mutex
+	var order []string
+	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "conductor-test", Now: func() time.Time { return now },
+		Observer: obs, TracerProvider: tp, Logger: discard()}, func(ctx context.Context, w *topics.Wake, r wake.Received) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, w.WakeID)
+		if !trace.SpanContextFromContext(ctx).IsValid() {
+			t.Errorf("wake %s: the handler's context has no span", w.WakeID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	want := int64(len(recs))
+	waitFor(t, func() bool { return c.Stats.Acked.Load() == want && c.Stats.Duplicates.Load() == 1 }, func() string {
+		return "every wake delivered and acknowledged, the duplicate dropped"
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	for i, r := range prio {
+		if w, _ := topics.DecodeWake(r.Value); order[i] != w.WakeID {
+			t.Errorf("delivered %s %dth, want the priority wake %s (order %v)", order[i], i+1, w.WakeID, order)
+		}
+	}
+	prioWake, _ := topics.DecodeWake(prio[0].Value)
+	if c.Stats.Delivered.Load() != want {
+		t.Errorf("delivered %d, want %d", c.Stats.Delivered.Load(), want)
+	}
+
+	// Staleness at receipt: age when generated plus the time since.
+	obs.mu.Lock()
+	for _, r := range obs.got {
+		var w *topics.Wake
+		for _, rec := range recs {
+			if x, _ := topics.DecodeWake(rec.Value); x.WakeID == r.WakeID {
+				w = x
+			}
+		}
+		wantAge := w.AgentTreeSnapshot.SnapshotAgeMs + now.Sub(w.AgentTreeSnapshot.GeneratedAt.Std()).Milliseconds()
+		if r.AgeMs != wantAge || !r.Stale {
+			t.Errorf("wake %s: age %d stale %v, want %d true", r.WakeID, r.AgeMs, r.Stale, wantAge)
+		}
+		if r.SnapshotID != w.AgentTreeSnapshot.SnapshotID || r.AsOfEventSeq != w.AgentTreeSnapshot.AsOfEventSeq ||
+			r.NodesIncluded != len(w.AgentTreeSnapshot.Nodes) || r.PolicyVersion == "" || r.Bytes == 0 {
+			t.Errorf("wake %s: receipt metadata %+v does not match the wake", r.WakeID, r)
+		}
+	}
+	if len(obs.got) != int(want) {
+		t.Errorf("observer saw %d wakes, want %d", len(obs.got), want)
+	}
+	obs.mu.Unlock()
+
+	// The priority wake's span is a consumer process span under the
+	// record's trace, with the messaging attributes.
+	var found bool
+	for _, s := range spans.Ended() {
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["messaging.message.id"] != prioWake.WakeID {
+			continue
+		}
+		found = true
+		if s.Parent().TraceID() != parent.TraceID() || s.Parent().SpanID() != parent.SpanID() || s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("priority span: parent %v kind %v, want %v consumer", s.Parent(), s.SpanKind(), parent)
+		}
+		for k, v := range map[string]string{"messaging.system": "kafka", "messaging.destination.name": names.PriorityWakes(),
+			"messaging.operation.type": "process", "messaging.consumer.group.name": "conductor-test",
+			"messaging.destination.partition.id": "", "messaging.kafka.offset": ""} {
+			if got, ok := attrs[k]; !ok || (v != "" && got != v) {
+				t.Errorf("priority span: %s = %q (present %v), want %q", k, got, ok, v)
+			}
+		}
+	}
+	if !found {
+		t.Error("no span for the priority wake")
+	}
+
+	// The acknowledgements: one per wake, keyed and partitioned by run,
+	// naming the agents of result and completion triggers.
+	acks := readAll(t, brokers, names.AgentEvents(), int(want))
+	byWake := map[string]*topics.Event{}
+	for _, r := range acks {
+		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+		if err != nil {
+			t.Fatalf("acknowledgement does not decode: %v", err)
+		}
+		if r.Partition != topics.Partition(r.Key, partitions) {
+			t.Errorf("acknowledgement of run %s in partition %d, want %d", r.Key, r.Partition, topics.Partition(r.Key, partitions))
+		}
+		byWake[ev.Data.(*topics.WakeReceived).WakeID] = ev
+	}
+	for _, rec := range recs {
+		w, _ := topics.DecodeWake(rec.Value)
+		ev := byWake[w.WakeID]
+		if ev == nil {
+			t.Errorf("wake %s was not acknowledged", w.WakeID)
+			continue
+		}
+		if ev.AgentID != *w.AgentTreeSnapshot.RootAgentID || !ev.Time.Std().Equal(now) {
+			t.Errorf("ack of %s: agent %s at %v, want the root %s at %v", w.WakeID, ev.AgentID, ev.Time, *w.AgentTreeSnapshot.RootAgentID, now)
+		}
+		var wantAgents []string
+		for _, tr := range w.Triggers {
+			if (tr.Kind == topics.TriggerResult || tr.Kind == topics.TriggerCompleted) && !contains(wantAgents, tr.AgentID) {
+				wantAgents = append(wantAgents, tr.AgentID)
+			}
+		}
+		if got := ev.Data.(*topics.WakeReceived).AgentIDs; strings.Join(got, ",") != strings.Join(wantAgents, ",") {
+			t.Errorf("ack of %s names %v, want %v", w.WakeID, got, wantAgents)
+		}
+	}
+}
+
+// TestAckEventIsStable: acknowledging the same wake twice gives the same
+// event id, so the projector applies a repeated acknowledgement once.
+func TestAckEventIsStable(t *testing.T) {
+	w := &topics.Wake{WakeID: "01JM0000000000000000000100", RunID: "run-1"}
+	a := wake.AckEvent(w, "/conductors/a", "conductor", time.Unix(100, 0))
+	b := wake.AckEvent(w, "/conductors/a", "conductor", time.Unix(200, 0))
+	if a.ID != b.ID {
+		t.Errorf("ids %s and %s differ", a.ID, b.ID)
+	}
+	if err := a.Validate(); err != nil {
+		t.Errorf("ack event: %v", err)
+	}
+	if c := wake.AckEvent(w, "/conductors/b", "conductor", time.Unix(100, 0)); c.ID == a.ID {
+		t.Error("two conductors' acknowledgements share an id")
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
