@@ -169,7 +169,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	errc := make(chan error, actors)
 	wg.Add(actors)
 	go func() { defer wg.Done(); errc <- p.Run(ctx) }()
-	go func() { defer wg.Done(); errc <- printWakes(ctx, brokers, names, stdout) }()
+	go func() { defer wg.Done(); errc <- printWakes(ctx, brokers, names, stdout, in) }()
 	go func() { defer wg.Done(); errc <- demoTraffic(ctx, cl, names, o) }()
 	for i, lis := range []net.Listener{qLis, gLis} {
 		srv := servers[i]
@@ -209,8 +209,13 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 // printWakes prints every wake of both lanes as a conductor receives it
 // with pkg/wake (read_committed, so each wake once; priority lane first), and
 // acknowledges it, so the watchdog sees the demo's results forwarded.
-func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer) error {
-	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "canopy-dev-conductor", Logger: slog.New(slog.DiscardHandler)},
+func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer, in *instrumentation) error {
+	obs, err := telemetry.NewWakeObserver(in.reg, telemetry.NewEvents(in.otel.Logs, slog.New(slog.DiscardHandler), nil))
+	if err != nil {
+		return err
+	}
+	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "canopy-dev-conductor", Logger: slog.New(slog.DiscardHandler),
+		Observer: obs, TracerProvider: in.otel.Tracer},
 		func(_ context.Context, w *topics.Wake, r wake.Received) error {
 			fmt.Fprintf(out, "%s %s\n", r.ReceivedAt.Format("15:04:05.000"), wakefmt.Line(w))
 			return nil

@@ -70,9 +70,6 @@ type ReceivedMeta struct {
 	Topic     string
 	Partition int32
 	Offset    int64
-	// Duplicate says the consumer dropped it as a repeat of a wake id it
-	// had delivered.
-	Duplicate bool
 }
 
 // Events emits the four events as OpenTelemetry log records and slog lines.
@@ -116,8 +113,7 @@ func (e *Events) WakeReceived(ctx context.Context, m ReceivedMeta) {
 	attrs := append(m.attrs(),
 		slog.String("messaging.destination.name", m.Topic),
 		slog.Int("messaging.destination.partition.id", int(m.Partition)),
-		slog.Int64("messaging.kafka.offset", m.Offset),
-		slog.Bool("duplicate", m.Duplicate))
+		slog.Int64("messaging.kafka.offset", m.Offset))
 	e.emit(ctx, EventWakeReceived, slog.LevelInfo, attrs)
 }
 

@@ -1,0 +1,405 @@
+package telemetry_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	common "go.opentelemetry.io/proto/otlp/common/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/topics"
+	"github.com/canopy-dev/canopy/pkg/wake"
+)
+
+// secret is planted in an event's payload: it may travel in wakes, never in
+// telemetry.
+const secret = "SECRET-canary-5d1e9b"
+
+// receiver is an in-process OTLP/HTTP receiver: it keeps every request body
+// as received and its decoded spans and log records.
+type receiver struct {
+	mu    sync.Mutex
+	raw   [][]byte
+	spans []span
+	logs  []logRecord
+}
+
+type span struct {
+	name, traceID string
+	attrs         map[string]string
+}
+
+type logRecord struct {
+	event, traceID string
+	attrs          map[string]string
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.raw = append(rc.raw, body)
+	switch r.URL.Path {
+	case "/v1/traces":
+		var req coltrace.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					rc.spans = append(rc.spans, span{s.Name, fmt.Sprintf("%x", s.TraceId), attrMap(s.Attributes)})
+				}
+			}
+		}
+		b, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(b)
+	case "/v1/logs":
+		var req collogs.ExportLogsServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, rl := range req.ResourceLogs {
+			for _, sl := range rl.ScopeLogs {
+				for _, l := range sl.LogRecords {
+					rc.logs = append(rc.logs, logRecord{l.EventName, fmt.Sprintf("%x", l.TraceId), attrMap(l.Attributes)})
+				}
+			}
+		}
+		b, _ := proto.Marshal(&collogs.ExportLogsServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(b)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func attrMap(kvs []*common.KeyValue) map[string]string {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		v := kv.Value
+		switch {
+		case v.GetStringValue() != "":
+			m[kv.Key] = v.GetStringValue()
+		default:
+			m[kv.Key] = strings.Trim(fmt.Sprint(v.Value), "&{}")
+		}
+	}
+	return m
+}
+
+// TestOTLPExport runs a projector and a conductor's wake consumer against
+// the embedded broker with OTLP export to an in-process receiver, and checks
+// that seed 000's four events and the spans of one trace (event → projector
+// → conductor) arrive with their names and attributes, and that a secret in
+// an event's payload appears in no span, log record or log line.
+func TestOTLPExport(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ot.Enabled || ot.Protocol != "http/protobuf" {
+		t.Fatalf("export not on: %+v", ot)
+	}
+	var logBuf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	events := telemetry.NewEvents(ot.Logs, logger, nil)
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	names := topics.Names{Prefix: "otlp", Version: 1}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const partitions = 2
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// One run's events, all carrying the agent's trace context, and a
+	// human's input with the secret in its text.
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	traceparent := "00-" + traceID + "-00f067aa0ba902b7-01"
+	evs := workload.Generate(workload.Spec{RunID: "run-otlp", Nodes: 30, Seed: 7})
+	var recs []*kgo.Record
+	for i := range evs {
+		r, err := topics.EventRecord(names.AgentEvents(), &evs[i], traceparent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	last := evs[len(evs)-1].Time.Std()
+	input := topics.Event{ID: "input-secret", Source: "/gateway", Type: topics.TypeInput, Time: topics.NewTime(last), RunID: "run-otlp",
+		AgentID: "human", SchemaVersion: topics.CurrentSchemaVersion, Data: &topics.Input{InputKind: "message", Text: secret}}
+	ir, err := topics.EventRecord(names.HumanInput(), &input, traceparent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs = append(recs, ir)
+	for _, r := range recs {
+		r.Partition = topics.Partition(r.Key, partitions)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Small chunks and a 1ms staleness threshold: batches short of the high
+	// watermark build stale snapshots. Eight nodes at most: truncated ones.
+	cfg := projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "otlp-projector", Chunk: 10,
+		Logger: logger, Hooks: pm, KafkaHooks: telemetry.KafkaHooks(reg), TracerProvider: ot.Tracer,
+		Projection: projection.Config{Limits: snapshot.Limits{MaxNodes: 8, StaleAfter: time.Millisecond}}}
+	p, err := projector.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm.Set(p)
+	pctx, pstop := context.WithCancel(ctx)
+	pdone := make(chan error, 1)
+	go func() { pdone <- p.Run(pctx) }()
+	stopProjector := sync.OnceValue(func() error { pstop(); return <-pdone })
+	defer stopProjector()
+
+	obs, err := telemetry.NewWakeObserver(reg, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var normal, priority atomic.Int64
+	wc, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "otlp-conductor", Logger: logger, Observer: obs, TracerProvider: ot.Tracer},
+		func(_ context.Context, w *topics.Wake, _ wake.Received) error {
+			if w.Lane == topics.LanePriority {
+				priority.Add(1)
+			} else {
+				normal.Add(1)
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wstop := context.WithCancel(ctx)
+	wdone := make(chan error, 1)
+	go func() { wdone <- wc.Run(wctx) }()
+	stopConductor := sync.OnceValue(func() error { wstop(); return <-wdone })
+	defer stopConductor()
+	for deadline := time.Now().Add(60 * time.Second); priority.Load() == 0 || normal.Load() < 5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the conductor received %d normal and %d priority wakes in 60s", normal.Load(), priority.Load())
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+	if err := stopConductor(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stopProjector(); err != nil {
+		t.Fatal(err)
+	}
+	// Shutdown flushes the batched spans and log records to the receiver.
+	if err := ot.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, b := range rc.raw {
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("the secret reached the collector:\n%q", b)
+		}
+	}
+	if strings.Contains(logBuf.String(), secret) {
+		t.Errorf("the secret is in the log lines")
+	}
+
+	// Every event arrived, tied to a span, with metadata only.
+	byEvent := map[string][]logRecord{}
+	for _, l := range rc.logs {
+		byEvent[l.event] = append(byEvent[l.event], l)
+	}
+	for _, name := range []string{telemetry.EventSnapshotGenerated, telemetry.EventSnapshotTruncated, telemetry.EventSnapshotStale, telemetry.EventWakeReceived} {
+		ls := byEvent[name]
+		if len(ls) == 0 {
+			t.Errorf("no %s event arrived (events: %v)", name, keys(byEvent))
+			continue
+		}
+		l := ls[0]
+		if l.traceID == "" || strings.Trim(l.traceID, "0") == "" {
+			t.Errorf("%s: no trace id: not tied to a span", name)
+		}
+		for _, attr := range []string{"snapshot_id", "wake_id", "run_id", "as_of_event_seq", "nodes_included", "nodes_omitted",
+			"bytes", "policy_version", "snapshot_age_ms", "truncated", "stale"} {
+			if _, ok := l.attrs[attr]; !ok {
+				t.Errorf("%s: no %s attribute: %v", name, attr, l.attrs)
+			}
+		}
+		if l.attrs["run_id"] != "run-otlp" {
+			t.Errorf("%s: run_id %q", name, l.attrs["run_id"])
+		}
+		if !strings.Contains(logBuf.String(), name) {
+			t.Errorf("%s: no slog line", name)
+		}
+	}
+	if l := byEvent[telemetry.EventSnapshotGenerated]; len(l) > 0 {
+		if _, ok := l[0].attrs["generation_ms"]; !ok {
+			t.Errorf("%s: no generation_ms", telemetry.EventSnapshotGenerated)
+		}
+	}
+	if l := byEvent[telemetry.EventSnapshotTruncated]; len(l) > 0 && l[0].attrs["truncated"] != "true" {
+		t.Errorf("truncated event says truncated=%q", l[0].attrs["truncated"])
+	}
+
+	// The spans: the projector's batch spans, its wake spans continuing the
+	// events' trace, and the conductor's process spans continuing the
+	// wakes'.
+	find := func(name, trace string) *span {
+		for i := range rc.spans {
+			if rc.spans[i].name == name && (trace == "" || rc.spans[i].traceID == trace) {
+				return &rc.spans[i]
+			}
+		}
+		return nil
+	}
+	checks := []struct {
+		name, trace string
+		attrs       map[string]string
+	}{
+		{"process " + names.AgentEvents(), "", map[string]string{"messaging.system": "kafka", "messaging.operation.type": "process",
+			"messaging.destination.name": names.AgentEvents(), "messaging.consumer.group.name": "otlp-projector"}},
+		{"send " + names.Wakes(), traceID, map[string]string{"messaging.system": "kafka", "messaging.operation.type": "send",
+			"messaging.destination.name": names.Wakes(), "messaging.kafka.message.key": "run-otlp"}},
+		{"send " + names.PriorityWakes(), traceID, map[string]string{"messaging.destination.name": names.PriorityWakes()}},
+		{"process " + names.Wakes(), traceID, map[string]string{"messaging.system": "kafka", "messaging.destination.name": names.Wakes()}},
+		{"process " + names.PriorityWakes(), traceID, map[string]string{"messaging.destination.name": names.PriorityWakes()}},
+	}
+	for _, c := range checks {
+		s := find(c.name, c.trace)
+		if s == nil {
+			var got []string
+			for _, s := range rc.spans {
+				got = append(got, s.name+"@"+s.traceID)
+			}
+			t.Errorf("no span %q in trace %q; spans: %v", c.name, c.trace, dedupe(got))
+			continue
+		}
+		for k, v := range c.attrs {
+			if s.attrs[k] != v {
+				t.Errorf("span %q: %s = %q, want %q", c.name, k, s.attrs[k], v)
+			}
+		}
+		if _, ok := s.attrs["messaging.destination.partition.id"]; !ok {
+			t.Errorf("span %q: no partition id", c.name)
+		}
+	}
+}
+
+// TestOTelOffWithoutEndpoint: no endpoint, no export, no error; a bad
+// protocol is an error that names the variable.
+func TestOTelOffWithoutEndpoint(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	ot, err := telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv})
+	if err != nil || ot.Enabled {
+		t.Fatalf("without an endpoint: enabled %v, err %v", ot != nil && ot.Enabled, err)
+	}
+	env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:4318"
+	env["OTEL_SDK_DISABLED"] = "true"
+	if ot, err := telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv}); err != nil || ot.Enabled {
+		t.Fatalf("OTEL_SDK_DISABLED: enabled %v, err %v", ot != nil && ot.Enabled, err)
+	}
+	delete(env, "OTEL_SDK_DISABLED")
+	env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
+	if _, err := telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv}); err == nil ||
+		!strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") && !strings.Contains(err.Error(), "PROTOCOL") {
+		t.Fatalf("http/json: err %v, want one naming the protocol variable", err)
+	}
+	env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+	ot, err = telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv})
+	if err != nil || !ot.Enabled || ot.Protocol != "grpc" {
+		t.Fatalf("grpc: %+v, %v", ot, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ot.Shutdown(ctx) // nothing was exported: nothing to flush
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of slog.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
