@@ -33,6 +33,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	k.Register(fs, "")
 	var cfg projector.Config
 	fs.StringVar(&cfg.Group, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
+	fs.Int64Var(&cfg.ReadyLag, "ready-lag", 10000, "records a partition may be behind its input for /readyz to say ready")
 	fs.StringVar(&cfg.InstanceID, "instance-id", env("CANOPY_INSTANCE_ID", ""), "static group instance id, e.g. the pod name (CANOPY_INSTANCE_ID)")
 	fs.StringVar(&cfg.DataDir, "data-dir", env("CANOPY_DATA_DIR", ""), "directory of the projector's Pebble state (CANOPY_DATA_DIR)")
 	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records per processing batch")

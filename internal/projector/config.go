@@ -73,6 +73,10 @@ type Config struct {
 	// membership (host:port where it answers for the runs it owns), so that
 	// Assignment can route a run to its owner.
 	AdvertiseAddr string
+	// ReadyLag is how many records a partition may be behind its input for
+	// the instance to be ready (Ready, /readyz): restored and caught up.
+	// Default 10000.
+	ReadyLag int64
 	// Hooks receive what the projector does, for metrics and telemetry;
 	// default NopHooks.
 	Hooks Hooks
@@ -117,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ReadyLag == 0 {
+		c.ReadyLag = 10000
 	}
 	if c.Hooks == nil {
 		c.Hooks = NopHooks{}
@@ -166,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.TransactionTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("transaction timeout %v: want 1s or more", c.TransactionTimeout))
+	}
+	if c.ReadyLag < 0 {
+		errs = append(errs, fmt.Sprintf("ready lag %d: want 0 (default 10000) or more", c.ReadyLag))
 	}
 	if c.AdvertiseAddr != "" && !strings.Contains(c.AdvertiseAddr, ":") {
 		errs = append(errs, fmt.Sprintf("advertise address %q: want host:port", c.AdvertiseAddr))

@@ -171,9 +171,10 @@ func (p *Projector) History(ctx context.Context, run, cursor string, limit int) 
 	return out, err
 }
 
-// Ready reports whether the instance serves queries: it runs, is a member
-// of the group, and owns a restored partition or has none assigned (idle in
-// the group, ready to take some over). why says what it is doing.
+// Ready reports whether the instance is ready (the readiness probe): it
+// runs, is a member of the group, has restored every partition assigned to
+// it, and each is within Config.ReadyLag records of its input; an instance
+// with none assigned is ready to take some over. why says what it is doing.
 func (p *Projector) Ready() (ok bool, why string) {
 	select {
 	case <-p.ready:
@@ -193,8 +194,13 @@ func (p *Projector) Ready() (ok bool, why string) {
 		return false, "joining the group"
 	}
 	owned := len(p.Owned())
-	if assigned > 0 && owned == 0 {
-		return false, fmt.Sprintf("restoring its %d partitions", assigned)
+	if owned < assigned {
+		return false, fmt.Sprintf("restoring %d of its %d partitions", assigned-owned, assigned)
 	}
-	return true, fmt.Sprintf("owns %d restored partitions of %d assigned", owned, assigned)
+	for _, l := range p.Lag() {
+		if l.Records > p.cfg.ReadyLag {
+			return false, fmt.Sprintf("catching up: partition %d of %s is %d records behind (ready at %d)", l.Partition, l.Topic, l.Records, p.cfg.ReadyLag)
+		}
+	}
+	return true, fmt.Sprintf("owns %d restored partitions, each within %d records of its input", owned, p.cfg.ReadyLag)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,4 +321,27 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestReadyMeansCaughtUp: an instance working through a backlog is not
+// ready, and says how far behind it is; once it caught up, it is.
+func TestReadyMeansCaughtUp(t *testing.T) {
+	e := newEnv(t, 1)
+	e.produce(e.names.AgentEvents(), workload.Generate(workload.Spec{RunID: "run-backlog", Nodes: 400, Seed: 3})...)
+	cfg := e.config(t.TempDir())
+	cfg.Chunk, cfg.ReadyLag = 20, 100
+	p, _ := e.start(cfg)
+	var sawBehind string
+	waitFor(t, 60*time.Second, p, "not ready while catching up", func() bool {
+		ok, why := p.Ready()
+		if !ok && strings.HasPrefix(why, "catching up") {
+			sawBehind = why
+		}
+		return sawBehind != ""
+	})
+	waitFor(t, 120*time.Second, p, "ready once caught up", func() bool { ok, _ := p.Ready(); return ok })
+	if lag := p.Lag(); len(lag) == 0 || lag[0].Records > cfg.ReadyLag {
+		t.Errorf("ready with lag %+v", lag)
+	}
+	t.Logf("while behind: %s", sawBehind)
 }

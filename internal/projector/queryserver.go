@@ -21,8 +21,8 @@ import (
 //	GET /internal/v1/runs/{run_id}/history?cursor=&limit=
 //	                                            a page of the history window (projection.HistoryPage)
 //	GET /healthz                                200 while the process is alive
-//	GET /readyz                                 200 when an instance runs and owns restored
-//	                                            partitions or is idle in the group, else 503
+//	GET /readyz                                 200 when an instance runs, has restored its
+//	                                            partitions and caught up (Projector.Ready), else 503
 //
 // Errors are application/problem+json (internal/problem): 404 UnknownRun,
 // 421 NotOwner (ask the group's assignment again), 503 Restoring with
