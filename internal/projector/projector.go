@@ -230,7 +230,25 @@ func (p *Projector) closeClients() {
 	if p.standby != nil {
 		p.standby.close()
 	}
-	for _, c := range []*kgo.Client{p.group, p.human, p.prod} {
+	if p.group != nil {
+		// Closing the group client leaves the group, and waits for the
+		// leave: a coordinator that never answers the member's pending
+		// JoinGroup (seen with kfake after a member was fenced mid
+		// rebalance) would hold the shutdown for the rebalance timeout or
+		// longer. A stopping instance must not hang on the broker: past a
+		// session timeout the close goes on in the background (the group
+		// drops the member by its session timeout anyway).
+		closed := make(chan struct{})
+		go func() { defer close(closed); p.group.Close() }()
+		t := time.NewTimer(p.cfg.SessionTimeout + 2*time.Second)
+		select {
+		case <-closed:
+		case <-t.C:
+			p.log.Warn("leaving the consumer group is taking too long; going on without waiting", "waited", p.cfg.SessionTimeout+2*time.Second)
+		}
+		t.Stop()
+	}
+	for _, c := range []*kgo.Client{p.human, p.prod} {
 		if c != nil {
 			c.Close()
 		}

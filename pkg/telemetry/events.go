@@ -101,7 +101,9 @@ func NewEvents(lp log.LoggerProvider, logger *slog.Logger, now func() time.Time)
 func (e *Events) Snapshot(ctx context.Context, m SnapshotMeta) {
 	e.emit(ctx, EventSnapshotGenerated, slog.LevelDebug, m.attrs())
 	if m.Truncated {
-		e.emit(ctx, EventSnapshotTruncated, slog.LevelInfo, m.attrs())
+		// Debug, like generated: bounds are routine by design (every run
+		// past 64 nodes truncates); stale is the one that means trouble.
+		e.emit(ctx, EventSnapshotTruncated, slog.LevelDebug, m.attrs())
 	}
 	if m.Stale {
 		e.emit(ctx, EventSnapshotStale, slog.LevelInfo, m.attrs())
