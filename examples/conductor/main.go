@@ -7,7 +7,7 @@
 //
 //	go run ./examples/conductor -brokers 127.0.0.1:9092
 //
-// It imports only the public packages pkg/wake and pkg/topics.
+// It imports only the public packages pkg/wake, pkg/topics and pkg/telemetry.
 package main
 
 import (
@@ -20,7 +20,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
@@ -44,8 +46,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// OpenTelemetry from the OTEL_* variables (off without an endpoint):
+	// each wake's process span continues the projector's trace, and
+	// conductor.wake.received goes out as a log record on it.
+	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-example-conductor"})
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor: %v\n", err)
+		return 2
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ot.Shutdown(sctx)
+	}()
+	obs, err := telemetry.NewWakeObserver(nil, telemetry.NewEvents(ot.Logs, log, nil))
+	if err != nil {
+		fmt.Fprintf(stderr, "conductor: %v\n", err)
+		return 2
+	}
 	c, err := wake.New(wake.Config{Brokers: strings.Split(*brokers, ","), Names: topics.Names{Prefix: *prefix, Version: topics.DefaultVersion},
-		Group: *group, StaleAfter: *staleAfter, Logger: log}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
+		Group: *group, StaleAfter: *staleAfter, Logger: log, Observer: obs, TracerProvider: ot.Tracer}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
 		fmt.Fprintln(stdout, Line(w, r))
 		return nil
 	})
