@@ -418,6 +418,9 @@ func (s *stage) humanInputs(ctx context.Context, rate float64, pick func() strin
 		if run == "" {
 			continue
 		}
+		s.mu.Lock()
+		record(s.publishDelay, time.Since(due).Microseconds())
+		s.mu.Unlock()
 		select {
 		case sem <- struct{}{}:
 		default:
