@@ -89,6 +89,9 @@ type ScenarioResult struct {
 	// broker, the load and the reader.
 	HarnessCPU  float64 `json:"harnessCpuCores"`
 	MachineBusy float64 `json:"machineBusy"`
+	// LoadAvg1 is the machine's 1-minute load average when the scenario
+	// started: how much else was running.
+	LoadAvg1 float64 `json:"loadAverage1mAtStart"`
 	// Baselines measured in the same run, by name.
 	Baselines map[string]float64 `json:"baselines,omitempty"`
 	// Steps are scenario-specific rows (grow's sizes, scale's instance
