@@ -6,7 +6,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 BIN       := bin
 
-.PHONY: all build run test tools vet fmt-check unit priority fuzz bench examples clean
+.PHONY: all build run test tools vet fmt-check unit priority fuzz bench microbench examples clean
 
 # Tools the tests need beyond Go's module cache land in bin/tools (helm) or
 # come from Debian (kcat, python3-confluent-kafka, prometheus): see tools/.
@@ -56,8 +56,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./pkg/snapshot
 	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./pkg/projection
 
-# bench runs the micro-benchmarks behind bench/RESULTS.md.
-bench:
+# bench runs the load harness's standard scenarios (bench/harness: max,
+# steady, grow, priority, scale, failover) against an embedded broker, with
+# the projectors as processes of bin/projector, and rewrites the harness's
+# section of bench/RESULTS.md and bench/results.json. One scenario, or
+# another Kafka: make bench BENCHFLAGS="-scenario steady -brokers host:9092".
+bench: build
+	$(GO) run ./bench -results bench/RESULTS.md $(BENCHFLAGS)
+
+# microbench runs the Go micro-benchmarks behind bench/RESULTS.md's
+# hand-written sections.
+microbench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./pkg/projection ./pkg/snapshot
 
 # examples regenerates the generated example event files.

@@ -1,0 +1,188 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenarios the harness knows, in the order the standard set runs them:
+// max first, because steady runs at half the maximum it measured.
+var Scenarios = []string{"max", "steady", "grow", "priority", "scale", "failover"}
+
+// Config configures a harness invocation. Zero fields take the default
+// their comment names.
+type Config struct {
+	// Scenarios to run, from Scenarios; default all of them (the standard
+	// set), in that order.
+	Scenarios []string
+	// Brokers are the seed brokers of the Kafka to run against; default
+	// none: an embedded broker (kfake) on loopback, in this process.
+	Brokers []string
+	// Projector is the projector binary each instance runs as; default
+	// "bin/projector" (make build).
+	Projector string
+	// Partitions of every topic; default 6, so that 1, 2 and 3 instances
+	// share them evenly.
+	Partitions int
+	// Duration is how long the open-loop scenarios (steady, priority)
+	// measure; default 30s.
+	Duration time.Duration
+	// Rate is steady's target rate in events/s; default half the maximum
+	// measured by max in the same invocation (max runs first if needed).
+	Rate float64
+	// Runs under way at once in the traffic; default 50.
+	Runs int
+	// Nodes of an ordinary run; default 200.
+	Nodes int
+	// HugeShare is the share of huge runs in steady's traffic; default
+	// 0.02 (one run in fifty). Negative: none.
+	HugeShare float64
+	// HugeNodes is the size of a huge run, and of grow's run; default
+	// 100,000.
+	HugeNodes int
+	// HumanRate is the rate of human inputs through the gateway, per
+	// second, in steady and priority; default 5.
+	HumanRate float64
+	// MaxEvents is about how many events the closed-loop scenarios (max,
+	// scale) produce; default 200,000.
+	MaxEvents int
+	// Backlog is how many events wait on the agent lane in priority;
+	// default 1,000,000.
+	Backlog int
+	// Instances are the projector instance counts scale compares; default
+	// 1, 2 and 3.
+	Instances []int
+	// FailoverInstances run in failover, one of which is killed; default 2.
+	FailoverInstances int
+	// FailoverWarmup is how long failover's load runs before the kill, and
+	// after the session timeout has passed; default 10s.
+	FailoverWarmup time.Duration
+	// SessionTimeout is the projector group's session timeout: a killed
+	// instance's partitions move once it has passed. Default 6s, the
+	// projector's own default.
+	SessionTimeout time.Duration
+	// WorkDir holds the projectors' data directories; default a new
+	// temporary directory, removed at the end.
+	WorkDir string
+	// Progress receives a progress line every ProgressEvery; default
+	// io.Discard.
+	Progress io.Writer
+	// ProgressEvery is the interval of the progress lines; default 5s.
+	ProgressEvery time.Duration
+	// Command is the command line recorded in the result; default
+	// "go run ./bench".
+	Command string
+}
+
+// ErrConfig is wrapped by Validate's error.
+var ErrConfig = errors.New("bench: invalid config")
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = slices.Clone(Scenarios)
+	}
+	if c.Projector == "" {
+		c.Projector = "bin/projector"
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 6
+	}
+	if c.Duration == 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.Runs == 0 {
+		c.Runs = 50
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 200
+	}
+	if c.HugeShare == 0 {
+		c.HugeShare = 0.02
+	}
+	if c.HugeNodes == 0 {
+		c.HugeNodes = 100_000
+	}
+	if c.HumanRate == 0 {
+		c.HumanRate = 5
+	}
+	if c.MaxEvents == 0 {
+		c.MaxEvents = 200_000
+	}
+	if c.Backlog == 0 {
+		c.Backlog = 1_000_000
+	}
+	if len(c.Instances) == 0 {
+		c.Instances = []int{1, 2, 3}
+	}
+	if c.FailoverInstances == 0 {
+		c.FailoverInstances = 2
+	}
+	if c.FailoverWarmup == 0 {
+		c.FailoverWarmup = 10 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 6 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = 5 * time.Second
+	}
+	if c.Command == "" {
+		c.Command = "go run ./bench"
+	}
+	return c
+}
+
+// Validate reports every problem with c (after defaults) in one error.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var ps []string
+	for _, s := range c.Scenarios {
+		if !slices.Contains(Scenarios, s) {
+			ps = append(ps, fmt.Sprintf("scenario %q: want one of %s", s, strings.Join(Scenarios, ", ")))
+		}
+	}
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			ps = append(ps, fmt.Sprintf("broker %q: want host:port", b))
+		}
+	}
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			ps = append(ps, fmt.Sprintf(format, args...))
+		}
+	}
+	check(c.Partitions >= 1, "partitions %d: want 1 or more", c.Partitions)
+	check(c.Duration >= time.Second, "duration %v: want 1s or more", c.Duration)
+	check(c.Rate >= 0, "rate %v: want 0 (half the measured maximum) or more", c.Rate)
+	check(c.Runs >= 1, "runs %d: want 1 or more", c.Runs)
+	check(c.Nodes >= 2, "nodes %d: want 2 or more", c.Nodes)
+	check(c.HugeShare <= 1, "huge share %v: want at most 1", c.HugeShare)
+	check(c.HugeNodes >= 100, "huge nodes %d: want 100 or more (grow measures from 100 nodes)", c.HugeNodes)
+	check(c.HumanRate > 0, "human rate %v: want more than 0", c.HumanRate)
+	check(c.MaxEvents >= 1000, "max events %d: want 1000 or more", c.MaxEvents)
+	check(c.Backlog >= 1000, "backlog %d: want 1000 or more", c.Backlog)
+	if slices.Contains(c.Scenarios, "scale") {
+		for _, n := range c.Instances {
+			check(n >= 1 && n <= c.Partitions, "instances %d: want 1 to the partition count (%d)", n, c.Partitions)
+		}
+	}
+	if slices.Contains(c.Scenarios, "failover") {
+		check(c.FailoverInstances >= 2 && c.FailoverInstances <= c.Partitions,
+			"failover instances %d: want 2 (one to kill, one to take over) to the partition count (%d)", c.FailoverInstances, c.Partitions)
+	}
+	check(c.FailoverWarmup >= time.Second, "failover warm-up %v: want 1s or more", c.FailoverWarmup)
+	check(c.SessionTimeout >= time.Second, "session timeout %v: want 1s or more", c.SessionTimeout)
+	check(c.ProgressEvery > 0, "progress interval %v: want more than 0", c.ProgressEvery)
+	if len(ps) > 0 {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(ps, "; "))
+	}
+	return nil
+}

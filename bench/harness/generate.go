@@ -1,0 +1,346 @@
+package harness
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TreeSpec describes one run's traffic for Tree. Zero fields take the
+// default their comment names.
+type TreeSpec struct {
+	// RunID of the run. Required.
+	RunID string
+	// SessionID scopes the run; default none.
+	SessionID string
+	// Nodes in the tree, root included; default 200.
+	Nodes int
+	// MaxDepth is the depth budget the tree is shaped to (seed 001's
+	// maxDepth; the projector's default is 4): each plan has two bands of
+	// parallel steps, as wide as it takes for Nodes to fit the budget, and
+	// at least 4 steps wide. Default 4.
+	MaxDepth int
+	// Seed drives every random choice: the same spec and the same times
+	// give the same events.
+	Seed uint64
+}
+
+// Shares of non-root nodes that end blocked, failed or still running
+// (holding a lease); the rest complete. A share of nodes raise a request.
+// The same as internal/workload's defaults, so the bench's traffic and the
+// tests' look alike.
+const (
+	blockedShare = 0.05
+	failedShare  = 0.05
+	runningShare = 0.10
+	requestShare = 0.10
+)
+
+// outcomes of a node's lifecycle.
+const (
+	outcomeComplete uint8 = iota
+	outcomeBlocked
+	outcomeFailed
+	outcomeRunning
+)
+
+// steps of a node's lifecycle, in the order a node goes through them.
+const (
+	stepRunning uint8 = iota
+	stepLease
+	stepProgress
+	stepHeartbeat
+	stepRequest
+	stepOutcome   // blocked, failed, renewed or result
+	stepRelease   // after failed or result
+	stepCompleted // after result
+	stepAck       // the conductor acknowledges the completion (every other node)
+	stepDone
+)
+
+// Tree generates one run's events lazily, one at a time, so that a run of
+// 100,000 nodes costs a few bytes per node rather than its million events in
+// memory. Unlike internal/workload, which lays out the whole tree before any
+// node works, a Tree grows while it works, as seed 001's planners do: a band
+// of steps is created and delegated when few nodes are busy, and its nodes
+// lease, progress, request, block, fail and complete while later bands are
+// planned. So wakes come all along the run's growth, at every size.
+type Tree struct {
+	spec    TreeSpec
+	rng     *rand.Rand
+	entropy *ulid.MonotonicEntropy
+	perPlan int // children per planner: two bands of fanout steps
+	fanout  int
+
+	created     int // nodes created, root included
+	nextPlanner int // the node whose plan is created next
+	nextBand    int // the band of nextPlanner created next
+	queue       []pending
+	live        []int32 // nodes whose lifecycle is not over
+	pos         []uint8 // next lifecycle step per node
+	outcome     []uint8
+	request     []bool
+	started     bool
+	emitted     int
+}
+
+// pending is a structure event waiting to be stamped with its time.
+type pending struct {
+	agent, corr string
+	data        func(at time.Time) topics.Payload
+}
+
+// NewTree returns the generator of spec's run.
+func NewTree(spec TreeSpec) *Tree {
+	if spec.Nodes <= 0 {
+		spec.Nodes = 200
+	}
+	if spec.Nodes < 2 {
+		spec.Nodes = 2
+	}
+	if spec.MaxDepth <= 0 {
+		spec.MaxDepth = 4
+	}
+	// The smallest even plan width that fits the nodes into the depth
+	// budget: perPlan^1 + ... + perPlan^depth >= nodes-1.
+	per := 8
+	for fits(per, spec.MaxDepth) < spec.Nodes-1 {
+		per += 2
+	}
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], spec.Seed)
+	return &Tree{spec: spec, rng: rand.New(rand.NewPCG(spec.Seed, 0x62656e6368)), entropy: ulid.Monotonic(rand.NewChaCha8(seed), 0),
+		perPlan: per, fanout: per / 2, pos: make([]uint8, spec.Nodes), outcome: make([]uint8, spec.Nodes), request: make([]bool, spec.Nodes)}
+}
+
+func fits(per, depth int) int {
+	n, level := 0, 1
+	for range depth {
+		level *= per
+		n += level
+		if n > math.MaxInt32 {
+			break
+		}
+	}
+	return n
+}
+
+// RunID is the run's id.
+func (t *Tree) RunID() string { return t.spec.RunID }
+
+// Nodes is how many nodes the tree has created so far, root included.
+func (t *Tree) Nodes() int { return t.created }
+
+// Emitted is how many events Next has returned.
+func (t *Tree) Emitted() int { return t.emitted }
+
+func (t *Tree) id(i int) string {
+	if i == 0 {
+		return "conductor"
+	}
+	return fmt.Sprintf("agent-%06d", i)
+}
+
+func corr(i int) string { return fmt.Sprintf("corr-%06d", i) }
+
+// Next returns the run's next event, occurring at at, and false once the
+// run is over.
+func (t *Tree) Next(at time.Time) (topics.Event, bool) {
+	if !t.started {
+		t.started = true
+		t.created = 1
+		t.queue = append(t.queue,
+			pending{agent: t.id(0), data: func(time.Time) topics.Payload {
+				return &topics.NodeCreated{Role: topics.RoleConductor, Capability: "orchestrate"}
+			}},
+			pending{agent: t.id(0), data: func(time.Time) topics.Payload {
+				return &topics.NodeStatus{Status: topics.StatusRunning, Reason: "planning"}
+			}})
+	}
+	for len(t.queue) == 0 {
+		// Plan the next band when few nodes are busy (or now and then
+		// anyway), else move a busy node on.
+		if t.created < t.spec.Nodes && (len(t.live) < 2*t.perPlan || t.rng.IntN(8) == 0) {
+			t.planBand()
+			continue
+		}
+		if len(t.live) == 0 {
+			return topics.Event{}, false
+		}
+		k := t.rng.IntN(len(t.live))
+		i := int(t.live[k])
+		ev, over := t.lifecycle(i, at)
+		if over {
+			t.live[k] = t.live[len(t.live)-1]
+			t.live = t.live[:len(t.live)-1]
+		}
+		if ev != nil {
+			t.emitted++
+			return *ev, true
+		}
+	}
+	p := t.queue[0]
+	t.queue = t.queue[1:]
+	t.emitted++
+	return t.event(p.agent, p.corr, p.data(at), at), true
+}
+
+// planBand queues the structure events of the next band of steps: the
+// planner's plan first if this is its first band, then each step, its node's
+// creation and delegation.
+func (t *Tree) planBand() {
+	p := t.nextPlanner
+	first := p*t.perPlan + 1
+	last := min(first+t.perPlan, t.spec.Nodes)
+	plan := "plan-" + t.id(p)
+	bands := (last - first + t.fanout - 1) / t.fanout
+	agent := t.id(p)
+	if t.nextBand == 0 {
+		t.queue = append(t.queue, pending{agent: agent, data: func(time.Time) topics.Payload {
+			return &topics.PlanCreated{PlanID: plan, BandCount: bands}
+		}})
+	}
+	b := t.nextBand
+	lo, hi := first+b*t.fanout, min(first+(b+1)*t.fanout, last)
+	t.queue = append(t.queue, pending{agent: agent, data: func(time.Time) topics.Payload {
+		return &topics.PlanBandCreated{PlanID: plan, BandIndex: b, Parallelizable: true, StepCount: hi - lo}
+	}})
+	for c := lo; c < hi; c++ {
+		step := fmt.Sprintf("step-%06d", c)
+		child := t.id(c)
+		role := topics.RoleWorker
+		if c%7 == 0 {
+			role = topics.RoleAppAgent
+		}
+		capability := capabilities[c%len(capabilities)]
+		parent := agent
+		t.queue = append(t.queue,
+			pending{agent: agent, data: func(time.Time) topics.Payload {
+				return &topics.StepCreated{PlanID: plan, BandIndex: b, StepID: step, StepIndex: c - lo, ChildAgentID: child}
+			}},
+			pending{agent: child, data: func(time.Time) topics.Payload {
+				return &topics.NodeCreated{ParentAgentID: parent, Role: role, Capability: capability, TaskID: step}
+			}},
+			pending{agent: child, corr: corr(c), data: func(at time.Time) topics.Payload {
+				expected := topics.NewTime(at.Add(10 * time.Minute))
+				return &topics.NodeDelegated{ExpectedBy: &expected, TaskID: step, ChildRunID: t.spec.RunID + "/" + child}
+			}})
+		switch r := t.rng.Float64(); {
+		case r < blockedShare:
+			t.outcome[c] = outcomeBlocked
+		case r < blockedShare+failedShare:
+			t.outcome[c] = outcomeFailed
+		case r < blockedShare+failedShare+runningShare:
+			t.outcome[c] = outcomeRunning
+		}
+		t.request[c] = t.rng.Float64() < requestShare
+		t.live = append(t.live, int32(c))
+	}
+	t.created += hi - lo
+	t.nextBand++
+	if t.nextBand == bands {
+		t.nextPlanner, t.nextBand = p+1, 0
+	}
+}
+
+var capabilities = []string{"search", "summarize", "code", "browse", "analyze"}
+
+// lifecycle returns node i's next event (nil if the step emits none) and
+// whether its lifecycle is over.
+func (t *Tree) lifecycle(i int, at time.Time) (*topics.Event, bool) {
+	id, c := t.id(i), corr(i)
+	owner := fmt.Sprintf("worker-pool-%d", i%3)
+	step := t.pos[i]
+	t.pos[i]++
+	var data topics.Payload
+	agent, correlation := id, c
+	switch step {
+	case stepRunning:
+		data = &topics.NodeStatus{Status: topics.StatusRunning}
+	case stepLease:
+		data = topics.NewLease(topics.TypeLeaseAcquired, topics.Lease{Owner: owner, ExpiresAt: topics.NewTime(at.Add(30 * time.Second))})
+	case stepProgress:
+		frac := 0.5
+		data = &topics.Progress{Fraction: &frac}
+	case stepHeartbeat:
+		data = &topics.Heartbeat{}
+	case stepRequest:
+		if !t.request[i] {
+			return nil, false
+		}
+		data = &topics.Request{RequestID: fmt.Sprintf("req-%06d", i), RequestKind: "clarification",
+			DedupeKey: fmt.Sprintf("ask-%d", i%11), TTLMs: 120000}
+	case stepOutcome:
+		switch t.outcome[i] {
+		case outcomeBlocked:
+			t.pos[i] = stepDone
+			data = &topics.NodeStatus{Status: topics.StatusBlocked, Reason: "needs:credential"}
+		case outcomeFailed:
+			t.pos[i] = stepRelease
+			data = &topics.Failed{ErrorCode: "tool_error"}
+		case outcomeRunning:
+			t.pos[i] = stepDone
+			data = topics.NewLease(topics.TypeLeaseRenewed, topics.Lease{Owner: owner,
+				ExpiresAt: topics.NewTime(at.Add(time.Duration(20+i%40) * time.Second))})
+		default:
+			ok := true
+			data = topics.NewResult(topics.TypeNodeResult, topics.Result{ResultKind: "json", Success: &ok,
+				ArtifactIDs: []string{fmt.Sprintf("artifact-%06d", i)}})
+		}
+	case stepRelease:
+		correlation = ""
+		data = &topics.LeaseReleased{Owner: owner}
+		if t.outcome[i] == outcomeFailed {
+			t.pos[i] = stepDone
+		}
+	case stepCompleted:
+		data = &topics.NodeCompleted{}
+		if i%2 != 0 {
+			t.pos[i] = stepDone
+		}
+	case stepAck:
+		agent, correlation = "conductor", ""
+		data = &topics.WakeReceived{WakeID: "wake-for-" + id, AgentIDs: []string{id}}
+	default:
+		return nil, true
+	}
+	ev := t.event(agent, correlation, data, at)
+	return &ev, t.pos[i] >= stepDone
+}
+
+// event makes one event of the run at at.
+func (t *Tree) event(agentID, correlationID string, data topics.Payload, at time.Time) topics.Event {
+	tm := topics.NewTime(at)
+	return topics.Event{
+		ID:            ulid.MustNew(uint64(tm.UnixMilli()), t.entropy).String(),
+		Source:        "/agents/" + agentID,
+		Type:          data.EventType(),
+		Time:          tm,
+		RunID:         t.spec.RunID,
+		AgentID:       agentID,
+		SchemaVersion: topics.CurrentSchemaVersion,
+		SessionID:     t.spec.SessionID,
+		CorrelationID: correlationID,
+		Data:          data,
+	}
+}
+
+// Wakes reports whether the projector wakes the run's conductor for ev (the
+// triggers of pkg/projection, but for progress, which wakes at most once per
+// interval, and timers): those are the events whose latency to their wake
+// the harness measures.
+func Wakes(ev *topics.Event) bool {
+	switch p := ev.Data.(type) {
+	case *topics.Failed, *topics.Result, *topics.Request, *topics.NodeCompleted, *topics.Input:
+		return true
+	case *topics.NodeStatus:
+		return p.Status == topics.StatusBlocked || p.Status == topics.StatusFailed || p.Status == topics.StatusCompleted
+	}
+	return false
+}

@@ -1,0 +1,217 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+)
+
+// Harness runs scenarios against one broker.
+type Harness struct {
+	cfg     Config
+	began   time.Time
+	cluster *kfake.Cluster // nil against an external Kafka
+	brokers []string
+	tlsCfg  *tls.Config
+	sasl    sasl.Mechanism
+	admCl   *kgo.Client
+	adm     *kadm.Client
+	work    string
+	ownWork bool
+	quiet   *slog.Logger
+	stages  int
+	// maxRate is the projected events/s max measured, for steady.
+	maxRate float64
+}
+
+// Run runs cfg's scenarios and returns their report. Against the embedded
+// broker it starts one in this process for the whole invocation; each
+// scenario has topics and a group of its own, deleted at its end.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if _, err := os.Stat(cfg.Projector); err != nil {
+		return nil, fmt.Errorf("the projector binary: %w (build it first: make build)", err)
+	}
+	cfg.Progress = &syncWriter{w: cfg.Progress} // samplers and scenarios both print
+	h := &Harness{cfg: cfg, began: time.Now(), quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	rep := &Report{Harness: "canopy bench (bench/harness)", Date: h.began.UTC().Format(time.RFC3339), Command: cfg.Command,
+		Machine: machine()}
+	defer h.close()
+	if err := h.open(); err != nil {
+		return nil, err
+	}
+	rep.Broker = "embedded kfake (1 broker, loopback, in the harness process)"
+	if h.cluster == nil {
+		rep.Broker = strings.Join(h.brokers, ",")
+	}
+	for _, name := range cfg.Scenarios {
+		if name == "steady" && cfg.Rate == 0 && h.maxRate == 0 && !contains(rep.Scenarios, "max") {
+			// steady runs at half the maximum of this invocation.
+			res, err := h.scenario(ctx, "max")
+			if err != nil {
+				return rep, err
+			}
+			rep.Scenarios = append(rep.Scenarios, res)
+		}
+		res, err := h.scenario(ctx, name)
+		if res != nil {
+			rep.Scenarios = append(rep.Scenarios, res)
+		}
+		if err != nil {
+			return rep, fmt.Errorf("scenario %s: %w", name, err)
+		}
+	}
+	for _, s := range rep.Scenarios {
+		rep.Targets = append(rep.Targets, s.Targets...)
+	}
+	rep.Machine.LoadAvgEnd = loadAvg()
+	return rep, nil
+}
+
+func contains(rs []*ScenarioResult, name string) bool {
+	for _, r := range rs {
+		if r.Scenario == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Harness) scenario(ctx context.Context, name string) (*ScenarioResult, error) {
+	load := loadAvg()
+	fmt.Fprintf(h.cfg.Progress, "== %s (load average %.2f)\n", name, load)
+	run := map[string]func(context.Context) (*ScenarioResult, error){"max": h.runMax, "steady": h.runSteady,
+		"grow": h.runGrow, "priority": h.runPriority, "scale": h.runScale, "failover": h.runFailover}[name]
+	if run == nil {
+		return nil, fmt.Errorf("unknown scenario %q", name)
+	}
+	res, err := run(ctx)
+	if res != nil {
+		// Other work on the machine shows here: the machine is shared.
+		res.LoadAvg1 = load
+	}
+	return res, err
+}
+
+func (h *Harness) open() error {
+	h.work = h.cfg.WorkDir
+	if h.work == "" {
+		dir, err := os.MkdirTemp("", "canopy-bench-")
+		if err != nil {
+			return err
+		}
+		h.work, h.ownWork = dir, true
+	}
+	h.brokers = h.cfg.Brokers
+	if len(h.brokers) == 0 {
+		// kfake listens on 127.0.0.1. The projectors' session timeout must
+		// be allowed by the broker;
+		// replication is cosmetic in kfake (one copy), one broker keeps
+		// its CPU in one place.
+		c, err := kfake.NewCluster(kfake.NumBrokers(1),
+			kfake.GroupMinSessionTimeout(time.Second))
+		if err != nil {
+			return fmt.Errorf("starting the embedded broker: %w", err)
+		}
+		h.cluster, h.brokers = c, c.ListenAddrs()
+	}
+	var err error
+	h.admCl, err = kgo.NewClient(h.clientOpts()...)
+	if err != nil {
+		return err
+	}
+	h.adm = kadm.NewClient(h.admCl)
+	return nil
+}
+
+// clientOpts connect a client to the brokers.
+func (h *Harness) clientOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(h.brokers...)}
+	if h.tlsCfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(h.tlsCfg))
+	}
+	if h.sasl != nil {
+		opts = append(opts, kgo.SASL(h.sasl))
+	}
+	return opts
+}
+
+func (h *Harness) close() {
+	if h.admCl != nil {
+		h.admCl.Close()
+	}
+	if h.cluster != nil {
+		h.cluster.Close()
+	}
+	if h.ownWork {
+		os.RemoveAll(h.work)
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// machine describes this machine.
+func machine() Machine {
+	m := Machine{Cores: runtime.NumCPU(), LoadAvg1: loadAvg(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				m.MemoryBytes = kb << 10
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
+				m.CPUModel = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(rest), ":"))
+				break
+			}
+		}
+		f.Close()
+	}
+	return m
+}
+
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

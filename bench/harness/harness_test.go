@@ -1,0 +1,251 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestMain fails the package's tests if any goroutine is left running.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestTraffic checks the generator against the contract and the projection:
+// every event is valid (the stage skips that check when it sends), no node
+// is deeper than the budget (no guard trigger), a huge tree fits the budget
+// too, and Wakes says exactly which events the projection raises a trigger
+// for (but progress, which wakes at most once per interval).
+func TestTraffic(t *testing.T) {
+	p, err := projection.New(projection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mix := NewMix(MixSpec{Runs: 4, Nodes: 60, Total: 6, HugeShare: -1})
+	at := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
+	n, waking := 0, 0
+	for ev, ok := mix.Next(at); ok; ev, ok = mix.Next(at) {
+		at = at.Add(10 * time.Millisecond)
+		if _, err := topics.EventRecord("t", &ev, ""); err != nil {
+			t.Fatalf("event %d (%s) is not valid: %v", n, ev.Type, err)
+		}
+		trigs, dup := p.Apply(&ev)
+		if dup {
+			t.Fatalf("event %d (%s): duplicate id %s", n, ev.Type, ev.ID)
+		}
+		raised := false
+		for _, tr := range trigs {
+			if tr.Kind == topics.TriggerGuard {
+				t.Fatalf("event %d: guard trigger %v: the tree is deeper than its budget", n, tr.Detail)
+			}
+			if tr.EventID != nil && *tr.EventID == ev.ID && tr.Kind != topics.TriggerProgress {
+				raised = true
+			}
+		}
+		if raised != Wakes(&ev) {
+			t.Fatalf("event %d (%s): the projection raised a trigger: %v; Wakes says %v", n, ev.Type, raised, Wakes(&ev))
+		}
+		if raised {
+			waking++
+		}
+		n++
+	}
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if mix.Started() != 6 || waking == 0 || n < 6*60*5 {
+		t.Fatalf("%d runs, %d events, %d waking: want 6 runs of about 10 events per node, some waking", mix.Started(), n, waking)
+	}
+	for _, size := range []int{200, 100_000} {
+		tr := NewTree(TreeSpec{RunID: "r", Nodes: size})
+		if got := fits(tr.perPlan, 4); got < size-1 {
+			t.Fatalf("%d nodes: plans of %d fit only %d under depth 4", size, tr.perPlan, got)
+		}
+	}
+}
+
+// TestDecodeWake reads a real wake, as the projector encodes it.
+func TestDecodeWake(t *testing.T) {
+	p, err := projection.New(projection.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := NewTree(TreeSpec{RunID: "run-1", Nodes: 300})
+	at := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
+	var pending projection.Pending
+	for ev, ok := tree.Next(at); ok; ev, ok = tree.Next(at) {
+		trigs, _ := p.Apply(&ev)
+		pending.Add(ev.RunID, trigs)
+		at = at.Add(10 * time.Millisecond)
+	}
+	input := Marker("run-1", at)
+	input.Type, input.Data = topics.TypeInput, &topics.Input{InputKind: "steer", Text: humanTag + "7"}
+	trigs, _ := p.Apply(&input)
+	pending.Add("run-1", trigs)
+	built, err := p.Wakes(&pending, at, topics.Time{})
+	if err != nil || len(built) == 0 {
+		t.Fatalf("no wake built: %v", err)
+	}
+	for _, b := range built {
+		enc, err := topics.Marshal(b.Wake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := decodeWake(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &b.Wake.AgentTreeSnapshot
+		senc, _ := topics.Marshal(s)
+		if w.RunID != "run-1" || w.Lane != b.Wake.Lane || w.Seq != s.AsOfEventSeq || w.Truncated != s.Truncated ||
+			w.Nodes != s.Summary.NodeCountTotal || len(w.Triggers) != len(b.Wake.Triggers) || w.SnapshotBytes != len(senc) {
+			t.Fatalf("decoded run %s, lane %s, seq %d, truncated %v, %d nodes, %d triggers, snapshot %d bytes; want %s, %s, %d, %v, %d, %d, %d",
+				w.RunID, w.Lane, w.Seq, w.Truncated, w.Nodes, len(w.Triggers), w.SnapshotBytes,
+				"run-1", b.Wake.Lane, s.AsOfEventSeq, s.Truncated, s.Summary.NodeCountTotal, len(b.Wake.Triggers), len(senc))
+		}
+		if b.Wake.Lane == topics.LanePriority {
+			found := false
+			for _, tr := range w.Triggers {
+				found = found || tr.Input != nil && tr.Input.Text == humanTag+"7"
+			}
+			if !found {
+				t.Fatal("the priority wake's human input trigger was not decoded")
+			}
+		}
+	}
+}
+
+// TestRun runs every scenario, tiny, against the embedded broker and real
+// projector processes, and checks that the report's fields are filled and
+// sane, and that RESULTS.md's other sections survive the rewrite.
+func TestRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts projector processes")
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "projector")
+	// Not race-built: the projectors are measured, not tested.
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/projector").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var progress strings.Builder
+	cfg := Config{Projector: bin, Partitions: 2, Duration: 2 * time.Second, Rate: 300, Runs: 4, Nodes: 30, HugeShare: 0.25,
+		HugeNodes: 500, HumanRate: 10, MaxEvents: 3000, Backlog: 5000, Instances: []int{1, 2}, SessionTimeout: time.Second,
+		FailoverWarmup: time.Second, WorkDir: tmp, Progress: &progress, ProgressEvery: time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Scenarios) != len(Scenarios) {
+		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(Scenarios))
+	}
+	byName := map[string]*ScenarioResult{}
+	for _, s := range rep.Scenarios {
+		byName[s.Scenario] = s
+		if s.Events <= 0 || s.AggregatedConsumeRate <= 0 || s.AggregatedPublishRate <= 0 || s.DurationSeconds <= 0 {
+			t.Errorf("%s: events %d, consume %v/s, publish %v/s over %vs: want all positive", s.Scenario, s.Events,
+				s.AggregatedConsumeRate, s.AggregatedPublishRate, s.DurationSeconds)
+		}
+		if s.SnapshotBytes.Count == 0 || s.SnapshotBytes.P50 <= 0 || s.SnapshotBytes.Max > 24_000 {
+			t.Errorf("%s: snapshot sizes %+v: want wakes, each at most 24,000 bytes", s.Scenario, s.SnapshotBytes)
+		}
+		if s.TruncationRate < 0 || s.TruncationRate > 1 || s.MachineBusy <= 0 || s.MachineBusy > 1 {
+			t.Errorf("%s: truncation rate %v, machine busy %v: want shares", s.Scenario, s.TruncationRate, s.MachineBusy)
+		}
+		if s.ProjectorCPU <= 0 || s.ProjectorRSSBytes <= 1<<20 {
+			t.Errorf("%s: projector CPU %v cores, RSS %d bytes: want them measured", s.Scenario, s.ProjectorCPU, s.ProjectorRSSBytes)
+		}
+		if len(s.PublishRate) == 0 || len(s.ConsumeRate) != len(s.PublishRate) {
+			t.Errorf("%s: %d publish and %d consume samples", s.Scenario, len(s.PublishRate), len(s.ConsumeRate))
+		}
+		for lane, l := range s.EndToEndLatency {
+			if l.Count > 0 && !(l.P50 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+				t.Errorf("%s: %s latency %+v: percentiles out of order", s.Scenario, lane, l)
+			}
+		}
+		if s.WakesMissing != 0 {
+			t.Errorf("%s: %d waking events without a wake", s.Scenario, s.WakesMissing)
+		}
+	}
+	if m := byName["max"]; m.Baselines["rawConsumeRate"] <= m.AggregatedConsumeRate {
+		t.Errorf("max: raw consume %v/s not above the projector's %v/s", m.Baselines["rawConsumeRate"], m.AggregatedConsumeRate)
+	}
+	st := byName["steady"]
+	if st.EndToEndLatency["normal"].Count == 0 || st.EndToEndLatency["priority"].Count == 0 || st.PublishDelayLatency.Count == 0 {
+		t.Errorf("steady: latencies %+v, %+v, send delay %+v: want both lanes and the sender measured",
+			st.EndToEndLatency["normal"], st.EndToEndLatency["priority"], st.PublishDelayLatency)
+	}
+	if math.Abs(st.AggregatedPublishRate-300)/300 > 0.2 {
+		t.Errorf("steady: %v events/s sent, want about the 300 scheduled", st.AggregatedPublishRate)
+	}
+	if pr := byName["priority"]; pr.EndToEndLatency["priority"].Count == 0 {
+		t.Errorf("priority: no priority latency measured")
+	}
+	if g := byName["grow"]; len(g.Steps) != 2 || g.Steps[1]["nodes"] != 500 || g.Steps[1]["snapshotBuildMs"].(float64) <= 0 {
+		t.Errorf("grow: steps %v: want 100 and 500 nodes with build times", g.Steps)
+	}
+	if sc := byName["scale"]; len(sc.Steps) != 2 {
+		t.Errorf("scale: steps %v: want one per instance count", sc.Steps)
+	}
+	if f := byName["failover"]; f.Baselines["failoverSeconds"] <= 0 || len(f.Steps) == 0 {
+		t.Errorf("failover: %v, steps %v: want the killed instance's partitions resumed", f.Baselines, f.Steps)
+	}
+	if len(rep.Targets) < 5 {
+		t.Errorf("%d targets reported, want every scenario's", len(rep.Targets))
+	}
+	for _, tg := range rep.Targets {
+		if tg.Want == "" || tg.Measured == "" || tg.Factor <= 0 {
+			t.Errorf("target %+v: not filled in", tg)
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Fatalf("the report does not encode: %v", err)
+	}
+
+	// RESULTS.md: the section is replaced, the rest kept.
+	path := filepath.Join(tmp, "RESULTS.md")
+	if err := os.WriteFile(path, []byte("# Results\n\nhand-written\n\n"+BeginMarker+"\nold\n"+EndMarker+"\n\n## Later\n\nkept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := UpdateResults(path, rep.Markdown()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	out := string(b)
+	for _, want := range []string{"hand-written", "## Later\n\nkept", "### Targets", "#### failover", rep.Date} {
+		if !strings.Contains(out, want) {
+			t.Errorf("RESULTS.md lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\nold\n") || strings.Count(out, BeginMarker) != 1 {
+		t.Errorf("RESULTS.md: the old section is still there:\n%s", out)
+	}
+}
+
+// TestConfig: defaults validate, and every problem is reported.
+func TestConfig(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	err := Config{Scenarios: []string{"nope", "scale"}, Brokers: []string{"nohost"}, Instances: []int{9}}.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`scenario "nope"`, `broker "nohost"`, "instances 9"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}

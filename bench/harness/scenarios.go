@@ -1,0 +1,616 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// eventsPerNode is about how many events a Tree emits per node (measured:
+// 2,107 for 200 nodes, 1,031,451 for 100,000), to size closed-loop runs.
+const eventsPerNode = 10.4
+
+// runsFor is how many runs of nodes nodes make about events events.
+func runsFor(events, nodes int) int {
+	return max(1, int(float64(events)/(eventsPerNode*float64(nodes))+0.5))
+}
+
+// result fills in what every scenario reports from its stage and window.
+func (s *stage) result(name, desc, mode string, instances int, st samplerStats) *ScenarioResult {
+	r := &ScenarioResult{Scenario: name, Description: desc, Mode: mode, Instances: instances, Partitions: int(s.partitions),
+		DurationSeconds: st.elapsed.Seconds(), Events: s.acked.Load(),
+		ProjectorCPU: st.projectorCPU, ProjectorRSSBytes: st.projectorRSS, HarnessCPU: st.harnessCPU, MachineBusy: st.machineBusy,
+		EndToEndLatency: map[string]*Latency{}, EndToEndLatencyFromSchedule: map[string]*Latency{}, Baselines: map[string]float64{}}
+	sm := s.sampler
+	sm.mu.Lock()
+	r.PublishRate, r.ConsumeRate = sm.publish, sm.consume
+	r.WakeRate = map[string][]float64{"normal": sm.wakes[laneNormal], "priority": sm.wakes[lanePriority]}
+	sm.mu.Unlock()
+	rs := s.reader.stats()
+	el := st.elapsed.Seconds()
+	r.AggregatedPublishRate = float64(r.Events) / el
+	if s.publishRate > 0 {
+		r.AggregatedPublishRate = s.publishRate
+	}
+	r.AggregatedConsumeRate = float64(rs.projected) / el
+	r.AggregatedWakeRate = map[string]float64{"normal": float64(rs.wakes[laneNormal]) / el, "priority": float64(rs.wakes[lanePriority]) / el}
+	s.tr.mu.Lock()
+	if s.latency {
+		// An event still waiting for its wake is not left out of the
+		// distribution, which would flatter it: it counts with its age now,
+		// a lower bound of its latency.
+		now := time.Now()
+		for k, f := range s.tr.pending {
+			lane := laneNormal
+			if strings.Contains(k, "\x00"+humanTag) {
+				lane = lanePriority
+			}
+			if !f.ack.IsZero() {
+				record(s.tr.e2e[lane], now.Sub(f.ack).Microseconds())
+			}
+			record(s.tr.fromSched[lane], now.Sub(f.sched).Microseconds())
+		}
+	}
+	for lane, name := range []string{"normal", "priority"} {
+		r.EndToEndLatency[name] = latency(s.tr.e2e[lane])
+		r.EndToEndLatencyFromSchedule[name] = latency(s.tr.fromSched[lane])
+	}
+	if s.tr.readBeforeAck > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d wakes were read before the harness saw their event's acknowledgement: counted as 0 ms from the append", s.tr.readBeforeAck))
+	}
+	r.WakesMissing = len(s.tr.pending)
+	s.tr.mu.Unlock()
+	s.reader.mu.Lock()
+	r.SnapshotBytes = sizes(s.reader.snapBytes)
+	if n := rs.wakes[0] + rs.wakes[1]; n > 0 {
+		r.TruncationRate = float64(rs.truncated) / float64(n)
+	}
+	s.reader.mu.Unlock()
+	s.mu.Lock()
+	if mode == "open-loop" {
+		r.PublishDelayLatency = latency(s.publishDelay)
+		r.LateSends = s.late + s.humanLate
+	}
+	if s.humanErrs > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d human inputs failed at the gateway", s.humanErrs))
+	}
+	s.mu.Unlock()
+	if r.WakesMissing > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d waking events had no wake read by the end of the scenario; they count in the latencies with their age at the end, a lower bound", r.WakesMissing))
+	}
+	if st.machineBusy >= 0.9 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the machine was %.0f%% busy (%d cores; broker, load and projectors share them): figures are bounded by the machine",
+			100*st.machineBusy, s.h.cfg.cores()))
+	}
+	return r
+}
+
+func (c Config) cores() int { return machine().Cores }
+
+// drain waits (up to d) for every tracked event's wake: the latencies of
+// the last sends are part of the window.
+func (s *stage) drain(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_ = s.reader.waitFor(ctx, "the last wakes", func() bool { return s.tr.unmatched() == 0 })
+}
+
+// closedLoopDrain sends mix's runs as fast as the broker takes them to the
+// stage's running projectors and waits for every run's marker wake. It
+// returns the events sent and the projected rate: events over the time
+// from the first send until the last marker's wake was read.
+func (s *stage) closedLoopDrain(ctx context.Context, mix *Mix) (int, float64, error) {
+	began := time.Now()
+	n, err := s.closedLoop(ctx, mix, 0)
+	if err != nil {
+		return n, 0, err
+	}
+	s.publishRate = float64(n) / (time.Duration(s.lastAck.Load() - began.UnixNano())).Seconds()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := s.reader.waitMarkers(wctx, mix.Started()); err != nil {
+		if derr := s.died(); derr != nil {
+			return n, 0, derr
+		}
+		return n, 0, err
+	}
+	return n, float64(n) / time.Since(began).Seconds(), nil
+}
+
+// runMax: the maximum throughput, closed loop. One projector instance,
+// warm; a workload of MaxEvents events is sent as fast as the broker takes
+// it, and the projected rate is the events over the time until every run's
+// marker wake is read. Baseline (a), the raw consume rate of the same
+// records from the same broker, follows in the same stage.
+func (h *Harness) runMax(ctx context.Context) (*ScenarioResult, error) {
+	s, err := h.newStage(ctx, "max")
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.startProjectors(ctx, 1, true); err != nil {
+		return nil, err
+	}
+	s.resetMeasures()
+	mix := NewMix(MixSpec{Prefix: "max", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, Total: runsFor(h.cfg.MaxEvents, h.cfg.Nodes), HugeShare: -1})
+	s.startSampler()
+	_, rate, err := s.closedLoopDrain(ctx, mix)
+	if err != nil {
+		return nil, err
+	}
+	st := s.sampler.close()
+	raw, err := s.rawConsume(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.maxRate = rate
+	r := s.result("max", fmt.Sprintf("maximum throughput: %d runs of %d nodes (%s events) sent as fast as the broker takes them to 1 warm projector instance",
+		mix.Started(), h.cfg.Nodes, num(float64(s.acked.Load()))), "closed-loop", 1, st)
+	r.AggregatedConsumeRate = rate
+	r.Baselines["rawConsumeRate"] = raw
+	r.Baselines["projectorToRaw"] = rate / raw
+	r.Targets = append(r.Targets, atLeast("max", "projector throughput / raw consume of the same records", rate/raw, 0.5, "",
+		fmt.Sprintf("%s vs %s events/s", num(rate), num(raw))))
+	return r, nil
+}
+
+// runSteady: a fixed rate, open loop, with human input through the gateway:
+// the end-to-end latency of both lanes. The rate is Rate, or half the
+// maximum measured by max in this invocation.
+func (h *Harness) runSteady(ctx context.Context) (*ScenarioResult, error) {
+	rate, why := h.cfg.Rate, "the rate given"
+	if rate == 0 {
+		rate, why = h.maxRate/2, "half the maximum measured by max in this run"
+	}
+	s, err := h.newStage(ctx, "steady")
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.startProjectors(ctx, 1, true); err != nil {
+		return nil, err
+	}
+	if err := s.startGateway(ctx); err != nil {
+		return nil, err
+	}
+	s.resetMeasures()
+	s.latency = true
+	mix := NewMix(MixSpec{Prefix: "steady", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: h.cfg.HugeShare, HugeNodes: h.cfg.HugeNodes})
+	s.startSampler()
+	hctx, stopHumans := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	rng := rand.New(rand.NewPCG(7, 7))
+	var rngMu sync.Mutex
+	go func() {
+		defer wg.Done()
+		s.humanInputs(hctx, h.cfg.HumanRate, func() string { rngMu.Lock(); defer rngMu.Unlock(); return mix.ActiveRun(rng) })
+	}()
+	err = s.openLoop(ctx, mix, rate, h.cfg.Duration)
+	stopHumans()
+	wg.Wait()
+	if err != nil {
+		return nil, err
+	}
+	inWindow := s.reader.stats().projected
+	s.drain(ctx, 15*time.Second)
+	st := s.sampler.close()
+	r := s.result("steady", fmt.Sprintf("steady state: %s events/s (%s) from %d runs under way (%d nodes; %.0f%% huge runs of %s nodes), %s human inputs/s through the gateway, 1 projector instance",
+		num(rate), why, h.cfg.Runs, h.cfg.Nodes, 100*max(h.cfg.HugeShare, 0), num(float64(h.cfg.HugeNodes)), num(h.cfg.HumanRate)), "open-loop", 1, st)
+	r.TargetRate = rate
+	r.AggregatedPublishRate = float64(s.acked.Load()) / h.cfg.Duration.Seconds()
+	r.AggregatedConsumeRate = float64(inWindow) / h.cfg.Duration.Seconds()
+	r.Baselines["maxRate"] = h.maxRate
+	if r.AggregatedConsumeRate < 0.95*r.AggregatedPublishRate {
+		r.Notes = append(r.Notes, fmt.Sprintf("the projector did not keep up with the schedule (%s of %s events/s projected during the window): the latency is mostly the queue that built up",
+			num(r.AggregatedConsumeRate), num(r.AggregatedPublishRate)))
+	}
+	note := ""
+	if h.cfg.Rate != 0 {
+		note = "at the rate given, not necessarily half the maximum"
+	}
+	r.Targets = append(r.Targets, atMost("steady", "normal lane end-to-end p99 at half the maximum throughput",
+		r.EndToEndLatency["normal"].P99, 50, " ms", note))
+	return r, nil
+}
+
+// growCheckpoints are the run sizes grow measures at.
+func growCheckpoints(total int) []int {
+	var cps []int
+	for c := 100; c < total; c *= 10 {
+		cps = append(cps, c)
+	}
+	return append(cps, total)
+}
+
+// runGrow: one run growing to HugeNodes nodes. First, in this process and
+// before any projector runs, the same run is projected with pkg/projection
+// and at each size a snapshot is built by canopy's indexes and by baseline
+// (b), the naive strategy. Then a projector instance consumes the run,
+// sent closed loop, and at each size the harness notes its RSS and how
+// fast it was projecting.
+func (h *Harness) runGrow(ctx context.Context) (*ScenarioResult, error) {
+	cps := growCheckpoints(h.cfg.HugeNodes)
+	type row struct {
+		nodes, inRun          int
+		events                int
+		indexed, naive        time.Duration
+		bytes                 int
+		rss                   int64
+		seenAt                time.Time
+		seq                   int64
+		projRate              float64
+		projectorSeen, costOK bool
+	}
+	rows := make([]*row, len(cps))
+	for i, c := range cps {
+		rows[i] = &row{nodes: c}
+	}
+	fmt.Fprintf(h.cfg.Progress, "grow: building snapshots in-process at %v nodes\n", cps)
+	p, err := projection.New(projection.Config{})
+	if err != nil {
+		return nil, err
+	}
+	tree := NewTree(TreeSpec{RunID: "grow-00000", SessionID: "bench", Nodes: h.cfg.HugeNodes, Seed: 42})
+	at := time.Now().Add(time.Hour)
+	next := 0
+	var run *projection.Run
+	for ev, ok := tree.Next(at); ; ev, ok = tree.Next(at) {
+		if ok {
+			p.Apply(&ev)
+			at = at.Add(time.Millisecond)
+			if run == nil {
+				run, _ = p.Run(tree.RunID())
+			}
+		}
+		for next < len(rows) && (run.Len() >= rows[next].nodes || !ok) {
+			r := rows[next]
+			r.inRun, r.events = run.Len(), tree.Emitted()
+			r.indexed, r.naive, r.bytes, err = buildCost(run, at, 21)
+			if err != nil {
+				return nil, err
+			}
+			r.costOK = true
+			next++
+		}
+		if !ok || next == len(rows) {
+			break
+		}
+	}
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	p = nil // the in-process projection's memory goes before the projector's is measured
+
+	s, err := h.newStage(ctx, "grow")
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var mu sync.Mutex
+	s.reader.setOnWake(func(w *wakeInfo, _ *kgo.Record, at time.Time) {
+		if w.RunID != "grow-00000" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range rows {
+			if !r.projectorSeen && w.Nodes >= r.nodes {
+				r.projectorSeen, r.seenAt, r.seq = true, at, w.Seq
+				for _, pr := range s.procs {
+					if ps, err := sampleProc(pr.pid()); err == nil {
+						r.rss = ps.rss
+					}
+				}
+			}
+		}
+	})
+	if err := s.startProjectors(ctx, 1, true); err != nil {
+		return nil, err
+	}
+	s.resetMeasures()
+	mix := NewMix(MixSpec{Prefix: "grow", Runs: 1, Nodes: h.cfg.HugeNodes, Total: 1, Seed: 42, HugeShare: -1})
+	s.startSampler()
+	n, rate, err := s.closedLoopDrain(ctx, mix)
+	if err != nil {
+		return nil, err
+	}
+	st := s.sampler.close()
+	r := s.result("grow", fmt.Sprintf("one run growing to %s nodes (%s events) sent as fast as the broker takes them to 1 projector instance; snapshot builds timed in-process on the same run",
+		num(float64(h.cfg.HugeNodes)), num(float64(n))), "closed-loop", 1, st)
+	r.AggregatedConsumeRate = rate
+	mu.Lock()
+	defer mu.Unlock()
+	var prev *row
+	began := s.sampler.began
+	for _, x := range rows {
+		if x.projectorSeen {
+			from, seq0 := began, int64(0)
+			if prev != nil && prev.projectorSeen {
+				from, seq0 = prev.seenAt, prev.seq
+			}
+			if d := x.seenAt.Sub(from).Seconds(); d > 0 {
+				x.projRate = float64(x.seq-seq0) / d
+			}
+		}
+		r.Steps = append(r.Steps, map[string]any{"nodes": x.nodes, "nodesInRun": x.inRun, "events": x.events,
+			"snapshotBuildMs": ms(x.indexed), "naiveBuildMs": ms(x.naive), "naiveToIndexed": float64(x.naive) / float64(x.indexed),
+			"snapshotBytes": x.bytes, "projectorRssBytes": x.rss, "projectedRateSincePrevious": x.projRate, "projectorReached": x.projectorSeen})
+		prev = x
+	}
+	first, last := rows[0], rows[len(rows)-1]
+	r.Baselines["naiveBuildMsAtMax"] = ms(last.naive)
+	r.Targets = append(r.Targets, atMost("grow", fmt.Sprintf("snapshot build time at %s nodes / at %d", num(float64(last.nodes)), first.nodes),
+		float64(last.indexed)/float64(first.indexed), 2, "x", fmt.Sprintf("%.2f ms vs %.2f ms; naive: %.1f ms vs %.2f ms",
+			ms(last.indexed), ms(first.indexed), ms(last.naive), ms(first.naive))))
+	if first.rss > 0 && last.rss > 0 {
+		r.Targets = append(r.Targets, atMost("grow", fmt.Sprintf("projector RSS at %s nodes / at %d", num(float64(last.nodes)), first.nodes),
+			float64(last.rss)/float64(first.rss), 2, "x", fmt.Sprintf("%d MB vs %d MB", last.rss>>20, first.rss>>20)))
+	} else {
+		r.Notes = append(r.Notes, "the projector's RSS was not sampled at every size (no wake of the run at that size was read)")
+	}
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// runPriority: human input through the gateway while Backlog events wait on
+// the agent lane. The backlog is produced before the projector starts;
+// then the projector starts, and human inputs are sent open loop for
+// Duration. The normal lane is not measured here (its events wait behind
+// the backlog by design).
+func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
+	s, err := h.newStage(ctx, "priority")
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	fmt.Fprintf(h.cfg.Progress, "priority: producing a backlog of %s events\n", num(float64(h.cfg.Backlog)))
+	runs := runsFor(h.cfg.Backlog, h.cfg.Nodes)
+	mix := NewMix(MixSpec{Prefix: "backlog", Runs: runs, Nodes: h.cfg.Nodes, HugeShare: -1})
+	if _, err := s.closedLoop(ctx, mix, h.cfg.Backlog); err != nil {
+		return nil, err
+	}
+	s.tr.mu.Lock()
+	s.tr.pending = map[string]*flight{} // only human input is measured
+	s.tr.mu.Unlock()
+	if err := s.startProjectors(ctx, 1, false); err != nil {
+		return nil, err
+	}
+	if err := s.waitAssigned(ctx, 1); err != nil {
+		return nil, err
+	}
+	if err := s.startGateway(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.probe(ctx, s.names.HumanInput()); err != nil {
+		return nil, err
+	}
+	s.resetMeasures()
+	s.startSampler()
+	rng := rand.New(rand.NewPCG(9, 9))
+	hctx, cancel := context.WithTimeout(ctx, h.cfg.Duration)
+	s.humanInputs(hctx, h.cfg.HumanRate, func() string { return fmt.Sprintf("backlog-%05d", rng.IntN(mix.Started())) })
+	cancel()
+	s.drain(ctx, 15*time.Second)
+	projected := s.reader.stats().projected
+	st := s.sampler.close()
+	r := s.result("priority", fmt.Sprintf("human input at %s/s through the gateway for %v while %s agent events wait on the agent lane (%d runs of %d nodes), 1 projector instance",
+		num(h.cfg.HumanRate), h.cfg.Duration, num(float64(h.cfg.Backlog)), runs, h.cfg.Nodes), "open-loop", 1, st)
+	r.Events = int64(h.cfg.Backlog)
+	remaining := int64(h.cfg.Backlog) - projected
+	r.Baselines["backlogAtEnd"] = float64(remaining)
+	r.Notes = append(r.Notes, fmt.Sprintf("agent-lane backlog at the end: about %s of %s events not yet projected (from the wakes' as_of_event_seq; within a chunk of 500 per partition)",
+		num(float64(remaining)), num(float64(h.cfg.Backlog))))
+	note := ""
+	if remaining <= 0 {
+		note = "the backlog was drained before the end: the figure is not under backlog"
+	}
+	r.Targets = append(r.Targets, atMost("priority", fmt.Sprintf("priority lane end-to-end p99 with a %s-event agent backlog", num(float64(h.cfg.Backlog))),
+		r.EndToEndLatency["priority"].P99, 20, " ms", note))
+	return r, nil
+}
+
+// runScale: the maximum throughput (as max) with each of Instances
+// projector instances, each on a stage of its own, and the raw consume
+// baseline beside each.
+func (h *Harness) runScale(ctx context.Context) (*ScenarioResult, error) {
+	var out *ScenarioResult
+	rates := map[int]float64{}
+	var busiest samplerStats
+	for _, n := range h.cfg.Instances {
+		s, err := h.newStage(ctx, fmt.Sprintf("scale%d", n))
+		if err != nil {
+			return nil, err
+		}
+		res, st, err := func() (*ScenarioResult, samplerStats, error) {
+			defer s.close()
+			if err := s.startProjectors(ctx, n, true); err != nil {
+				return nil, samplerStats{}, err
+			}
+			s.resetMeasures()
+			mix := NewMix(MixSpec{Prefix: fmt.Sprintf("scale%d", n), Runs: h.cfg.Runs, Nodes: h.cfg.Nodes,
+				Total: runsFor(h.cfg.MaxEvents, h.cfg.Nodes), HugeShare: -1})
+			s.startSampler()
+			_, rate, err := s.closedLoopDrain(ctx, mix)
+			if err != nil {
+				return nil, samplerStats{}, err
+			}
+			st := s.sampler.close()
+			raw, err := s.rawConsume(ctx)
+			if err != nil {
+				return nil, samplerStats{}, err
+			}
+			r := s.result("scale", "", "closed-loop", n, st)
+			r.AggregatedConsumeRate = rate
+			r.Baselines["rawConsumeRate"] = raw
+			return r, st, nil
+		}()
+		if err != nil {
+			return nil, err
+		}
+		rates[n] = res.AggregatedConsumeRate
+		if out == nil {
+			out = res
+		}
+		if st.machineBusy > busiest.machineBusy {
+			busiest = st
+		}
+		out.Steps = append(out.Steps, map[string]any{"instances": n, "consumeRate": res.AggregatedConsumeRate,
+			"rawConsumeRate": res.Baselines["rawConsumeRate"], "projectorToRaw": res.AggregatedConsumeRate / res.Baselines["rawConsumeRate"],
+			"toOneInstance": res.AggregatedConsumeRate / rates[h.cfg.Instances[0]], "projectorCpuCores": res.ProjectorCPU,
+			"harnessCpuCores": res.HarnessCPU, "machineBusy": res.MachineBusy, "projectorRssBytes": res.ProjectorRSSBytes})
+		for _, note := range res.Notes {
+			if !slices.Contains(out.Notes, note) && !strings.HasPrefix(note, "the machine was") {
+				out.Notes = append(out.Notes, fmt.Sprintf("%d instances: %s", n, note))
+			}
+		}
+	}
+	out.Description = fmt.Sprintf("maximum throughput with %v projector instances, each count on topics of its own as in max (%s events, closed loop); the summary row is the first count, the steps have each",
+		h.cfg.Instances, num(float64(h.cfg.MaxEvents)))
+	out.Notes = slices.DeleteFunc(out.Notes, func(n string) bool { return strings.HasPrefix(n, "the machine was") })
+	lo, hi := slices.Min(h.cfg.Instances), slices.Max(h.cfg.Instances)
+	if lo != hi && rates[lo] > 0 {
+		note := ""
+		if busiest.machineBusy >= 0.9 {
+			note = fmt.Sprintf("the broker is in the harness process and everything shares %d cores, which were %.0f%% busy: the machine, not canopy, is the bottleneck here",
+				h.cfg.cores(), 100*busiest.machineBusy)
+		}
+		out.Targets = append(out.Targets, atLeast("scale", fmt.Sprintf("throughput with %d instances / with %d", hi, lo),
+			rates[hi]/rates[lo], 2*float64(hi)/(3*float64(lo)), "x", note))
+	}
+	return out, nil
+}
+
+// runFailover: FailoverInstances instances under open-loop load; after a
+// warm-up one is SIGKILLed, and for each partition it owned the harness
+// measures the time from the kill until the wake of a probe sent after the
+// kill is read (a probe goes to every partition every 50 ms, so a quiet
+// partition's resumption is seen too). The baseline is the group session timeout, which alone
+// decides when the group notices the dead member.
+func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
+	// The load is light (a tenth of the maximum, or of steady's rate): the
+	// scenario measures the failover, not a queue of overload.
+	rate := 1000.0
+	switch {
+	case h.cfg.Rate > 0:
+		rate = h.cfg.Rate / 5
+	case h.maxRate > 0:
+		rate = h.maxRate / 10
+	}
+	s, err := h.newStage(ctx, "failover")
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var mu sync.Mutex
+	var killedAt time.Time
+	victim := map[int32]bool{}
+	resumed := map[int32]time.Duration{}
+	s.reader.setOnWake(func(w *wakeInfo, _ *kgo.Record, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if killedAt.IsZero() {
+			return
+		}
+		p := topics.Partition([]byte(w.RunID), s.partitions)
+		if !victim[p] {
+			return
+		}
+		if _, ok := resumed[p]; ok {
+			return
+		}
+		for _, t := range w.Triggers {
+			if t.EventID != nil && strings.HasPrefix(*t.EventID, "heartbeat-probe-") && t.At.Std().After(killedAt) {
+				resumed[p] = at.Sub(killedAt)
+				return
+			}
+		}
+	})
+	if err := s.startProjectors(ctx, h.cfg.FailoverInstances, true); err != nil {
+		return nil, err
+	}
+	s.resetMeasures()
+	s.latency = true
+	mix := NewMix(MixSpec{Prefix: "failover", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: -1})
+	s.startSampler()
+	warm, after := h.cfg.FailoverWarmup, h.cfg.SessionTimeout+h.cfg.FailoverWarmup
+	errc := make(chan error, 1)
+	go func() { errc <- s.openLoop(ctx, mix, rate, warm+after) }()
+	// Probes: every 50 ms, a waking event to each partition, so that each
+	// one's resumption is seen even when its runs are quiet.
+	pctx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
+	go s.heartbeatProbes(pctx, 50*time.Millisecond)
+	timer := time.NewTimer(warm)
+	select {
+	case <-timer.C:
+	case err := <-errc:
+		timer.Stop()
+		if err == nil {
+			err = fmt.Errorf("the load ended before the kill")
+		}
+		return nil, err
+	}
+	a, err := projector.Assignment(ctx, h.adm, s.group, s.names)
+	if err != nil {
+		<-errc
+		return nil, err
+	}
+	mu.Lock()
+	for p, m := range a {
+		if m.Addr == "i0:1" {
+			victim[p] = true
+		}
+	}
+	killedAt = time.Now()
+	mu.Unlock()
+	fmt.Fprintf(h.cfg.Progress, "failover: SIGKILL %s, which owned partitions %v\n", s.procs[0].name, keys(victim))
+	s.procs[0].kill()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	s.drain(ctx, 15*time.Second)
+	st := s.sampler.close()
+	r := s.result("failover", fmt.Sprintf("%d projector instances under %s events/s (open loop); after %v one is SIGKILLed: the time until wakes flow again for each partition it owned",
+		h.cfg.FailoverInstances, num(rate), warm), "open-loop", h.cfg.FailoverInstances, st)
+	r.TargetRate = rate
+	mu.Lock()
+	defer mu.Unlock()
+	var worst time.Duration
+	for _, p := range keys(victim) {
+		d, ok := resumed[p]
+		step := map[string]any{"partition": p, "resumed": ok}
+		if ok {
+			step["failoverSeconds"] = d.Seconds()
+			worst = max(worst, d)
+		}
+		r.Steps = append(r.Steps, step)
+	}
+	if len(resumed) < len(victim) {
+		r.Notes = append(r.Notes, fmt.Sprintf("only %d of the %d partitions of the killed instance resumed within the scenario", len(resumed), len(victim)))
+	}
+	r.Baselines["sessionTimeoutSeconds"] = h.cfg.SessionTimeout.Seconds()
+	r.Baselines["failoverSeconds"] = worst.Seconds()
+	r.Baselines["failoverToSessionTimeout"] = worst.Seconds() / h.cfg.SessionTimeout.Seconds()
+	return r, nil
+}
+
+func keys(m map[int32]bool) []int32 {
+	var out []int32
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

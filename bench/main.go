@@ -1,0 +1,112 @@
+// Command bench is canopy's load harness: it runs the standard scenarios
+// (or the ones named) against an embedded broker on loopback, or any Kafka
+// with -brokers, prints a progress line every few seconds and a final table,
+// and writes a JSON result file and the harness's section of
+// bench/RESULTS.md. The logic is in bench/harness.
+//
+//	go run ./bench                          the standard set (make bench)
+//	go run ./bench -scenario steady         one scenario
+//	go run ./bench -scenario max -brokers kafka:9092
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/canopy-dev/canopy/bench/harness"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c harness.Config
+	scenarios := fs.String("scenario", "standard", "comma-separated scenarios ("+strings.Join(harness.Scenarios, ", ")+"), or standard for all")
+	brokers := fs.String("brokers", "", "Kafka seed brokers, host:port,...; default an embedded broker on loopback")
+	fs.StringVar(&c.Projector, "projector", "bin/projector", "the projector binary (make build)")
+	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of every topic")
+	fs.DurationVar(&c.Duration, "duration", 30e9, "how long steady and priority measure")
+	fs.Float64Var(&c.Rate, "rate", 0, "steady's rate in events/s (default half the maximum measured by max in the same run)")
+	fs.IntVar(&c.Runs, "runs", 50, "runs under way at once")
+	fs.IntVar(&c.Nodes, "nodes", 200, "nodes of an ordinary run")
+	fs.Float64Var(&c.HugeShare, "huge-share", 0.02, "share of huge runs in steady's traffic (negative: none)")
+	fs.IntVar(&c.HugeNodes, "huge-nodes", 100_000, "nodes of a huge run, and of grow's run")
+	fs.Float64Var(&c.HumanRate, "human-rate", 5, "human inputs per second through the gateway (steady, priority)")
+	fs.IntVar(&c.MaxEvents, "max-events", 200_000, "events of the closed-loop scenarios (max, scale)")
+	fs.IntVar(&c.Backlog, "backlog", 1_000_000, "agent-lane backlog of priority, in events")
+	instances := fs.String("instances", "1,2,3", "projector instance counts scale compares")
+	fs.IntVar(&c.FailoverInstances, "failover-instances", 2, "instances in failover, one of which is killed")
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", 6e9, "the projectors' group session timeout")
+	jsonOut := fs.String("json", "bench/results.json", "the JSON result file (empty: none)")
+	results := fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *scenarios != "standard" {
+		c.Scenarios = strings.Split(*scenarios, ",")
+	}
+	for _, b := range strings.Split(*brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Brokers = append(c.Brokers, b)
+		}
+	}
+	for _, f := range strings.Split(*instances, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: -instances %q: want counts like 1,2,3\n", *instances)
+			return 2
+		}
+		c.Instances = append(c.Instances, n)
+	}
+	if !*quiet {
+		c.Progress = stdout
+	}
+	c.Command = "go run ./bench " + strings.Join(args, " ")
+	if len(args) == 0 {
+		c.Command = "go run ./bench"
+	}
+	if err := c.Validate(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := harness.Run(ctx, c)
+	if rep != nil && len(rep.Scenarios) > 0 {
+		fmt.Fprintln(stdout)
+		rep.WriteTable(stdout)
+		if *jsonOut != "" {
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil {
+				fmt.Fprintf(stderr, "bench: %v\n", werr)
+				return 1
+			}
+		}
+		if *results != "" && err == nil {
+			if werr := harness.UpdateResults(*results, rep.Markdown()); werr != nil {
+				fmt.Fprintf(stderr, "bench: %v\n", werr)
+				return 1
+			}
+			fmt.Fprintf(stdout, "\nwrote %s\n", *results)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
