@@ -1,0 +1,96 @@
+package telemetry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/telemetry"
+)
+
+// A projector instance that failed is replaced while its group client may
+// still be leaving the group: the new instance's client of the same role
+// must not panic on registering its metrics (it did, in CI), and the old
+// client's late close must not take the new client's metrics with it.
+func TestKafkaHooksClientOfTheSameRoleBeforeTheOldOneCloses(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	reg := prometheus.NewRegistry()
+	hooks := telemetry.KafkaHooks(reg)
+	newClient := func() *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.WithHooks(hooks("group")...),
+			kgo.DefaultProduceTopic("t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	produce := func(cl *kgo.Client, n int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for range n {
+			if err := cl.ProduceSync(ctx, kgo.StringRecord("x")).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produced := func() (float64, bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "canopy_kafka_produce_records_total" {
+				continue
+			}
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum, true
+		}
+		return 0, false
+	}
+
+	// kprom counts a batch in a hook that may run just after the produce
+	// returns.
+	waitProduced := func(want float64, what string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			n, _ := produced()
+			if n == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: produce_records_total = %v, want %v", what, n, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	old := newClient()
+	produce(old, 3)
+	waitProduced(3, "first client")
+
+	cur := newClient() // panicked here before: duplicate metrics collector registration
+	defer cur.Close()
+	produce(cur, 2)
+	waitProduced(2, "after the second client took the role over")
+
+	old.Close()
+	if n, ok := produced(); !ok || n != 2 {
+		t.Fatalf("after the first client closed: produce_records_total = %v (present %v), want the second client's 2", n, ok)
+	}
+
+	cur.Close()
+	if n, ok := produced(); ok {
+		t.Fatalf("after every client closed: produce_records_total still exported (%v)", n)
+	}
+}
