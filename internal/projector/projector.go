@@ -139,6 +139,13 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A partition paused for a full queue (worker.enqueue) and resumed
+		// is fetched again only once the fetch already out for the others
+		// returns: with franz-go's default of 5 s, a backlog drained in bursts
+		// separated by that wait whenever the other partitions had caught up
+		// (BenchmarkProjector went from 31k to 78k events/s at 100 ms). New
+		// data still returns at once; an idle instance asks every 100 ms.
+		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.OnPartitionsAssigned(p.assigned),
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.revoked),
