@@ -36,7 +36,8 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.Int64Var(&cfg.ReadyLag, "ready-lag", 10000, "records a partition may be behind its input for /readyz to say ready")
 	fs.StringVar(&cfg.InstanceID, "instance-id", env("CANOPY_INSTANCE_ID", ""), "static group instance id, e.g. the pod name (CANOPY_INSTANCE_ID)")
 	fs.StringVar(&cfg.DataDir, "data-dir", env("CANOPY_DATA_DIR", ""), "directory of the projector's Pebble state (CANOPY_DATA_DIR)")
-	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records per processing batch")
+	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records applied between looks at the human input lane")
+	fs.IntVar(&cfg.MaxBatch, "max-batch", 5000, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
 	transactions := fs.Bool("transactions", env("CANOPY_TRANSACTIONS", "true") != "false",

@@ -40,9 +40,18 @@ type Config struct {
 	DataDir string
 	// Projection configures the projection and the snapshot limits.
 	Projection projection.Config
-	// Chunk is how many agent records one processing batch holds at most;
-	// between batches pending human input goes first. Default 500.
+	// Chunk is how many agent records are applied between looks at the human
+	// input lane: human input waits at most one chunk behind a backlog, and
+	// is committed at once with whatever was applied. Default 500.
 	Chunk int
+	// MaxBatch is how many records one commit (one transaction) holds at
+	// most. While fetched agent records wait, the partition's owner goes on
+	// applying them, chunk by chunk, until this many before it publishes the
+	// wakes and commits: under a backlog each run's triggers coalesce into
+	// one wake per commit, and the commit's fixed costs are shared. Without
+	// a backlog each fetched batch is committed as soon as it is applied.
+	// Default 5000.
+	MaxBatch int
 	// MaxPending is how many fetched agent records may wait for one
 	// partition's owner before that partition's fetching pauses; it resumes
 	// at half. Default 20000.
@@ -107,6 +116,9 @@ func (c Config) withDefaults() Config {
 	if c.Chunk == 0 {
 		c.Chunk = 500
 	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 5000
+	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 20000
 	}
@@ -164,6 +176,9 @@ func (c Config) Validate() error {
 	}
 	if c.Chunk < 1 {
 		errs = append(errs, fmt.Sprintf("chunk %d: want 1 or more", c.Chunk))
+	}
+	if c.MaxBatch < c.Chunk {
+		errs = append(errs, fmt.Sprintf("max batch %d: want at least the chunk size %d", c.MaxBatch, c.Chunk))
 	}
 	if c.MaxPending < c.Chunk {
 		errs = append(errs, fmt.Sprintf("max pending %d: want at least the chunk size %d", c.MaxPending, c.Chunk))

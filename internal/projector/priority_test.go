@@ -22,6 +22,11 @@ import (
 // slower (100,000 events take two minutes to drain), and the priority wake
 // comes out after one or two chunks of 500 either way, so 25,000 still leaves
 // a margin of more than ten times.
+//
+// The backlog was appended an hour before the wall clock and the input at
+// it: the priority wake's snapshot must say it is an hour old and stale, for
+// the state behind it is that far behind the agent lane, however fresh the
+// input itself is (DESIGN.md: stale is honest).
 func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 	backlog := 100_000
 	if raceDetectorOn {
@@ -47,10 +52,15 @@ func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 	if len(runs) < 3 {
 		t.Fatalf("want several runs, got %d", len(runs))
 	}
-	// The backlog is on the broker before the projector starts.
+	// The backlog is on the broker before the projector starts, appended
+	// an hour before the wall clock (below).
+	start := events[0].Time.Std()
+	const behind = time.Hour
 	recs := make([]*kgo.Record, 0, 10_000)
 	for i := range events {
-		recs = append(recs, rawRecord(t, e.names.AgentEvents(), &events[i], partitions))
+		r := rawRecord(t, e.names.AgentEvents(), &events[i], partitions)
+		r.Timestamp = start.Add(-behind)
+		recs = append(recs, r)
 		if len(recs) == cap(recs) || i == len(events)-1 {
 			e.produceRecords(recs...)
 			recs = recs[:0]
@@ -63,7 +73,6 @@ func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 	// The human input is for the run produced last: its agent events are at
 	// the end of its partition, behind everything else there.
 	target := runs[len(runs)-1]
-	start := events[0].Time.Std()
 	cfg := e.config(t.TempDir())
 	// A wall clock at the start of the traffic: no timer falls due, so the
 	// only wakes are the events' own.
@@ -72,7 +81,9 @@ func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 
 	waitFor(t, 60*time.Second, p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 })
 	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop and summarise"})
-	e.produce(e.names.HumanInput(), input)
+	inputRec := rawRecord(t, e.names.HumanInput(), &input, partitions)
+	inputRec.Timestamp = start
+	e.produceRecords(inputRec)
 
 	var prioTS time.Time
 	appliedAtWake := int64(-1)
@@ -97,6 +108,10 @@ func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 		// The run's own backlog was not yet projected when the input was.
 		if seq := w.AgentTreeSnapshot.AsOfEventSeq; seq > int64(perRun[target]) {
 			t.Errorf("priority wake snapshot is as of event %d: the run's whole backlog of %d came first", seq, perRun[target])
+		}
+		if s := &w.AgentTreeSnapshot; !s.Stale || s.SnapshotAgeMs != behind.Milliseconds() {
+			t.Errorf("priority wake snapshot: stale %v, age %d ms; want stale, %d ms: the agent lane it reflects is an hour behind",
+				s.Stale, s.SnapshotAgeMs, behind.Milliseconds())
 		}
 		return true
 	})

@@ -111,16 +111,6 @@ func (p *Projector) ask(ctx context.Context, run string, fn func(w *worker) erro
 	}
 }
 
-// source is the time up to which the worker's state reflects its input,
-// as publish computes it for wakes: now when caught up, else the append
-// time of the last record applied.
-func (w *worker) source(now topics.Time) topics.Time {
-	if w.caughtUp() || w.lastRecordAt.IsZero() {
-		return now
-	}
-	return topics.NewTime(w.lastRecordAt)
-}
-
 // Snapshot returns the current agent_tree_snapshot of run, built by the
 // partition's owner from its committed state (no wake references it: its
 // id derives from the run and its seq). generated_at, snapshot_age_ms and

@@ -46,11 +46,12 @@ type worker struct {
 	start map[string]int64
 
 	human, agent chan batch
-	// queries are reads of the state (query.go), answered between batches.
+	// queries are reads of the state (query.go), answered between commits.
 	queries chan *query
-	// lastRecordAt is the append time of the last record applied, for the
-	// staleness of query answers when the partition is behind.
-	lastRecordAt time.Time
+	// lastAt is, per input topic (agent events, human input), the append
+	// time of the last record applied: how far the state reflects a lane
+	// that is behind (see source).
+	lastAt [2]time.Time
 	// ready is closed once the partition is restored and consuming; done
 	// when the worker's goroutine has returned; quit asks it to stop.
 	ready, quit, done chan struct{}
@@ -64,8 +65,12 @@ type worker struct {
 	// the high watermark. A topic not yet seen counts as caught up.
 	behind map[string]bool
 
-	pending projection.Pending
-	out     []*kgo.Record
+	// pending are the triggers of what was applied since the last commit,
+	// and consumed how many records that was; out is what the commit
+	// produces besides the wakes (dead letters, reroutes, the changelog).
+	pending  projection.Pending
+	consumed int
+	out      []*kgo.Record
 
 	// lag is, per input topic (agent events, human input), the high
 	// watermark minus the next offset, as of the last batch; -1 before the
@@ -77,10 +82,12 @@ type worker struct {
 	tracer  trace.Tracer
 }
 
-// origin is the earliest record that triggered a run's wake in a batch.
+// origin is the earliest record that triggered a run's wake in a commit.
 type origin struct {
 	appended time.Time
-	span     trace.SpanContext
+	// span is the trace context the record carried, batch the span of the
+	// batch that applied it.
+	span, batch trace.SpanContext
 }
 
 func newWorker(p *Projector, part int32) (*worker, error) {
@@ -203,11 +210,15 @@ func (w *worker) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// Every path below commits what it applied before it comes back here:
+	// what is applied but not committed lives only inside processAgent.
 	for {
 		// Human input first, always.
 		select {
 		case b := <-w.human:
-			if !w.process(b) {
+			w.apply(b)
+			w.applyHuman()
+			if !w.flush() {
 				return
 			}
 			continue
@@ -218,7 +229,9 @@ func (w *worker) run() {
 		case <-w.quit:
 			return
 		case b := <-w.human:
-			if !w.process(b) {
+			w.apply(b)
+			w.applyHuman()
+			if !w.flush() {
 				return
 			}
 		case b := <-w.agent:
@@ -232,7 +245,7 @@ func (w *worker) run() {
 		case q := <-w.queries:
 			// Human input that came meanwhile goes first, even before a
 			// read.
-			if !w.drainHuman() {
+			if w.applyHuman() && !w.flush() {
 				return
 			}
 			w.answer(q)
@@ -240,63 +253,101 @@ func (w *worker) run() {
 	}
 }
 
-// drainHuman processes the human input waiting, without blocking. It
-// returns false when the worker must stop.
-func (w *worker) drainHuman() bool {
+// applyHuman applies the human input waiting, without blocking, and
+// reports whether there was any.
+func (w *worker) applyHuman() bool {
+	any := false
 	for {
 		select {
-		case hb := <-w.human:
-			if !w.process(hb) {
-				return false
-			}
-		case <-w.quit:
-			return false
+		case b := <-w.human:
+			w.apply(b)
+			any = true
 		default:
-			return true
+			return any
 		}
 	}
 }
 
-// processAgent processes agent records in chunks; between chunks it handles
-// any human input that arrived, so a backlog never delays it by more than one
-// chunk. It returns false when the worker must stop.
+// maxTriggersPerWake makes a commit end early once one run has gathered this
+// many triggers, so that a coalesced wake stays far below Kafka's message
+// size limit (a chunk can add up to Config.Chunk more).
+const maxTriggersPerWake = 256
+
+// processAgent applies agent records, chunk by chunk, and commits them. While
+// more fetched batches wait it goes on applying them into the same commit, up
+// to Config.MaxBatch records: under a backlog each run's triggers coalesce
+// into one wake per commit and the commit's fixed costs are shared, while
+// without one every batch is committed as soon as it is applied. Between
+// chunks it takes any human input that arrived into the commit and commits
+// at once, so a backlog never delays human input by more than one chunk. It
+// returns false when the worker must stop.
 func (w *worker) processAgent(b batch) bool {
-	for rs := b.records; len(rs) > 0; {
-		n := min(len(rs), w.p.cfg.Chunk)
-		chunk := batch{records: rs[:n], highWatermark: b.highWatermark}
-		rs = rs[n:]
-		// Counted out before processing, so that the chunk reaching the high
-		// watermark is seen as caught up.
-		if left := w.pendingAgent.Add(-int64(n)); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
-			w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+	for {
+		for rs := b.records; len(rs) > 0; {
+			n := min(len(rs), w.p.cfg.Chunk)
+			chunk := batch{records: rs[:n], highWatermark: b.highWatermark}
+			rs = rs[n:]
+			// Counted out before applying, so that the chunk reaching the
+			// high watermark is seen as caught up.
+			if left := w.pendingAgent.Add(-int64(n)); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
+				w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+			}
+			w.apply(chunk)
+			human := w.applyHuman()
+			if human || w.consumed >= w.p.cfg.MaxBatch || w.pending.Most() >= maxTriggersPerWake {
+				if !w.flush() {
+					return false
+				}
+				// Right after a commit the state is what was committed:
+				// reads need not wait for the whole backlog.
+				w.serveQueries()
+			}
+			select {
+			case <-w.quit:
+				// Revoked or stopping: commit what was applied, so the
+				// next owner starts after it.
+				w.flush()
+				return false
+			default:
+			}
 		}
-		if !w.process(chunk) {
+		select {
+		case b = <-w.agent:
+			continue
+		default:
+		}
+		if !w.flush() {
 			return false
 		}
-		if !w.drainHuman() {
-			return false
-		}
-		// Between chunks the state is what was just committed: reads need
-		// not wait for the whole backlog.
 		w.serveQueries()
+		return true
 	}
-	return true
 }
 
-// process projects one batch, publishes its wakes and commits it. It returns
-// false after a failure the worker cannot go past.
-func (w *worker) process(b batch) bool {
+// flush publishes the wakes of what was applied since the last commit and
+// commits it. It returns false after a failure the worker cannot go past.
+func (w *worker) flush() bool {
+	if w.consumed == 0 {
+		return true
+	}
+	w.consumed = 0
 	now := w.p.cfg.Now()
+	return w.publish(now, w.source(topics.NewTime(now)))
+}
+
+// apply projects a batch's records into the state and gathers their
+// triggers; flush commits them.
+func (w *worker) apply(b batch) {
 	st, hooks := &w.p.Stats, w.p.cfg.Hooks
-	ctx, span := w.batchSpan(b)
+	_, span := w.batchSpan(b)
 	defer span.End()
-	tracing := span.IsRecording()
 	var last *kgo.Record
 	for _, r := range b.records {
 		if next, ok := w.offsets[r.Topic]; ok && r.Offset < next {
 			continue // already in the state: fetched again around a rebalance
 		}
 		w.offsets[r.Topic] = r.Offset + 1
+		w.consumed++
 		last = r
 		st.Records.Add(1)
 		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
@@ -325,12 +376,13 @@ func (w *worker) process(b batch) bool {
 		}
 		if len(trigs) > 0 {
 			if _, ok := w.origins[ev.RunID]; !ok {
-				o := origin{appended: r.Timestamp}
-				if tracing {
-					o.span = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), topics.HeaderCarrier{Headers: &r.Headers}))
-					if o.span.IsValid() && len(w.origins) < maxLinks {
-						span.AddLink(trace.Link{SpanContext: o.span})
-					}
+				// The record's trace context is read whether or not this
+				// process records spans: the wake carries it on, so that
+				// the conductor's spans join the agent's trace.
+				o := origin{appended: r.Timestamp, batch: span.SpanContext(),
+					span: trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), topics.HeaderCarrier{Headers: &r.Headers}))}
+				if o.span.IsValid() && len(w.origins) < maxLinks {
+					span.AddLink(trace.Link{SpanContext: o.span})
 				}
 				w.origins[ev.RunID] = o
 			}
@@ -338,18 +390,12 @@ func (w *worker) process(b batch) bool {
 		w.pending.Add(ev.RunID, trigs)
 	}
 	if last == nil {
-		return true
+		return
 	}
-	w.lag[w.topicIndex(last.Topic)].Store(max(b.highWatermark-(last.Offset+1), 0))
-	w.lastRecordAt = last.Timestamp
-	// The snapshot is as fresh as the log when this batch reached the high
-	// watermark; otherwise it is as old as the last record applied.
-	source := topics.NewTime(now)
+	i := w.topicIndex(last.Topic)
+	w.lag[i].Store(max(b.highWatermark-(last.Offset+1), 0))
+	w.lastAt[i] = last.Timestamp
 	w.behind[last.Topic] = last.Offset+1 < b.highWatermark
-	if !w.caughtUp() {
-		source = topics.NewTime(last.Timestamp)
-	}
-	return w.publish(ctx, now, source)
 }
 
 // caughtUp reports whether the partition has applied everything fetched and
@@ -366,13 +412,56 @@ func (w *worker) caughtUp() bool {
 	return true
 }
 
+// source is the time up to which the state reflects its input, which a
+// snapshot's age and staleness are measured from: now when the partition is
+// caught up; else the append time of the last record applied of the lane
+// furthest behind, so that a human input's wake under an agent backlog says
+// how far behind the agent lane is rather than how fresh the input is.
+func (w *worker) source(now topics.Time) topics.Time {
+	if w.caughtUp() {
+		return now
+	}
+	agentQueued := w.pendingAgent.Load() > 0 || len(w.agent) > 0
+	var src, newest time.Time
+	for i, topic := range [2]string{w.p.cfg.Names.AgentEvents(), w.p.cfg.Names.HumanInput()} {
+		at := w.lastAt[i]
+		if at.IsZero() {
+			continue
+		}
+		newest = later(newest, at)
+		queued := agentQueued
+		if i == 1 {
+			queued = len(w.human) > 0
+		}
+		if (w.behind[topic] || queued) && (src.IsZero() || at.Before(src)) {
+			src = at
+		}
+	}
+	switch {
+	case !src.IsZero():
+		return topics.NewTime(src)
+	case !newest.IsZero():
+		// Behind on a lane none of whose records was applied here yet.
+		return topics.NewTime(newest)
+	default:
+		return now
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // fireTimers raises the wakes of timers due by now. Only a caught-up
 // partition fires: with a backlog, the events that renew a lease may still be
 // unread.
 func (w *worker) fireTimers() bool {
 	now := w.p.cfg.Now()
 	w.proj.FireDue(topics.NewTime(now), &w.pending)
-	return w.publish(context.Background(), now, topics.NewTime(now))
+	return w.publish(now, topics.NewTime(now))
 }
 
 func (w *worker) armTimer(t *time.Timer) {
@@ -388,9 +477,9 @@ func (w *worker) armTimer(t *time.Timer) {
 	t.Reset(max(due.Std().Sub(w.p.cfg.Now()), 0))
 }
 
-// publish builds the batch's wakes and commits them with the batch's state
-// changes and offsets (see commit).
-func (w *worker) publish(ctx context.Context, now time.Time, source topics.Time) bool {
+// publish builds the wakes of the pending triggers and commits them with the
+// state changes and offsets since the last commit (see commit).
+func (w *worker) publish(now time.Time, source topics.Time) bool {
 	built, err := w.proj.Wakes(&w.pending, now, source)
 	w.pending.Reset()
 	origins := w.origins
@@ -420,9 +509,12 @@ func (w *worker) publish(ctx context.Context, now time.Time, source topics.Time)
 				{Key: topics.HeaderSchemaVersion, Value: []byte(strconv.Itoa(topics.WakeSchemaVersion))},
 			},
 		}
+		o := origins[b.Wake.RunID]
 		var sctx context.Context
-		sctx, spans[i] = w.wakeSpan(ctx, rec, b.Wake, origins[b.Wake.RunID].span)
-		if spans[i].IsRecording() {
+		sctx, spans[i] = w.wakeSpan(trace.ContextWithSpanContext(context.Background(), o.batch), rec, b.Wake, o.span)
+		if spans[i].SpanContext().IsValid() {
+			// Also when this process does not record: a no-op span
+			// carries the triggering record's context on.
 			propagation.TraceContext{}.Inject(sctx, topics.HeaderCarrier{Headers: &rec.Headers})
 		}
 		w.out = append(w.out, rec)
@@ -454,7 +546,7 @@ func (w *worker) publish(ctx context.Context, now time.Time, source topics.Time)
 		if o, ok := origins[b.Wake.RunID]; ok && !o.appended.IsZero() {
 			cw.Lag = max(committedAt.Sub(o.appended), 0)
 		}
-		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(ctx, spans[i]), cw)
+		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), spans[i]), cw)
 	}
 	return true
 }

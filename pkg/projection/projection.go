@@ -306,6 +306,7 @@ func (p *Projection) RunIDs() []string {
 type Pending struct {
 	order []string
 	trigs map[string][]topics.Trigger
+	most  int
 }
 
 // Add appends triggers of a run.
@@ -320,15 +321,21 @@ func (b *Pending) Add(runID string, trigs []topics.Trigger) {
 		b.order = append(b.order, runID)
 	}
 	b.trigs[runID] = append(b.trigs[runID], trigs...)
+	b.most = max(b.most, len(b.trigs[runID]))
 }
 
 // Len is the number of runs with pending triggers.
 func (b *Pending) Len() int { return len(b.order) }
 
+// Most is the largest number of triggers pending for one run: a caller that
+// gathers triggers over many events bounds the size of a wake with it.
+func (b *Pending) Most() int { return b.most }
+
 // Reset empties b for the next batch.
 func (b *Pending) Reset() {
 	b.order = b.order[:0]
 	clear(b.trigs)
+	b.most = 0
 }
 
 // Built is a wake ready to publish, with its snapshot's metadata.
