@@ -70,7 +70,7 @@ func DecodeEvent(value []byte) (*Event, error) {
 	// strings unquoted, and a JSON number (schemaversion is an Integer
 	// attribute) as its text.
 	get := func(name string) (string, bool, string) {
-		raw, ok := attrs[name]
+		raw, ok := attrs.get(name)
 		if !ok || string(raw) == "null" {
 			return "", false, ""
 		}
@@ -83,21 +83,14 @@ func DecodeEvent(value []byte) (*Event, error) {
 		return "", true, "want a string, got " + clip(string(raw), 40)
 	}
 	var data []byte
-	if raw, ok := attrs[attrData]; ok && string(raw) != "null" {
+	if raw, ok := attrs.get(attrData); ok && string(raw) != "null" {
 		data = raw
 	}
 	var ps problems
-	if _, ok := attrs[attrDataBase64]; ok {
+	if _, ok := attrs.get(attrDataBase64); ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
 	}
-	var unknown []string
-	for name := range attrs {
-		if !knownAttr(name) {
-			unknown = append(unknown, name)
-		}
-	}
-	slices.Sort(unknown) // sorted: the same record gives the same error
-	for _, name := range unknown {
+	for _, name := range attrs.names(func(name string) bool { return !knownAttr(name) }) {
 		if hint, ok := snakeHints[name]; ok {
 			ps.add(name, "not a CloudEvents attribute; use "+quote(hint))
 		} else if !extensionName.MatchString(name) {
@@ -264,14 +257,7 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 		if keys, err := decodeObject(data); err == nil {
 			// encoding/json matches keys case-insensitively; the contract does not.
 			fields := payloadFields[reflect.TypeOf(p)]
-			var unknown []string
-			for k := range keys {
-				if !fields[k] {
-					unknown = append(unknown, k)
-				}
-			}
-			if len(unknown) > 0 {
-				slices.Sort(unknown)
+			if unknown := keys.names(func(k string) bool { return !fields[k] }); len(unknown) > 0 {
 				for _, k := range unknown {
 					ps.add("data."+k, "unknown field for "+string(p.EventType()))
 				}
@@ -314,20 +300,24 @@ func addPayloadError(p Payload, err error, ps *problems) {
 // json.Unmarshal into a map[string]json.RawMessage would, errors included,
 // but faster: once json.Valid has checked b, a simple scan splits it into
 // members without reflection, and the values are slices of b, not copies.
-func decodeObject(b []byte) (map[string]json.RawMessage, error) {
+func decodeObject(b []byte) (members, error) {
 	s := jsonScanner{b: b}
 	s.skipSpace()
-	if !json.Valid(b) || s.peek() != '{' {
+	if !validJSON(b) || s.peek() != '{' {
 		// Let encoding/json say what is wrong (or return nil for null).
 		var m map[string]json.RawMessage
-		err := json.Unmarshal(b, &m)
-		return m, err
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+		return nil, nil
 	}
-	m := map[string]json.RawMessage{}
+	// A slice, not a map: an event has a dozen attributes, and filling a
+	// map for them cost more than the scan.
+	ms := make(members, 0, 16)
 	s.i++ // {
 	s.skipSpace()
 	if s.peek() == '}' {
-		return m, nil
+		return ms, nil
 	}
 	for {
 		s.skipSpace()
@@ -335,13 +325,46 @@ func decodeObject(b []byte) (map[string]json.RawMessage, error) {
 		s.skipSpace()
 		s.i++ // :
 		s.skipSpace()
-		m[key] = s.value() // a repeated key keeps its last value, as in Unmarshal
+		ms = append(ms, member{key, s.value()})
 		s.skipSpace()
 		if s.peek() == '}' {
-			return m, nil
+			return ms, nil
 		}
 		s.i++ // ,
 	}
+}
+
+// member is one name and raw value of a JSON object.
+type member struct {
+	name string
+	raw  json.RawMessage
+}
+
+// members are a JSON object's members in order.
+type members []member
+
+// get returns the value of name; a repeated name's last value counts, as in
+// json.Unmarshal.
+func (ms members) get(name string) (json.RawMessage, bool) {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].name == name {
+			return ms[i].raw, true
+		}
+	}
+	return nil, false
+}
+
+// names returns the distinct names for which keep is true, sorted, so that
+// the same record gives the same error.
+func (ms members) names(keep func(string) bool) []string {
+	var out []string
+	for _, m := range ms {
+		if keep(m.name) {
+			out = append(out, m.name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // unquote returns the value of a JSON string token, and false if raw is
