@@ -410,7 +410,7 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 	r.Events = int64(h.cfg.Backlog)
 	remaining := int64(h.cfg.Backlog) - projected
 	r.Baselines["backlogAtEnd"] = float64(remaining)
-	r.Notes = append(r.Notes, fmt.Sprintf("agent-lane backlog at the end: about %s of %s events not yet projected (from the wakes' as_of_event_seq; within a chunk of 500 per partition)",
+	r.Notes = append(r.Notes, fmt.Sprintf("agent-lane backlog at the end: about %s of %s events not yet projected (from the wakes' as_of_event_seq: exact up to the last commit of each partition, at most -max-batch records)",
 		num(float64(remaining)), num(float64(h.cfg.Backlog))))
 	note := ""
 	if remaining <= 0 {
