@@ -25,7 +25,6 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/projector"
-	"github.com/canopy-dev/canopy/internal/wakefmt"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -217,7 +216,7 @@ func printWakes(ctx context.Context, brokers []string, names topics.Names, out i
 	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "canopy-dev-conductor", Logger: slog.New(slog.DiscardHandler),
 		Observer: obs, TracerProvider: in.otel.Tracer},
 		func(_ context.Context, w *topics.Wake, r wake.Received) error {
-			fmt.Fprintf(out, "%s %s\n", r.ReceivedAt.Format("15:04:05.000"), wakefmt.Line(w))
+			fmt.Fprintln(out, wake.Line(w, r))
 			return nil
 		})
 	if err != nil {

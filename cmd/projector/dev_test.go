@@ -40,7 +40,7 @@ func TestDev(t *testing.T) {
 		}
 	}
 	addr := waitOut("the gateway's address", regexp.MustCompile(`gateway on (http://[0-9.:]+)`))[1]
-	waitOut("the first wake", regexp.MustCompile(`wake \S+ run=run-1`))
+	waitOut("the first wake", regexp.MustCompile(`wake +\S+ run=run-1`))
 
 	do := func(method, path, body string) *http.Response {
 		t.Helper()

@@ -1,7 +1,8 @@
 // Command conductor is an example conductor in Go: it consumes a canopy
 // deployment's wakes with pkg/wake (priority lane first, read_committed,
 // duplicates dropped, staleness recomputed at receipt), logs each wake's
-// triggers and snapshot summary, and acknowledges it with a
+// triggers and snapshot summary (wake.Line, as `make run` prints them), and
+// acknowledges it with a
 // conductor.wake_received event so the delivery watchdog sees its results
 // forwarded. A real conductor would plan and delegate where this one logs.
 //
@@ -66,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := wake.New(wake.Config{Brokers: strings.Split(*brokers, ","), Names: topics.Names{Prefix: *prefix, Version: topics.DefaultVersion},
 		Group: *group, StaleAfter: *staleAfter, Logger: log, Observer: obs, TracerProvider: ot.Tracer}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
-		fmt.Fprintln(stdout, Line(w, r))
+		fmt.Fprintln(stdout, wake.Line(w, r))
 		return nil
 	})
 	if err != nil {
@@ -78,37 +79,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// Line summarises a wake on one line: when it was received, its lane
-// (WAKE! for the priority lane), run, triggers, and the snapshot's counts.
-func Line(w *topics.Wake, r wake.Received) string {
-	var b strings.Builder
-	lane := "wake "
-	if w.Lane == topics.LanePriority {
-		lane = "WAKE!"
-	}
-	fmt.Fprintf(&b, "%s %s %s run=%s seq=%d triggers=[", r.ReceivedAt.Format("15:04:05.000"), lane, w.WakeID, w.RunID, r.AsOfEventSeq)
-	for i, t := range w.Triggers {
-		if i > 0 {
-			b.WriteString(" ")
-		}
-		fmt.Fprintf(&b, "%s:%s", t.Kind, t.AgentID)
-		if t.Input != nil && t.Input.Text != "" {
-			fmt.Fprintf(&b, "(%q)", t.Input.Text)
-		}
-	}
-	s := &w.AgentTreeSnapshot.Summary
-	c := s.CountsByStatus
-	fmt.Fprintf(&b, "] nodes=%d/%d running=%d blocked=%d failed=%d completed=%d open_requests=%d",
-		s.NodeCountIncluded, s.NodeCountTotal, c.Running, c.Blocked, c.Failed, c.Completed, s.OpenRequestCount)
-	if r.Truncated {
-		fmt.Fprintf(&b, " truncated(omitted=%d)", r.NodesOmitted)
-	}
-	if r.Stale {
-		fmt.Fprintf(&b, " STALE(age=%dms)", r.AgeMs)
-	}
-	return b.String()
 }
 
 func envOr(key, def string) string {

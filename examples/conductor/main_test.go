@@ -97,7 +97,7 @@ func TestConductorLogsWakes(t *testing.T) {
 		t.Fatalf("exit code %d:\n%s", c, errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if !regexp.MustCompile(`^\S+ WAKE! \S+ run=run-demo-1 seq=\d+ triggers=\[human_input:\S+\(".+"\)\] nodes=\d+/\d+ `).MatchString(lines[0]) {
+	if !regexp.MustCompile(`^\S+ WAKE! \S+ run=run-demo-1 seq=\d+ triggers=\[human_input:\S+ ".+"\] nodes=\d+/\d+ `).MatchString(lines[0]) {
 		t.Errorf("first line is not the priority wake:\n%s", out.String())
 	}
 	if !regexp.MustCompile(`wake  \S+ run=run-demo-1 seq=\d+ triggers=\[result:`).MatchString(out.String()) {

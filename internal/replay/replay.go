@@ -13,9 +13,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/canopy-dev/canopy/internal/wakefmt"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
+	"github.com/canopy-dev/canopy/pkg/wake"
 )
 
 // Options configure a replay.
@@ -68,7 +68,7 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 		for _, b := range built {
 			st.Wakes++
 			if opts.Summary {
-				bw.WriteString(wakefmt.Line(b.Wake))
+				bw.WriteString(wake.Line(b.Wake, wake.Received{}))
 				bw.WriteByte('\n')
 				continue
 			}
