@@ -3,6 +3,7 @@ package snapshot
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -87,6 +88,10 @@ type builder struct {
 	limits Limits
 	cut    int
 	cuts   int // strings cut by str so far
+	// buf is scratch for the encodings the builder only measures: every
+	// candidate digest and each envelope the binary search tries are
+	// appended to it in turn rather than each allocated anew.
+	buf []byte
 }
 
 // fit builds the snapshot with as many candidates as the byte budget allows.
@@ -135,12 +140,12 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 		before := b.cuts
 		digests[i] = b.digest(n, w.At)
 		nodeCuts[i] = b.cuts - before
-		enc, err := topics.Marshal(&digests[i])
-		if err != nil {
+		var err error
+		if b.buf, err = digests[i].AppendJSON(b.buf[:0]); err != nil {
 			// Digests hold only strings, ints and valid times.
 			panic(fmt.Sprintf("snapshot: encoding a digest: %v", err))
 		}
-		sizes[i] = len(enc)
+		sizes[i] = len(b.buf)
 	}
 
 	// The most nodes that fit, dropping from the lowest rank; the envelope is
@@ -236,12 +241,13 @@ func (b *builder) account(s *topics.AgentTreeSnapshot, nodes []Node, stats Stats
 func (b *builder) envelopeSize(s *topics.AgentTreeSnapshot) int {
 	nodes := s.Nodes
 	s.Nodes = []topics.NodeDigest{}
-	enc, err := topics.Marshal(s)
+	var err error
+	b.buf, err = s.AppendJSON(b.buf[:0])
 	s.Nodes = nodes
 	if err != nil {
 		panic(fmt.Sprintf("snapshot: encoding the envelope: %v", err))
 	}
-	return len(enc)
+	return len(b.buf)
 }
 
 // finish sets the wall-clock fields and checks the bound on the real bytes.
@@ -260,7 +266,10 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	if s.Nodes == nil {
 		s.Nodes = []topics.NodeDigest{}
 	}
-	enc, err := topics.Marshal(s)
+	// Encoded to check the accounting, not to keep: into the scratch
+	// buffer, grown at once to the size the encoding should have.
+	enc, err := s.AppendJSON(slices.Grow(b.buf[:0], measured))
+	b.buf = enc
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("snapshot: encoding: %w", err)
 	}

@@ -552,12 +552,14 @@ func (e *Event) Validate() error {
 
 // Marshal encodes v as compact JSON without HTML escaping, the one encoding
 // every canopy message uses: the same value always gives the same bytes.
+//
+// The wake and its parts (Wake, AgentTreeSnapshot, NodeDigest, Trigger and
+// what they contain) are encoded without reflection, to the very bytes
+// encoding/json would write (see wakejson.go); every other type, and every
+// error, is encoding/json's.
 func Marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	if b, ok := marshalFast(v); ok {
+		return b, nil
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return marshalReflect(v)
 }
