@@ -189,9 +189,9 @@ func TestOTLPExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Small chunks and a 1ms staleness threshold: batches short of the high
+	// Small commits and a 1ms staleness threshold: batches short of the high
 	// watermark build stale snapshots. Eight nodes at most: truncated ones.
-	cfg := projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "otlp-projector", Chunk: 10,
+	cfg := projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "otlp-projector", Chunk: 10, MaxBatch: 10,
 		Logger: logger, Hooks: pm, KafkaHooks: telemetry.KafkaHooks(reg), TracerProvider: ot.Tracer,
 		Projection: projection.Config{Limits: snapshot.Limits{MaxNodes: 8, StaleAfter: time.Millisecond}}}
 	p, err := projector.New(ctx, cfg)
