@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -332,4 +334,69 @@ func TestUntrustedStores(t *testing.T) {
 		}
 		same(t, "after wiping", dump(t, db), w.want)
 	})
+}
+
+// TestRestoreAfterLostUnsyncedWrites: a projector writes each commit to
+// Pebble without syncing it once the changelog has it
+// (projection.Finish). A machine crash then loses the store's latest
+// writes, never some without the others: the store comes back at an earlier
+// checkpoint, and the restore every owner runs first replays the rest.
+func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
+	for _, unsynced := range []int{0, 50} {
+		t.Run(fmt.Sprintf("unsynced-data-kept=%d%%", unsynced), func(t *testing.T) {
+			c := newCluster(t)
+			w := c.writer(false, 3)
+			for range 30 {
+				w.commit()
+			}
+			fs := vfs.NewCrashableMem()
+			db, err := pebble.Open("/store", &pebble.Options{FS: fs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := projection.NewStore(db, 1)
+			c.restore(store) // ends with a synced write
+			synced := maps.Clone(w.want)
+
+			// Commits as a worker makes them: the changelog first, then
+			// the store, unsynced.
+			for range 30 {
+				ch := w.changes()
+				res := w.cl.ProduceSync(context.Background(), Records(topic, 1, ch)...)
+				if err := res.FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				for _, x := range ch {
+					if x.Delete {
+						delete(w.want, string(x.Key))
+					} else {
+						w.want[string(x.Key)] = x.Value
+					}
+				}
+				next := res[len(res)-1].Record.Offset + 1
+				if err := store.Write(ch, &projection.Checkpoint{Next: next, At: time.Now().UnixMilli()}, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			same(t, "before the crash", dump(t, db), w.want)
+
+			crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: unsynced, RNG: rand.New(rand.NewPCG(uint64(unsynced), 7))})
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err = pebble.Open("/store", &pebble.Options{FS: crashed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if unsynced == 0 {
+				same(t, "after the crash, before the restore", dump(t, db), synced)
+			}
+			res := c.restore(projection.NewStore(db, 1))
+			if res.Wiped != "" {
+				t.Fatalf("the crashed store was wiped (%s): it should be behind, not untrusted", res.Wiped)
+			}
+			same(t, "after the crash and the restore", dump(t, db), w.want)
+		})
+	}
 }

@@ -253,9 +253,16 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 }
 
 // Finish writes prepared changes (and the changelog checkpoint they reach,
-// when there is one) to the store in one synced batch. Then, if more than
+// when there is one) to the store in one batch. Then, if more than
 // MaxHotNodes nodes are in memory, the least recently used runs are dropped
 // from memory (they stay in the store).
+//
+// Without a checkpoint the store is the only copy of the state, and the
+// batch is synced. With one, the changes are already durable in the
+// changelog, so the batch is not synced: a machine crash can only leave the
+// store at an earlier checkpoint (Pebble recovers a prefix of its batches),
+// and restoring from the changelog, which every owner does first, replays
+// the rest. A process crash loses nothing either way.
 func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.err != nil {
 		return p.err
@@ -263,7 +270,7 @@ func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.store == nil {
 		return nil
 	}
-	if err := p.store.Write(c, cp, true); err != nil {
+	if err := p.store.Write(c, cp, cp == nil); err != nil {
 		p.err = fmt.Errorf("projection: commit: %w", err)
 		return p.err
 	}
