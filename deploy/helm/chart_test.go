@@ -402,7 +402,8 @@ var sensitive = regexp.MustCompile(`PASSWORD|SECRET|TOKEN$|_KEY$|HEADERS$|CREDEN
 
 // TestSecretsReferencedNotInlined: the chart creates no Secret and puts no
 // credential in a manifest: SASL credentials and OTLP headers come from
-// secretKeyRef, keys and certificates are files of Secret volumes.
+// secretKeyRef, keys and certificates (the Kafka client certificate too) are
+// files of Secret volumes, mounted read-only.
 func TestSecretsReferencedNotInlined(t *testing.T) {
 	r := template(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI)
 	if n := len(r.of("Secret")); n != 0 {
@@ -430,6 +431,48 @@ func TestSecretsReferencedNotInlined(t *testing.T) {
 	} {
 		if refs[name] != want {
 			t.Errorf("%s from secretKeyRef %q, want %q", name, refs[name], want)
+		}
+	}
+
+	// Kafka mTLS: every pod that talks to Kafka (projector, gateway, the
+	// topics Job) gets the client certificate and key as files of the
+	// kubernetes.io/tls Secret, mounted read-only, and TLS on.
+	pods := r.podTemplates(t)
+	if len(pods) != 3 {
+		t.Fatalf("want the projector, the gateway and the topics Job, got %d workloads", len(pods))
+	}
+	for name, p := range pods {
+		c := p.Spec.Containers[0]
+		for envName, file := range map[string]string{"CANOPY_TLS_CERT": "tls.crt", "CANOPY_TLS_KEY": "tls.key"} {
+			e, _ := env(c, envName)
+			if !fileFromSecret(p.Spec, c, e.Value, "kafka-client-tls") || filepath.Base(e.Value) != file {
+				t.Errorf("%s: %s = %q, want the file %s of Secret kafka-client-tls", name, envName, e.Value, file)
+			}
+			for _, vm := range c.VolumeMounts {
+				if strings.HasPrefix(e.Value, vm.MountPath+"/") && !vm.ReadOnly {
+					t.Errorf("%s: %s is mounted writable at %s", name, envName, vm.MountPath)
+				}
+			}
+		}
+		if e, _ := env(c, "CANOPY_TLS"); e.Value != "true" {
+			t.Errorf("%s: CANOPY_TLS = %q with a client certificate, want true", name, e.Value)
+		}
+	}
+	// Alone, a client certificate turns TLS on; without it there is none.
+	for name, p := range template(t, "-f", requiredValues, "--set", "kafka.tls.clientSecret.name=mtls").podTemplates(t) {
+		c := p.Spec.Containers[0]
+		if e, _ := env(c, "CANOPY_TLS"); e.Value != "true" {
+			t.Errorf("%s: a client certificate without kafka.tls.enabled: CANOPY_TLS = %q, want true", name, e.Value)
+		}
+		if v := volume(p.Spec, "kafka-client-tls"); v == nil || v.Secret == nil || v.Secret.SecretName != "mtls" {
+			t.Errorf("%s: no volume of Secret mtls", name)
+		}
+	}
+	for name, p := range template(t, "-f", requiredValues).podTemplates(t) {
+		for _, n := range []string{"CANOPY_TLS", "CANOPY_TLS_CERT", "CANOPY_TLS_KEY"} {
+			if _, ok := env(p.Spec.Containers[0], n); ok {
+				t.Errorf("%s: %s set without TLS values", name, n)
+			}
 		}
 	}
 }

@@ -99,13 +99,20 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.kafka.brokers | quote }}
 - name: CANOPY_TOPIC_PREFIX
   value: {{ .Values.kafka.topicPrefix | quote }}
-{{- if or .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
+{{- if or .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name .Values.kafka.tls.clientSecret.name }}
 - name: CANOPY_TLS
   value: "true"
 {{- end }}
 {{- if .Values.kafka.tls.caSecret.name }}
 - name: CANOPY_TLS_CA
   value: /etc/canopy/kafka-ca/{{ .Values.kafka.tls.caSecret.key }}
+{{- end }}
+{{- if .Values.kafka.tls.clientSecret.name }}
+{{- /* mTLS: the client certificate and key are files of a kubernetes.io/tls Secret. */}}
+- name: CANOPY_TLS_CERT
+  value: /etc/canopy/kafka-client/tls.crt
+- name: CANOPY_TLS_KEY
+  value: /etc/canopy/kafka-client/tls.key
 {{- end }}
 {{- with .Values.kafka.sasl }}
 {{- if .mechanism }}
@@ -134,6 +141,11 @@ app.kubernetes.io/component: {{ .component }}
   mountPath: /etc/canopy/kafka-ca
   readOnly: true
 {{- end }}
+{{- if .Values.kafka.tls.clientSecret.name }}
+- name: kafka-client-tls
+  mountPath: /etc/canopy/kafka-client
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "canopy.kafkaVolumes" -}}
@@ -144,6 +156,16 @@ app.kubernetes.io/component: {{ .component }}
     items:
       - key: {{ .Values.kafka.tls.caSecret.key }}
         path: {{ .Values.kafka.tls.caSecret.key }}
+{{- end }}
+{{- if .Values.kafka.tls.clientSecret.name }}
+- name: kafka-client-tls
+  secret:
+    secretName: {{ .Values.kafka.tls.clientSecret.name }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- end -}}
 
