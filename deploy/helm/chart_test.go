@@ -902,3 +902,60 @@ func TestNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestGoMemLimit: GOMEMLIMIT is 90% of each container's memory limit, in
+// bytes, whatever form the limit is written in; it is unset when turned
+// off, and a limit the chart cannot read fails the render instead of
+// giving the Go runtime a wrong limit.
+func TestGoMemLimit(t *testing.T) {
+	for _, tc := range []struct {
+		memory, want string
+	}{
+		{"", "1932735283"}, // the default 2Gi
+		{"512Mi", "483183820"},
+		{"1G", "900000000"},
+		{"1.5Gi", "1449551462"},
+		{"3000000000", "2700000000"},
+		{"1e9", "900000000"},
+	} {
+		args := []string{"-f", requiredValues}
+		if tc.memory != "" {
+			args = append(args, "--set-string", "projector.resources.limits.memory="+tc.memory)
+		}
+		var sts appsv1.StatefulSet
+		template(t, args...).one(t, "StatefulSet", &sts)
+		c := sts.Spec.Template.Spec.Containers[0]
+		e, ok := env(c, "GOMEMLIMIT")
+		if !ok || e.Value != tc.want || e.ValueFrom != nil {
+			t.Errorf("memory limit %q: GOMEMLIMIT %q (%v), want %q bytes, 90%%", tc.memory, e.Value, e.ValueFrom, tc.want)
+		}
+		limit := c.Resources.Limits[corev1.ResourceMemory]
+		if got, err := strconv.ParseInt(e.Value, 10, 64); err != nil || got >= limit.Value() || got < limit.Value()*85/100 {
+			t.Errorf("memory limit %s: GOMEMLIMIT %s is not about 90%% of it", limit.String(), e.Value)
+		}
+	}
+	var d appsv1.Deployment
+	template(t, "-f", requiredValues).one(t, "Deployment", &d)
+	if e, _ := env(d.Spec.Template.Spec.Containers[0], "GOMEMLIMIT"); e.Value != "483183820" {
+		t.Errorf("gateway GOMEMLIMIT %q, want 90%% of its 512Mi", e.Value)
+	}
+	var sts appsv1.StatefulSet
+	template(t, "-f", requiredValues, "--set", "projector.goMemLimitFromResources=false").one(t, "StatefulSet", &sts)
+	if e, ok := env(sts.Spec.Template.Spec.Containers[0], "GOMEMLIMIT"); ok {
+		t.Errorf("goMemLimitFromResources=false, but GOMEMLIMIT = %q", e.Value)
+	}
+	out, err := templateErr(t, "-f", requiredValues, "--set-string", "projector.resources.limits.memory=1500m")
+	if err == nil || !strings.Contains(string(out), "GOMEMLIMIT is derived from it") {
+		t.Errorf("a memory limit in milli-bytes rendered (%v); want a failure naming it:\n%s", err, out)
+	}
+}
+
+// TestSessionTimeoutDefault: the chart's session timeout outlasts a pod
+// replacement (30s), so a rolling update's restarts do not rebalance.
+func TestSessionTimeoutDefault(t *testing.T) {
+	var sts appsv1.StatefulSet
+	template(t, "-f", requiredValues).one(t, "StatefulSet", &sts)
+	if got, _ := arg(sts.Spec.Template.Spec.Containers[0], "session-timeout"); got != "30s" {
+		t.Errorf("-session-timeout=%q, want the chart's default 30s", got)
+	}
+}
