@@ -240,7 +240,7 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	if !slices.Contains(c.Args, "-log-level=debug") {
 		t.Errorf("extraArgs missing from %q", c.Args)
 	}
-	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_TLS": "true", "CANOPY_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "GODEBUG": "madvdontneed=1"} {
+	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_TLS": "true", "CANOPY_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "CANOPY_READY_LAG": "2500", "GODEBUG": "madvdontneed=1"} {
 		if e, _ := env(c, name); e.Value != want {
 			t.Errorf("%s = %q, want %q", name, e.Value, want)
 		}
@@ -257,6 +257,9 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	r.one(t, "StatefulSet", &sts)
 	if g := sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 130 {
 		t.Errorf("derived terminationGracePeriodSeconds %s, want 100+30", ptr(g))
+	}
+	if e, _ := env(sts.Spec.Template.Spec.Containers[0], "CANOPY_READY_LAG"); e.Value != "10000" {
+		t.Errorf("default CANOPY_READY_LAG %q, want the binary's own default 10000", e.Value)
 	}
 }
 
@@ -626,6 +629,7 @@ func TestSchemaRejects(t *testing.T) {
 		"projector.persistence.enabled=1", // wrong type
 		"kafka.sasl.mechanism=GSSAPI",     // not supported
 		"projector.sessionTimeout=6",      // not a duration
+		"projector.readyLag=-1",           // below the minimum
 		"kafka.brokers=kafka",             // not host:port
 	} {
 		out, err := templateErr(t, "-f", requiredValues, "--set", set)

@@ -10,7 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -49,12 +51,62 @@ func (f *Flags) Register(fs *flag.FlagSet, tlsPrefix string) {
 	fs.StringVar(&f.SASLPassword, "sasl-password", Env("CANOPY_SASL_PASSWORD", ""), "SASL password (CANOPY_SASL_PASSWORD)")
 }
 
-// Env returns the environment variable name, or def when it is not set.
+// known are the environment variables the running command reads, noted as
+// its flags are registered (Env, EnvFlag), for UnknownEnv.
+var (
+	knownMu sync.Mutex
+	known   = map[string]bool{}
+)
+
+func note(name string) {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	known[name] = true
+}
+
+// Env returns the environment variable name, or def when it is not set. It
+// notes name as a variable the command reads (UnknownEnv).
 func Env(name, def string) string {
+	note(name)
 	if v, ok := os.LookupEnv(name); ok {
 		return v
 	}
 	return def
+}
+
+// EnvFlag sets the flag flagName of fs from the environment variable
+// envName when that is set, so that the variable is parsed, and refused,
+// exactly as the flag would be (Env's callers take a string as it is). Call
+// it after registering the flag and before fs.Parse: a flag on the command
+// line still wins.
+func EnvFlag(fs *flag.FlagSet, flagName, envName string) error {
+	note(envName)
+	v, ok := os.LookupEnv(envName)
+	if !ok {
+		return nil
+	}
+	if err := fs.Set(flagName, v); err != nil {
+		return fmt.Errorf("%s=%q (-%s): %w", envName, v, flagName, err)
+	}
+	return nil
+}
+
+// UnknownEnv lists the CANOPY_* variables of the environment that no flag
+// of the command reads: misspelt, or meant for another command. A command
+// checking its configuration (-check-config) refuses them, since otherwise
+// they would be silently ignored.
+func UnknownEnv() []string {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "CANOPY_") && !known[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Names are the topic names the flags give.

@@ -247,3 +247,28 @@ func TestClientCertificateConfig(t *testing.T) {
 		t.Error("a certificate as its own key was accepted")
 	}
 }
+
+// TestEnvFlagAndUnknownEnv: a variable set through EnvFlag is parsed as
+// its flag is (a bad value is an error, a command-line flag wins), and
+// UnknownEnv names exactly the CANOPY_* variables nothing registered reads.
+func TestEnvFlagAndUnknownEnv(t *testing.T) {
+	t.Setenv("CANOPY_READY_LAG", "250")
+	t.Setenv("CANOPY_NOT_A_SETTING", "x")
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	lag := fs.Int64("ready-lag", 10000, "")
+	var f Flags
+	f.Register(fs, "")
+	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err != nil || *lag != 250 {
+		t.Fatalf("EnvFlag: %v, lag %d; want 250", err, *lag)
+	}
+	if err := fs.Parse([]string{"-ready-lag", "7"}); err != nil || *lag != 7 {
+		t.Errorf("the flag after the variable: %v, lag %d; want 7", err, *lag)
+	}
+	if got := UnknownEnv(); !slices.Contains(got, "CANOPY_NOT_A_SETTING") || slices.Contains(got, "CANOPY_READY_LAG") || slices.Contains(got, "CANOPY_BROKERS") {
+		t.Errorf("UnknownEnv = %q, want CANOPY_NOT_A_SETTING and not the registered ones", got)
+	}
+	t.Setenv("CANOPY_READY_LAG", "lots")
+	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err == nil || !strings.Contains(err.Error(), "CANOPY_READY_LAG") {
+		t.Errorf("a bad value: %v, want an error naming the variable", err)
+	}
+}
