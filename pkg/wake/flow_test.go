@@ -91,6 +91,13 @@ func (b *broker) wakes(t *testing.T, lane topics.Lane, n, runs int, idPrefix str
 // each partition's records are followed by a commit marker.
 func (b *broker) produceTx(t *testing.T, recs ...*kgo.Record) {
 	t.Helper()
+	b.transact(t, kgo.TryCommit, recs...)
+}
+
+// transact produces recs in one Kafka transaction and ends it with commit
+// (kgo.TryCommit) or abort (kgo.TryAbort).
+func (b *broker) transact(t *testing.T, commit kgo.TransactionEndTry, recs ...*kgo.Record) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.TransactionalID("test-producer"))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +111,7 @@ func (b *broker) produceTx(t *testing.T, recs ...*kgo.Record) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+	if err := cl.EndTransaction(ctx, commit); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -452,4 +459,66 @@ func TestRebalanceDuringSlowHandler(t *testing.T) {
 	waitUntil(t, 60*time.Second, func() bool { return r.c.Stats.Acked.Load() >= 1 }, func() string {
 		return "the wake handled during the rebalance acknowledged"
 	})
+}
+
+// TestRebalanceWhileIdleAfterMarker: a poll that returns only a transaction
+// marker (here of an aborted projector transaction, whose wakes
+// read_committed hides) leaves nothing to deliver; the consumer then waits
+// for wakes without holding back a rebalance, so a second member joining
+// gets its partitions long before the rebalance timeout.
+func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
+	b := newBroker(t, "idle", 2)
+	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: "idle",
+		ClientOpts: []kgo.Opt{kgo.RebalanceTimeout(5 * time.Minute), kgo.HeartbeatInterval(100 * time.Millisecond)}},
+		func(context.Context, *topics.Wake, Received) error { return nil })
+	defer func() {
+		if err := r.wait(t); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitUntil(t, 60*time.Second, func() bool { return len(b.members(t, "idle")) == 1 }, func() string { return "the consumer in the group" })
+	b.transact(t, kgo.TryAbort, b.wakes(t, topics.LaneNormal, 3, 1, "aborted")...)
+	// The marker is consumed (and committed past) once it is polled.
+	end := b.end(t, b.names.Wakes(), topics.Partition([]byte("run-0"), 2))
+	waitUntil(t, 60*time.Second, func() bool {
+		return r.c.cl.CommittedOffsets()[b.names.Wakes()][topics.Partition([]byte("run-0"), 2)].Offset == end
+	}, func() string { return "the abort marker marked and committed" })
+
+	second, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup("idle"),
+		kgo.ConsumeTopics(b.names.PriorityWakes(), b.names.Wakes()), kgo.HeartbeatInterval(100*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	waitUntil(t, 45*time.Second, func() bool {
+		ms := b.members(t, "idle")
+		return len(ms) == 2 && ms[0] > 0 && ms[1] > 0
+	}, func() string { return fmt.Sprintf("both members own partitions; assigned %v", b.members(t, "idle")) })
+	if got := r.c.Stats.Delivered.Load(); got != 0 {
+		t.Errorf("delivered %d wakes of an aborted transaction", got)
+	}
+}
+
+// members returns how many partitions each member of a stable group owns
+// (nothing while it rebalances).
+func (b *broker) members(t *testing.T, group string) []int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	groups, err := b.adm.DescribeGroups(ctx, group)
+	if err != nil || groups[group].State != "Stable" {
+		return nil
+	}
+	var out []int
+	for _, m := range groups[group].Members {
+		n := 0
+		if a, _ := m.Assigned.AsConsumer(); a != nil {
+			for _, tp := range a.Topics {
+				n += len(tp.Partitions)
+			}
+		}
+		out = append(out, n)
+	}
+	return out
 }

@@ -206,7 +206,10 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	}()
 	for {
 		if len(c.prio) == 0 && len(c.normal) == 0 {
-			// Nothing held: wait for wakes.
+			// Nothing held: wait for wakes, letting a rebalance go ahead
+			// meanwhile (polls that returned only transaction markers
+			// still hold it back otherwise).
+			c.cl.AllowRebalance()
 			if err := c.fill(ctx); err != nil || ctx.Err() != nil {
 				return err
 			}
@@ -219,6 +222,9 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		}
 		if len(c.prio) == 0 && c.waitingForPriority() {
 			// A priority backlog listed at assignment is not here yet.
+			// Waiting for it must not hold a rebalance either: the poll
+			// drops what a rebalance took before it queues anything.
+			c.cl.AllowRebalance()
 			wctx, cancel := context.WithDeadline(ctx, c.backlogSince.Add(c.cfg.PriorityWait))
 			err := c.fill(wctx)
 			cancel()
