@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -36,13 +36,6 @@ func main() {
 
 // env is kafkaconn.Env: every flag of the command has a CANOPY_* variable.
 var env = kafkaconn.Env
-
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(env(name, "")); err == nil {
-		return n
-	}
-	return def
-}
 
 // run parses args, serves until ctx ends, then shuts down gracefully. ready,
 // when set, receives the API's and the metrics endpoint's listen addresses
@@ -69,14 +62,23 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	fs.StringVar(&projectorCA, "projector-tls-ca", env("CANOPY_PROJECTOR_TLS_CA", ""), "PEM file of CAs to trust for projectors (CANOPY_PROJECTOR_TLS_CA)")
 	fs.StringVar(&jwtKeyFile, "jwt-key-file", env("CANOPY_JWT_KEY_FILE", ""), "file holding the HS256 key of bearer tokens, >= 32 bytes (CANOPY_JWT_KEY_FILE)")
 	fs.StringVar(&cfg.TokenFile, "token-file", env("CANOPY_TOKEN_FILE", ""), "JSON file of static development tokens: {\"<token>\": {\"sub\", \"runs\", \"sessions\"}} (CANOPY_TOKEN_FILE)")
-	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", int64(envInt("CANOPY_MAX_BODY_BYTES", 128<<10)), "largest request body (CANOPY_MAX_BODY_BYTES)")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 128<<10, "largest request body (CANOPY_MAX_BODY_BYTES)")
 	fs.Float64Var(&cfg.RatePerSecond, "rate", 10, "requests per second per token subject")
 	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once")
 	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
-	fs.IntVar(&cfg.MaxStreams, "max-streams", envInt("CANOPY_MAX_STREAMS", 1000), "concurrent wake streams (CANOPY_MAX_STREAMS)")
+	fs.IntVar(&cfg.MaxStreams, "max-streams", 1000, "concurrent wake streams (CANOPY_MAX_STREAMS)")
 	fs.StringVar(&metricsAddr, "metrics-addr", env("CANOPY_METRICS_ADDR", ":9090"),
 		"address to serve /metrics, /healthz and /readyz on, apart from the API; empty disables it (CANOPY_METRICS_ADDR)")
 	fs.StringVar(&logLevel, "log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
+	check := fs.Bool("check-config", false, "validate the flags and CANOPY_* variables (files they name included) and exit: 0 if valid, 2 if not; connects to nothing")
+	// Numbers from the environment are parsed as the flags are: a bad value
+	// is an error, not the default.
+	for flagName, envName := range map[string]string{"max-body-bytes": "CANOPY_MAX_BODY_BYTES", "max-streams": "CANOPY_MAX_STREAMS"} {
+		if err := kafkaconn.EnvFlag(fs, flagName, envName); err != nil {
+			fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
+			return 2
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -108,6 +110,22 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	if (certFile == "") != (keyFile == "") {
 		errs = append(errs, errors.New("-tls-cert and -tls-key go together"))
 	}
+	if cfg.TokenFile != "" && *check {
+		_, err := gateway.LoadTokenFile(cfg.TokenFile)
+		errs = append(errs, err)
+	}
+	if *check {
+		if _, err := net.ResolveTCPAddr("tcp", addr); err != nil {
+			errs = append(errs, fmt.Errorf("-listen %q: %w", addr, err))
+		}
+		if certFile != "" && keyFile != "" {
+			_, err := tls.LoadX509KeyPair(certFile, keyFile)
+			errs = append(errs, err)
+		}
+		if unknown := kafkaconn.UnknownEnv(); len(unknown) > 0 {
+			errs = append(errs, fmt.Errorf("%s: no flag of this command reads it", strings.Join(unknown, ", ")))
+		}
+	}
 	errs = append(errs, cfg.Validate())
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
@@ -117,6 +135,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	if err != nil {
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 		return 2
+	}
+	if *check {
+		// The exporters connect lazily: nothing was dialled.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = ot.Shutdown(sctx)
+		fmt.Fprintln(stderr, "conductor-gateway: configuration ok")
+		return 0
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
 // env is kafkaconn.Env: every flag of the command has a CANOPY_* variable.
@@ -33,7 +35,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	k.Register(fs, "")
 	var cfg projector.Config
 	fs.StringVar(&cfg.Group, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
-	fs.Int64Var(&cfg.ReadyLag, "ready-lag", 10000, "records a partition may be behind its input for /readyz to say ready")
+	fs.Int64Var(&cfg.ReadyLag, "ready-lag", 10000, "records a partition may be behind its input for /readyz to say ready (CANOPY_READY_LAG)")
 	fs.StringVar(&cfg.InstanceID, "instance-id", env("CANOPY_INSTANCE_ID", ""), "static group instance id, e.g. the pod name (CANOPY_INSTANCE_ID)")
 	fs.StringVar(&cfg.DataDir, "data-dir", env("CANOPY_DATA_DIR", ""), "directory of the projector's Pebble state (CANOPY_DATA_DIR)")
 	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records applied between looks at the human input lane")
@@ -55,6 +57,11 @@ func runProjector(args []string, stderr io.Writer) int {
 		"applied events each run keeps for history windows (state: give every instance the same)")
 	addProjectionFlags(fs, &cfg.Projection)
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
+	check := checkConfigFlag(fs)
+	if err := kafkaconn.EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err != nil {
+		fmt.Fprintf(stderr, "projector run: %v\n", err)
+		return 2
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -76,6 +83,9 @@ func runProjector(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
+	}
+	if *check {
+		return checkedConfig(stderr, "projector run", "canopy-projector")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -184,6 +194,7 @@ func createTopics(args []string, stderr io.Writer) int {
 	k.Register(fs, "")
 	partitions := fs.Int("partitions", 12, "partitions of every co-partitioned topic")
 	replication := fs.Int("replication-factor", -1, "replication factor (-1: the broker's default)")
+	check := checkConfigFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -195,6 +206,9 @@ func createTopics(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 2
+	}
+	if *check {
+		return checkedConfig(stderr, "projector create-topics", "")
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -215,5 +229,36 @@ func createTopics(args []string, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stderr, "topics of %s v%d ready, %d partitions each\n", k.Prefix, k.Version, n)
+	return 0
+}
+
+// checkConfigFlag registers -check-config: parse and validate the
+// configuration, flags and CANOPY_* variables, then exit without connecting
+// to anything. The Helm chart's tests run each rendered container's
+// arguments and environment through it.
+func checkConfigFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("check-config", false, "validate the flags and CANOPY_* variables (files they name included) and exit: 0 if valid, 2 if not; connects to nothing")
+}
+
+// checkedConfig finishes -check-config once the command's own validation
+// passed: no CANOPY_* variable may go unread, and the OTEL_* variables of
+// a service (none when service is empty) must configure OpenTelemetry.
+func checkedConfig(stderr io.Writer, cmd, service string) int {
+	if unknown := kafkaconn.UnknownEnv(); len(unknown) > 0 {
+		fmt.Fprintf(stderr, "%s: %s: no flag of this command reads it\n", cmd, strings.Join(unknown, ", "))
+		return 2
+	}
+	if service != "" {
+		// The exporters are made but connect lazily: nothing is dialled.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: service})
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			return 2
+		}
+		_ = ot.Shutdown(ctx)
+	}
+	fmt.Fprintf(stderr, "%s: configuration ok\n", cmd)
 	return 0
 }

@@ -240,7 +240,7 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	if !slices.Contains(c.Args, "-log-level=debug") {
 		t.Errorf("extraArgs missing from %q", c.Args)
 	}
-	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_TLS": "true", "CANOPY_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "GODEBUG": "madvdontneed=1"} {
+	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_TLS": "true", "CANOPY_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "CANOPY_READY_LAG": "2500", "GODEBUG": "madvdontneed=1"} {
 		if e, _ := env(c, name); e.Value != want {
 			t.Errorf("%s = %q, want %q", name, e.Value, want)
 		}
@@ -257,6 +257,9 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	r.one(t, "StatefulSet", &sts)
 	if g := sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 130 {
 		t.Errorf("derived terminationGracePeriodSeconds %s, want 100+30", ptr(g))
+	}
+	if e, _ := env(sts.Spec.Template.Spec.Containers[0], "CANOPY_READY_LAG"); e.Value != "10000" {
+		t.Errorf("default CANOPY_READY_LAG %q, want the binary's own default 10000", e.Value)
 	}
 }
 
@@ -402,7 +405,8 @@ var sensitive = regexp.MustCompile(`PASSWORD|SECRET|TOKEN$|_KEY$|HEADERS$|CREDEN
 
 // TestSecretsReferencedNotInlined: the chart creates no Secret and puts no
 // credential in a manifest: SASL credentials and OTLP headers come from
-// secretKeyRef, keys and certificates are files of Secret volumes.
+// secretKeyRef, keys and certificates (the Kafka client certificate too) are
+// files of Secret volumes, mounted read-only.
 func TestSecretsReferencedNotInlined(t *testing.T) {
 	r := template(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI)
 	if n := len(r.of("Secret")); n != 0 {
@@ -430,6 +434,48 @@ func TestSecretsReferencedNotInlined(t *testing.T) {
 	} {
 		if refs[name] != want {
 			t.Errorf("%s from secretKeyRef %q, want %q", name, refs[name], want)
+		}
+	}
+
+	// Kafka mTLS: every pod that talks to Kafka (projector, gateway, the
+	// topics Job) gets the client certificate and key as files of the
+	// kubernetes.io/tls Secret, mounted read-only, and TLS on.
+	pods := r.podTemplates(t)
+	if len(pods) != 3 {
+		t.Fatalf("want the projector, the gateway and the topics Job, got %d workloads", len(pods))
+	}
+	for name, p := range pods {
+		c := p.Spec.Containers[0]
+		for envName, file := range map[string]string{"CANOPY_TLS_CERT": "tls.crt", "CANOPY_TLS_KEY": "tls.key"} {
+			e, _ := env(c, envName)
+			if !fileFromSecret(p.Spec, c, e.Value, "kafka-client-tls") || filepath.Base(e.Value) != file {
+				t.Errorf("%s: %s = %q, want the file %s of Secret kafka-client-tls", name, envName, e.Value, file)
+			}
+			for _, vm := range c.VolumeMounts {
+				if strings.HasPrefix(e.Value, vm.MountPath+"/") && !vm.ReadOnly {
+					t.Errorf("%s: %s is mounted writable at %s", name, envName, vm.MountPath)
+				}
+			}
+		}
+		if e, _ := env(c, "CANOPY_TLS"); e.Value != "true" {
+			t.Errorf("%s: CANOPY_TLS = %q with a client certificate, want true", name, e.Value)
+		}
+	}
+	// Alone, a client certificate turns TLS on; without it there is none.
+	for name, p := range template(t, "-f", requiredValues, "--set", "kafka.tls.clientSecret.name=mtls").podTemplates(t) {
+		c := p.Spec.Containers[0]
+		if e, _ := env(c, "CANOPY_TLS"); e.Value != "true" {
+			t.Errorf("%s: a client certificate without kafka.tls.enabled: CANOPY_TLS = %q, want true", name, e.Value)
+		}
+		if v := volume(p.Spec, "kafka-client-tls"); v == nil || v.Secret == nil || v.Secret.SecretName != "mtls" {
+			t.Errorf("%s: no volume of Secret mtls", name)
+		}
+	}
+	for name, p := range template(t, "-f", requiredValues).podTemplates(t) {
+		for _, n := range []string{"CANOPY_TLS", "CANOPY_TLS_CERT", "CANOPY_TLS_KEY"} {
+			if _, ok := env(p.Spec.Containers[0], n); ok {
+				t.Errorf("%s: %s set without TLS values", name, n)
+			}
 		}
 	}
 }
@@ -583,6 +629,7 @@ func TestSchemaRejects(t *testing.T) {
 		"projector.persistence.enabled=1", // wrong type
 		"kafka.sasl.mechanism=GSSAPI",     // not supported
 		"projector.sessionTimeout=6",      // not a duration
+		"projector.readyLag=-1",           // below the minimum
 		"kafka.brokers=kafka",             // not host:port
 	} {
 		out, err := templateErr(t, "-f", requiredValues, "--set", set)
@@ -857,5 +904,62 @@ func TestNotes(t *testing.T) {
 		if !strings.Contains(n, want) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", want, n)
 		}
+	}
+}
+
+// TestGoMemLimit: GOMEMLIMIT is 90% of each container's memory limit, in
+// bytes, whatever form the limit is written in; it is unset when turned
+// off, and a limit the chart cannot read fails the render instead of
+// giving the Go runtime a wrong limit.
+func TestGoMemLimit(t *testing.T) {
+	for _, tc := range []struct {
+		memory, want string
+	}{
+		{"", "1932735283"}, // the default 2Gi
+		{"512Mi", "483183820"},
+		{"1G", "900000000"},
+		{"1.5Gi", "1449551462"},
+		{"3000000000", "2700000000"},
+		{"1e9", "900000000"},
+	} {
+		args := []string{"-f", requiredValues}
+		if tc.memory != "" {
+			args = append(args, "--set-string", "projector.resources.limits.memory="+tc.memory)
+		}
+		var sts appsv1.StatefulSet
+		template(t, args...).one(t, "StatefulSet", &sts)
+		c := sts.Spec.Template.Spec.Containers[0]
+		e, ok := env(c, "GOMEMLIMIT")
+		if !ok || e.Value != tc.want || e.ValueFrom != nil {
+			t.Errorf("memory limit %q: GOMEMLIMIT %q (%v), want %q bytes, 90%%", tc.memory, e.Value, e.ValueFrom, tc.want)
+		}
+		limit := c.Resources.Limits[corev1.ResourceMemory]
+		if got, err := strconv.ParseInt(e.Value, 10, 64); err != nil || got >= limit.Value() || got < limit.Value()*85/100 {
+			t.Errorf("memory limit %s: GOMEMLIMIT %s is not about 90%% of it", limit.String(), e.Value)
+		}
+	}
+	var d appsv1.Deployment
+	template(t, "-f", requiredValues).one(t, "Deployment", &d)
+	if e, _ := env(d.Spec.Template.Spec.Containers[0], "GOMEMLIMIT"); e.Value != "483183820" {
+		t.Errorf("gateway GOMEMLIMIT %q, want 90%% of its 512Mi", e.Value)
+	}
+	var sts appsv1.StatefulSet
+	template(t, "-f", requiredValues, "--set", "projector.goMemLimitFromResources=false").one(t, "StatefulSet", &sts)
+	if e, ok := env(sts.Spec.Template.Spec.Containers[0], "GOMEMLIMIT"); ok {
+		t.Errorf("goMemLimitFromResources=false, but GOMEMLIMIT = %q", e.Value)
+	}
+	out, err := templateErr(t, "-f", requiredValues, "--set-string", "projector.resources.limits.memory=1500m")
+	if err == nil || !strings.Contains(string(out), "GOMEMLIMIT is derived from it") {
+		t.Errorf("a memory limit in milli-bytes rendered (%v); want a failure naming it:\n%s", err, out)
+	}
+}
+
+// TestSessionTimeoutDefault: the chart's session timeout outlasts a pod
+// replacement (30s), so a rolling update's restarts do not rebalance.
+func TestSessionTimeoutDefault(t *testing.T) {
+	var sts appsv1.StatefulSet
+	template(t, "-f", requiredValues).one(t, "StatefulSet", &sts)
+	if got, _ := arg(sts.Spec.Template.Spec.Containers[0], "session-timeout"); got != "30s" {
+		t.Errorf("-session-timeout=%q, want the chart's default 30s", got)
 	}
 }

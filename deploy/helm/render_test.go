@@ -11,7 +11,9 @@
 // tests assert what an operator relies on: one volume per projector pod, the
 // pod name as static group member id, probes, security contexts, Secrets
 // referenced and never inlined, monitoring objects only when asked for and
-// possible, and a schema and a README that cover every value.
+// possible, and a schema and a README that cover every value. Last, each
+// rendered container's arguments and environment go through the real
+// binaries' configuration parsing (-check-config, config_test.go).
 //
 // helm comes from testenv.Tool: PATH or bin/tools (make test builds it
 // there); without it the tests skip, or fail under CI=true.

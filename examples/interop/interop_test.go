@@ -1,8 +1,9 @@
 // Package interop proves that canopy needs none of its own code on either
 // side: clients canopy did not write (kcat and confluent-kafka-python, both
-// librdkafka) produce events to a real broker (kfake over TCP on loopback),
-// a real projector projects them, and the example Python conductor reads the
-// wakes with read_committed and acknowledges them.
+// librdkafka, and kafkajs from TypeScript) produce events to a real broker
+// (kfake over TCP on loopback), a real projector projects them, and the
+// example Python conductor reads the wakes with read_committed and
+// acknowledges them.
 package interop
 
 import (
@@ -39,11 +40,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const partitions = 4
 
-// TestForeignClients: kcat, the Python and the Go producer each produce a run; kcat
+// TestForeignClients: kcat, the Python, the Go and the TypeScript producer each produce a run; kcat
 // produces a third with librdkafka's default (CRC32) partitioner, into the
 // wrong partition on purpose; later kcat types a human input. The Python
 // conductor receives every wake, the priority one included, and acknowledges
 // each. Then
+//   - every record the clients wrote has the run id as its key and the
+//     CloudEvents content type, and sits in the partition murmur2 gives its
+//     key (but the misplaced run's, which sit where CRC32 put them);
+//   - every acknowledgement of the Python conductor is valid against the
+//     JSON Schemas in schema/;
 //   - the projector rerouted every record of the misplaced run, and nothing
 //     was dead-lettered (the Python acknowledgements are valid events);
 //   - each run's wakes, as the conductor printed them, are exactly the wakes
@@ -54,6 +60,8 @@ func TestForeignClients(t *testing.T) {
 	kcat := testenv.Tool(t, "kcat")
 	python := testenv.Python(t)
 	root := testenv.RepoRoot(t)
+	tsProducer := compileTypeScript(t, root)
+	schemas := newSchemas(t, root)
 
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
@@ -113,9 +121,17 @@ func TestForeignClients(t *testing.T) {
 	if out, err := goRun.CombinedOutput(); err != nil {
 		t.Fatalf("go run ./examples/producer-go: %v\n%s", err, out)
 	}
+	tsRun := exec.Command(tsProducer.node, tsProducer.js, "--brokers", strings.Join(brokers, ","),
+		"--topic", names.AgentEvents(), "--run", "run-ts", "--base-time", base.Format(time.RFC3339))
+	// The compiled producer is outside examples/typescript: kafkajs is found
+	// through NODE_PATH.
+	tsRun.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(root, "examples/typescript/node_modules"))
+	if out, err := tsRun.CombinedOutput(); err != nil {
+		t.Fatalf("node examples/typescript/producer.js: %v\n%s", err, out)
+	}
 
-	// 10 + 10 + 12 + 12 events raise 4 + 4 + 5 + 5 wakes, each acknowledged.
-	const events, wakes = 44, 18
+	// 10 + 10 + 12 + 12 + 12 events raise 4 + 4 + 5 + 5 + 5 wakes, each acknowledged.
+	const events, wakes = 56, 23
 	waitFor(t, ctx, p, conductor, "every wake acknowledged and projected", func() bool {
 		return p.Stats.Applied.Load() == events+wakes && conductor.wakes() == wakes
 	})
@@ -168,9 +184,18 @@ func TestForeignClients(t *testing.T) {
 	if _, ok := humanAt["run-python"]; !ok {
 		t.Fatal("the human input's acknowledgement is not in run-python's partition")
 	}
+	checkRecords(t, recs, misplaced, schemas, wakes+1)
+	humanRecs, err := projectortest.ReadCommitted(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, names.HumanInput())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(humanRecs) != 1 {
+		t.Fatalf("%d records on %s, want kcat's one human input", len(humanRecs), names.HumanInput())
+	}
+	checkRecord(t, humanRecs[0], true)
 
 	got := conductor.wakesByRun(t)
-	for _, run := range []string{"run-kcat", misplaced, "run-python", "run-go"} {
+	for _, run := range []string{"run-kcat", misplaced, "run-python", "run-go", "run-ts"} {
 		var in bytes.Buffer
 		for _, v := range perRun[run] {
 			in.Write(v)
@@ -198,6 +223,98 @@ func TestForeignClients(t *testing.T) {
 			t.Errorf("run %s: watchdog %+v, want 2 dispatched, worker-1 completed and forwarded", run, w)
 		}
 	}
+}
+
+// checkRecords checks the records on the agent events topic: each a
+// CloudEvent whose key is its run id, with the CloudEvents content type;
+// each in the partition murmur2 gives its key, except the misplaced run's
+// originals, which kcat put where CRC32 does (the projector's rerouted
+// copies are in the right one); and the Python conductor's wantAcks
+// acknowledgements valid against the JSON Schemas.
+func checkRecords(t *testing.T, recs []*kgo.Record, misplaced string, s *schemas, wantAcks int) {
+	t.Helper()
+	var acks, originals, copies int
+	for _, r := range recs {
+		ev, err := topics.DecodeEvent(r.Value)
+		if err != nil {
+			t.Errorf("%s/%d@%d does not decode: %v\n%s", r.Topic, r.Partition, r.Offset, err, r.Value)
+			continue
+		}
+		crc := int32(crc32.ChecksumIEEE(r.Key) % partitions)
+		switch {
+		case ev.Type == topics.TypeWakeReceived:
+			acks++
+			checkRecord(t, r, true)
+			for _, rel := range []string{"events/event.schema.json", "events/" + string(topics.TypeWakeReceived) + ".schema.json"} {
+				if err := s.validate(rel, r.Value); err != nil {
+					t.Errorf("the Python conductor's acknowledgement is refused by schema/%s: %v\n%s", rel, err, r.Value)
+				}
+			}
+		case ev.RunID != misplaced:
+			checkRecord(t, r, true)
+		case r.Partition == crc && crc != topics.Partition(r.Key, partitions):
+			originals++
+			checkRecord(t, r, false)
+		default:
+			copies++
+			checkRecord(t, r, true)
+		}
+	}
+	if acks != wantAcks {
+		t.Errorf("%d acknowledgements, want %d", acks, wantAcks)
+	}
+	if originals != 10 || copies != 10 {
+		t.Errorf("run %s: %d records where CRC32 put them and %d rerouted copies, want 10 and 10", misplaced, originals, copies)
+	}
+}
+
+// checkRecord checks a record's key (its event's run id), its content-type
+// header, and, when murmur2 is true, that it is in the partition murmur2 of
+// its key gives (Kafka's and canopy's placement).
+func checkRecord(t *testing.T, r *kgo.Record, murmur2 bool) {
+	t.Helper()
+	where := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+	ev, err := topics.DecodeEvent(r.Value)
+	if err != nil {
+		t.Errorf("%s does not decode: %v", where, err)
+		return
+	}
+	if string(r.Key) != ev.RunID {
+		t.Errorf("%s: key %q, want the run id %q", where, r.Key, ev.RunID)
+	}
+	var ct []string
+	for _, h := range r.Headers {
+		if h.Key == topics.HeaderContentType {
+			ct = append(ct, string(h.Value))
+		}
+	}
+	if len(ct) != 1 || ct[0] != topics.ContentTypeCloudEvents {
+		t.Errorf("%s (%s of %s): content-type headers %q, want one %q", where, ev.Type, ev.Source, ct, topics.ContentTypeCloudEvents)
+	}
+	if want := topics.Partition(r.Key, partitions); murmur2 && r.Partition != want {
+		t.Errorf("%s (%s of %s): in partition %d, murmur2 of its key gives %d", where, ev.Type, ev.Source, r.Partition, want)
+	}
+}
+
+// tsProducer is the TypeScript producer example compiled to JavaScript.
+type tsProducer struct{ node, js string }
+
+// compileTypeScript compiles examples/typescript with its own tsc, as
+// schema/clients_test.go does; without node or node_modules the test fails
+// under CI=true (testenv) and skips otherwise.
+func compileTypeScript(t *testing.T, root string) tsProducer {
+	t.Helper()
+	node := testenv.Tool(t, "node")
+	dir := filepath.Join(root, "examples/typescript")
+	tsc := filepath.Join(dir, "node_modules/.bin/tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		testenv.Missing(t, "examples/typescript/node_modules (npm ci in examples/typescript)")
+	}
+	out := t.TempDir()
+	if b, err := exec.Command(tsc, "-p", dir, "--outDir", out).CombinedOutput(); err != nil {
+		t.Fatalf("tsc: %v\n%s", err, b)
+	}
+	return tsProducer{node: node, js: filepath.Join(out, "producer.js")}
 }
 
 // misplacedRun returns a run id that librdkafka's default partitioner

@@ -10,7 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -24,30 +26,87 @@ import (
 // flags win over the environment variables named in their help.
 type Flags struct {
 	Brokers, Prefix, TLSCA, SASLMechanism, SASLUser, SASLPassword string
-	TLS                                                           bool
-	Version                                                       int
+	// TLSCert and TLSKey are PEM files of the client certificate and its
+	// key, for brokers that authenticate clients by certificate (mTLS).
+	TLSCert, TLSKey string
+	TLS             bool
+	Version         int
 }
 
-// Register adds the flags to fs. tlsPrefix prefixes the names of the two TLS
-// flags ("" gives -tls and -tls-ca; "kafka-" gives -kafka-tls and
-// -kafka-tls-ca, for a command whose own -tls flags are about HTTP).
+// Register adds the flags to fs. tlsPrefix prefixes the names of the TLS
+// flags ("" gives -tls, -tls-ca, -tls-cert and -tls-key; "kafka-" gives
+// -kafka-tls, -kafka-tls-ca, -kafka-tls-cert and -kafka-tls-key, for a
+// command whose own -tls flags are about HTTP).
 func (f *Flags) Register(fs *flag.FlagSet, tlsPrefix string) {
 	fs.StringVar(&f.Brokers, "brokers", Env("CANOPY_BROKERS", ""), "Kafka seed brokers, host:port,... (CANOPY_BROKERS)")
 	fs.StringVar(&f.Prefix, "topic-prefix", Env("CANOPY_TOPIC_PREFIX", topics.DefaultPrefix), "prefix of every topic name (CANOPY_TOPIC_PREFIX)")
 	fs.IntVar(&f.Version, "topic-version", topics.DefaultVersion, "contract version suffix of every topic name")
 	fs.BoolVar(&f.TLS, tlsPrefix+"tls", Env("CANOPY_TLS", "") == "true", "connect to Kafka with TLS (CANOPY_TLS=true)")
 	fs.StringVar(&f.TLSCA, tlsPrefix+"tls-ca", Env("CANOPY_TLS_CA", ""), "PEM file of CAs to trust for Kafka, instead of the system's (CANOPY_TLS_CA)")
+	fs.StringVar(&f.TLSCert, tlsPrefix+"tls-cert", Env("CANOPY_TLS_CERT", ""),
+		"PEM file of the client certificate to present to Kafka (mTLS); implies TLS (CANOPY_TLS_CERT)")
+	fs.StringVar(&f.TLSKey, tlsPrefix+"tls-key", Env("CANOPY_TLS_KEY", ""), "PEM file of the key of the client certificate (CANOPY_TLS_KEY)")
 	fs.StringVar(&f.SASLMechanism, "sasl-mechanism", Env("CANOPY_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (CANOPY_SASL_MECHANISM)")
 	fs.StringVar(&f.SASLUser, "sasl-user", Env("CANOPY_SASL_USER", ""), "SASL user (CANOPY_SASL_USER)")
 	fs.StringVar(&f.SASLPassword, "sasl-password", Env("CANOPY_SASL_PASSWORD", ""), "SASL password (CANOPY_SASL_PASSWORD)")
 }
 
-// Env returns the environment variable name, or def when it is not set.
+// known are the environment variables the running command reads, noted as
+// its flags are registered (Env, EnvFlag), for UnknownEnv.
+var (
+	knownMu sync.Mutex
+	known   = map[string]bool{}
+)
+
+func note(name string) {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	known[name] = true
+}
+
+// Env returns the environment variable name, or def when it is not set. It
+// notes name as a variable the command reads (UnknownEnv).
 func Env(name, def string) string {
+	note(name)
 	if v, ok := os.LookupEnv(name); ok {
 		return v
 	}
 	return def
+}
+
+// EnvFlag sets the flag flagName of fs from the environment variable
+// envName when that is set, so that the variable is parsed, and refused,
+// exactly as the flag would be (Env's callers take a string as it is). Call
+// it after registering the flag and before fs.Parse: a flag on the command
+// line still wins.
+func EnvFlag(fs *flag.FlagSet, flagName, envName string) error {
+	note(envName)
+	v, ok := os.LookupEnv(envName)
+	if !ok {
+		return nil
+	}
+	if err := fs.Set(flagName, v); err != nil {
+		return fmt.Errorf("%s=%q (-%s): %w", envName, v, flagName, err)
+	}
+	return nil
+}
+
+// UnknownEnv lists the CANOPY_* variables of the environment that no flag
+// of the command reads: misspelt, or meant for another command. A command
+// checking its configuration (-check-config) refuses them, since otherwise
+// they would be silently ignored.
+func UnknownEnv() []string {
+	knownMu.Lock()
+	defer knownMu.Unlock()
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "CANOPY_") && !known[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Names are the topic names the flags give.
@@ -65,11 +124,28 @@ func (f *Flags) BrokerList() []string {
 }
 
 // TLSConfig is the TLS configuration to dial Kafka with, nil without TLS.
+// A CA or a client certificate implies TLS. The certificate and its key go
+// together; both are read now, so that a bad file is a configuration error
+// at start rather than a failed handshake later.
 func (f *Flags) TLSConfig() (*tls.Config, error) {
-	if !f.TLS && f.TLSCA == "" {
+	if !f.TLS && f.TLSCA == "" && f.TLSCert == "" && f.TLSKey == "" {
 		return nil, nil
 	}
-	return ClientTLS(f.TLSCA)
+	if (f.TLSCert == "") != (f.TLSKey == "") {
+		return nil, fmt.Errorf("Kafka client certificate: the certificate (CANOPY_TLS_CERT) and its key (CANOPY_TLS_KEY) go together")
+	}
+	c, err := ClientTLS(f.TLSCA)
+	if err != nil {
+		return nil, err
+	}
+	if f.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("Kafka client certificate %s and key %s: %w", f.TLSCert, f.TLSKey, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
 }
 
 // ClientTLS is a client TLS configuration (TLS 1.2 or newer) trusting the

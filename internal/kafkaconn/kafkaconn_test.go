@@ -1,13 +1,27 @@
 package kafkaconn
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"flag"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 )
 
@@ -47,5 +61,214 @@ func TestFlags(t *testing.T) {
 	f.TLSCA = bad
 	if _, err := f.TLSConfig(); err == nil || !strings.Contains(err.Error(), "no PEM certificates") {
 		t.Errorf("CA file without certificates: %v", err)
+	}
+}
+
+// pki is a throwaway CA with a server certificate for 127.0.0.1 and client
+// certificates, written as PEM files.
+type pki struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPool *x509.CertPool
+	serial int64
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pki{dir: t.TempDir(), ca: ca, caKey: key, caPool: x509.NewCertPool(), serial: 1}
+	p.caPool.AddCert(ca)
+	p.write(t, "ca.pem", "CERTIFICATE", der)
+	return p
+}
+
+func (p *pki) write(t *testing.T, name, typ string, der []byte) string {
+	t.Helper()
+	path := filepath.Join(p.dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// issue makes a certificate for cn signed by the CA (by itself when
+// selfSigned), for a server on 127.0.0.1 or a client, and returns it with
+// the paths of its PEM certificate and key.
+func (p *pki) issue(t *testing.T, cn string, server, selfSigned bool) (tls.Certificate, string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+	}
+	parent, signer := p.ca, p.caKey
+	if selfSigned {
+		parent, signer = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := p.write(t, cn+".pem", "CERTIFICATE", der), p.write(t, cn+"-key.pem", "PRIVATE KEY", kder)
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair, certFile, keyFile
+}
+
+// TestMutualTLS: against kfake listening with TLS and requiring a client
+// certificate signed by its CA, the flags' client certificate (from the
+// CANOPY_TLS_* variables, as the chart sets them) completes the handshake
+// and the broker sees it; without one, or with one the CA did not sign,
+// the broker refuses the connection.
+func TestMutualTLS(t *testing.T) {
+	p := newPKI(t)
+	server, _, _ := p.issue(t, "broker", true, false)
+	_, certFile, keyFile := p.issue(t, "canopy-projector", false, false)
+	_, rogueCert, rogueKey := p.issue(t, "rogue", false, true)
+
+	var mu sync.Mutex
+	var peers []string
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(&tls.Config{
+		Certificates: []tls.Certificate{server}, ClientCAs: p.caPool, ClientAuth: tls.RequireAndVerifyClientCert,
+		MinVersion: tls.VersionTLS12,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range cs.PeerCertificates[:1] {
+				peers = append(peers, c.Subject.CommonName)
+			}
+			return nil
+		},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := strings.Join(cluster.ListenAddrs(), ",")
+
+	ping := func(f *Flags) error {
+		opts, err := f.ClientOpts()
+		if err != nil {
+			t.Fatalf("client options: %v", err)
+		}
+		cl, err := kgo.NewClient(append(opts, kgo.RetryTimeout(5*time.Second))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return cl.Ping(ctx)
+	}
+
+	// The chart's way: environment variables, no flags.
+	t.Setenv("CANOPY_BROKERS", brokers)
+	t.Setenv("CANOPY_TLS_CA", filepath.Join(p.dir, "ca.pem"))
+	t.Setenv("CANOPY_TLS_CERT", certFile)
+	t.Setenv("CANOPY_TLS_KEY", keyFile)
+	var f Flags
+	f.Register(flag.NewFlagSet("run", flag.ContinueOnError), "")
+	if err := ping(&f); err != nil {
+		t.Fatalf("mTLS with the client certificate: %v", err)
+	}
+	mu.Lock()
+	if !slices.Contains(peers, "canopy-projector") {
+		t.Errorf("the broker saw client certificates %q, want canopy-projector", peers)
+	}
+	mu.Unlock()
+
+	// The gateway's flag names.
+	var g Flags
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	g.Register(fs, "kafka-")
+	if err := fs.Parse([]string{"-kafka-tls-cert", certFile, "-kafka-tls-key", keyFile}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(&g); err != nil {
+		t.Fatalf("mTLS with -kafka-tls-cert: %v", err)
+	}
+
+	noCert := f
+	noCert.TLSCert, noCert.TLSKey = "", ""
+	if err := ping(&noCert); err == nil {
+		t.Error("without a client certificate the broker accepted the connection")
+	}
+	rogue := f
+	rogue.TLSCert, rogue.TLSKey = rogueCert, rogueKey
+	if err := ping(&rogue); err == nil {
+		t.Error("with a certificate the CA did not sign the broker accepted the connection")
+	}
+}
+
+// TestClientCertificateConfig: a certificate implies TLS, needs its key,
+// and a bad file is an error at start.
+func TestClientCertificateConfig(t *testing.T) {
+	p := newPKI(t)
+	_, certFile, keyFile := p.issue(t, "client", false, false)
+	f := Flags{TLSCert: certFile, TLSKey: keyFile}
+	c, err := f.TLSConfig()
+	if err != nil || c == nil || len(c.Certificates) != 1 {
+		t.Fatalf("TLSConfig with a certificate only: %v, %v; want TLS with the certificate", c, err)
+	}
+	for _, bad := range []Flags{{TLSCert: certFile}, {TLSKey: keyFile}} {
+		if _, err := bad.TLSConfig(); err == nil || !strings.Contains(err.Error(), "go together") {
+			t.Errorf("%+v: %v, want the certificate and key go together", bad, err)
+		}
+	}
+	if _, err := (&Flags{TLSCert: certFile, TLSKey: certFile}).TLSConfig(); err == nil {
+		t.Error("a certificate as its own key was accepted")
+	}
+}
+
+// TestEnvFlagAndUnknownEnv: a variable set through EnvFlag is parsed as
+// its flag is (a bad value is an error, a command-line flag wins), and
+// UnknownEnv names exactly the CANOPY_* variables nothing registered reads.
+func TestEnvFlagAndUnknownEnv(t *testing.T) {
+	t.Setenv("CANOPY_READY_LAG", "250")
+	t.Setenv("CANOPY_NOT_A_SETTING", "x")
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	lag := fs.Int64("ready-lag", 10000, "")
+	var f Flags
+	f.Register(fs, "")
+	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err != nil || *lag != 250 {
+		t.Fatalf("EnvFlag: %v, lag %d; want 250", err, *lag)
+	}
+	if err := fs.Parse([]string{"-ready-lag", "7"}); err != nil || *lag != 7 {
+		t.Errorf("the flag after the variable: %v, lag %d; want 7", err, *lag)
+	}
+	if got := UnknownEnv(); !slices.Contains(got, "CANOPY_NOT_A_SETTING") || slices.Contains(got, "CANOPY_READY_LAG") || slices.Contains(got, "CANOPY_BROKERS") {
+		t.Errorf("UnknownEnv = %q, want CANOPY_NOT_A_SETTING and not the registered ones", got)
+	}
+	t.Setenv("CANOPY_READY_LAG", "lots")
+	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err == nil || !strings.Contains(err.Error(), "CANOPY_READY_LAG") {
+		t.Errorf("a bad value: %v, want an error naming the variable", err)
 	}
 }

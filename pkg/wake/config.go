@@ -48,6 +48,20 @@ type Config struct {
 	// DedupeSize is how many recent wake ids are remembered to drop
 	// duplicates; default 10,000. Memory stays bounded by it.
 	DedupeSize int
+	// MaxQueued is how many fetched normal wakes may wait in memory for the
+	// handler; default 32. At that many the consumer pauses fetching the
+	// normal topic, and resumes at half, so a backlog (or a slow handler,
+	// such as one that calls a model) leaves the wakes in Kafka rather
+	// than in memory. The priority topic is never paused: a priority wake
+	// fetched while normal wakes wait is delivered before them. Rebalances
+	// are allowed while the handler runs, so a slow handler does not hold
+	// one past the group's rebalance timeout; queued wakes of a partition
+	// that moves to another member are dropped (that member delivers them),
+	// and a wake whose partition moved while it was handled is acknowledged
+	// but not committed, so it may come again: duplicates are dropped by
+	// wake_id within a process, and acknowledgements of the same wake share
+	// an event id, which the projector applies once.
+	MaxQueued int
 	// PriorityWait bounds how long normal wakes wait, after partitions are
 	// assigned, for the priority backlog listed then to arrive; default 5s.
 	// It is only reached when that backlog cannot be fetched.
@@ -80,6 +94,7 @@ const (
 	DefaultAgentID      = "conductor"
 	DefaultDedupeSize   = 10_000
 	DefaultPriorityWait = 5 * time.Second
+	DefaultMaxQueued    = 32
 )
 
 // ErrConfig is wrapped by Validate's error.
@@ -106,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PriorityWait == 0 {
 		c.PriorityWait = DefaultPriorityWait
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = DefaultMaxQueued
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -139,6 +157,9 @@ func (c Config) Validate() error {
 	}
 	if c.DedupeSize < 0 {
 		errs = append(errs, fmt.Sprintf("dedupe size %d: must not be negative (0 means the default %d)", c.DedupeSize, DefaultDedupeSize))
+	}
+	if c.MaxQueued < 0 {
+		errs = append(errs, fmt.Sprintf("max queued %d: must not be negative (0 means the default %d)", c.MaxQueued, DefaultMaxQueued))
 	}
 	if c.PriorityWait < 0 {
 		errs = append(errs, fmt.Sprintf("priority wait %v: must not be negative", c.PriorityWait))

@@ -6,6 +6,12 @@
 //   - delivers priority wakes (human input) before normal ones: whatever
 //     priority backlog exists when partitions are assigned, and every
 //     priority wake fetched since, goes before the next normal wake;
+//   - holds at most Config.MaxQueued normal wakes in memory: above that it
+//     stops fetching the normal topic (the priority topic keeps flowing), so
+//     a backlog stays in Kafka, not in the conductor;
+//   - lets the group rebalance while the handler runs, so a slow handler
+//     (an LLM call) does not hold a rebalance past its timeout; queued wakes
+//     of partitions that move are dropped, for their new owner to deliver;
 //   - reads with read_committed, so wakes of aborted projector transactions
 //     are never seen, and drops duplicates by wake_id (from redelivery after
 //     a restart, or a projector run at least once), remembering a bounded
@@ -94,17 +100,38 @@ type Consumer struct {
 	cl     *kgo.Client
 	tracer trace.Tracer
 	seen   *seen
-	prio   []*kgo.Record // fetched priority records, delivered first
+	// prio and normal are the fetched records waiting for the handler, by
+	// lane; only Run's goroutine touches them. A transaction marker waits
+	// in its lane behind the records of its partition that came before it,
+	// so that its offset is not committed before theirs.
+	prio   []*kgo.Record
 	normal []*kgo.Record
+	// paused says the normal topic's fetching is paused (Run's goroutine).
+	paused bool
+	// peakNormal is the most normal records ever queued at once, for the
+	// package's tests.
+	peakNormal int
 
 	mu sync.Mutex
 	// backlog maps each assigned priority partition whose committed backlog,
 	// listed at assignment, has not been fetched yet to the offset it ends at.
 	backlog      map[int32]int64
 	backlogSince time.Time
+	// owned are the partitions assigned to this member: a wake whose
+	// partition moved while its handler ran is not marked for commit, so
+	// that no offset is committed for a partition another member owns.
+	owned map[topicPartition]bool
+	// moved are partitions revoked or lost since Run last looked: their
+	// queued records are dropped before anything else is queued.
+	moved map[topicPartition]bool
 
 	// Stats are live counters.
 	Stats Stats
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 // ErrHandler wraps the error of a Handler that stopped Run.
@@ -125,6 +152,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Consumer{cfg: cfg, h: h, seen: newSeen(cfg.DedupeSize), backlog: map[int32]int64{},
+		owned: map[topicPartition]bool{}, moved: map[topicPartition]bool{},
 		tracer: cfg.TracerProvider.Tracer("github.com/canopy-dev/canopy/pkg/wake")}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -135,12 +163,21 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		// partition's backlog is seen even when a marker is its last record.
 		kgo.KeepControlRecords(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The normal topic, paused at MaxQueued and resumed, is fetched
+		// again only when the fetch already out for the priority topic
+		// returns: with franz-go's default of 5 s, a backlog would drain in
+		// bursts of MaxQueued/2 separated by that wait. New wakes still
+		// return at once; an idle conductor asks every 100 ms.
+		kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.AutoCommitMarks(),
-		// Records held in the queues stay ours: a rebalance waits for them.
+		// A rebalance waits from a poll until Run allows it again, just
+		// before the handler runs: the queues are never changed by a
+		// rebalance under Run's feet, and Run sees every revocation before
+		// it queues what the next poll returns.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
-		kgo.OnPartitionsLost(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
 		// Acknowledgements are keyed by run and placed by murmur2, like
 		// every canopy record.
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
@@ -169,21 +206,27 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	}()
 	for {
 		if len(c.prio) == 0 && len(c.normal) == 0 {
-			c.cl.AllowRebalance() // nothing held: a rebalance may go ahead
-			if err := c.take(c.cl.PollFetches(ctx)); err != nil || ctx.Err() != nil {
+			// Nothing held: wait for wakes, letting a rebalance go ahead
+			// meanwhile (polls that returned only transaction markers
+			// still hold it back otherwise).
+			c.cl.AllowRebalance()
+			if err := c.fill(ctx); err != nil || ctx.Err() != nil {
 				return err
 			}
 			continue
 		}
 		// Whatever else has arrived, priority wakes included, before the
 		// next delivery.
-		if err := c.take(c.cl.PollFetches(nil)); err != nil {
+		if err := c.fill(nil); err != nil {
 			return err
 		}
 		if len(c.prio) == 0 && c.waitingForPriority() {
 			// A priority backlog listed at assignment is not here yet.
+			// Waiting for it must not hold a rebalance either: the poll
+			// drops what a rebalance took before it queues anything.
+			c.cl.AllowRebalance()
 			wctx, cancel := context.WithDeadline(ctx, c.backlogSince.Add(c.cfg.PriorityWait))
-			err := c.take(c.cl.PollFetches(wctx))
+			err := c.fill(wctx)
 			cancel()
 			if err != nil || ctx.Err() != nil {
 				return err
@@ -194,11 +237,23 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			continue
 		}
 		var r *kgo.Record
-		if len(c.prio) > 0 {
+		switch {
+		case len(c.prio) > 0:
 			r, c.prio = c.prio[0], c.prio[1:]
-		} else {
+		case len(c.normal) > 0:
 			r, c.normal = c.normal[0], c.normal[1:]
+		default:
+			continue // the queued records' partitions moved
 		}
+		if r.Attrs.IsControl() {
+			c.mark(r) // the records of its partition before it are handled
+			continue
+		}
+		// The handler may take minutes: a rebalance must not wait for it.
+		// One that happens meanwhile revokes partitions under this wake;
+		// the next poll waits for it to finish, and Run then drops what
+		// it queued of the partitions that moved.
+		c.cl.AllowRebalance()
 		if err := c.deliver(ctx, r); err != nil {
 			return err
 		}
@@ -206,6 +261,56 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			return nil
 		}
 	}
+}
+
+// fill polls once, waiting on ctx for records when ctx is not nil, and
+// queues what the poll returns. It keeps at most MaxQueued normal records
+// queued: the normal topic's fetching is paused at that many and resumed
+// at half (fetched records of a paused topic stay in Kafka), and a poll may
+// take only as many as there is room for. The priority topic is never
+// paused, so its wakes are fetched however many normal ones wait.
+func (c *Consumer) fill(ctx context.Context) error {
+	c.throttle()
+	var fs kgo.Fetches
+	room := c.cfg.MaxQueued - len(c.normal)
+	if c.paused {
+		fs = c.cl.PollFetches(ctx) // priority records only: the normal topic's are stripped
+	} else {
+		fs = c.cl.PollRecords(ctx, room)
+	}
+	// The poll waited for any rebalance in progress: what it revoked is
+	// known now, and goes before what the poll returned is queued.
+	c.dropMoved()
+	err := c.take(fs)
+	if !c.paused && fs.NumRecords() >= room {
+		// The poll took all it was allowed to; more may be buffered,
+		// priority records among them. With the normal topic paused, a
+		// second poll returns only those.
+		c.pause()
+		if err2 := c.take(c.cl.PollFetches(nil)); err == nil {
+			err = err2
+		}
+		c.throttle()
+	}
+	return err
+}
+
+// throttle pauses the normal topic's fetching when MaxQueued normal records
+// are queued and resumes it at half, so that a slow handler leaves the
+// backlog in Kafka and a fast one does not pause and resume at every wake.
+func (c *Consumer) throttle() {
+	switch {
+	case !c.paused && len(c.normal) >= c.cfg.MaxQueued:
+		c.pause()
+	case c.paused && len(c.normal) <= c.cfg.MaxQueued/2:
+		c.cl.ResumeFetchTopics(c.cfg.Names.Wakes())
+		c.paused = false
+	}
+}
+
+func (c *Consumer) pause() {
+	c.cl.PauseFetchTopics(c.cfg.Names.Wakes())
+	c.paused = true
 }
 
 // take queues the records of fs by lane and notes how far each priority
@@ -228,16 +333,62 @@ func (c *Consumer) take(fs kgo.Fetches) error {
 		if r.Topic == prio {
 			c.fetched(r.Partition, r.Offset+1)
 		}
-		switch {
-		case r.Attrs.IsControl():
-			c.cl.MarkCommitRecords(r)
-		case r.Topic == prio:
-			c.prio = append(c.prio, r)
-		default:
-			c.normal = append(c.normal, r)
+		q := &c.normal
+		if r.Topic == prio {
+			q = &c.prio
 		}
+		if r.Attrs.IsControl() && !queued(*q, r) {
+			// A transaction marker with nothing of its partition before
+			// it: committing past it loses nothing.
+			c.cl.MarkCommitRecords(r)
+			return
+		}
+		*q = append(*q, r)
 	})
+	c.peakNormal = max(c.peakNormal, len(c.normal))
 	return ferr
+}
+
+// queued reports whether q holds a record of r's partition.
+func queued(q []*kgo.Record, r *kgo.Record) bool {
+	for _, x := range q {
+		if x.Partition == r.Partition && x.Topic == r.Topic {
+			return true
+		}
+	}
+	return false
+}
+
+// mark marks r for commit if its partition is still this member's.
+func (c *Consumer) mark(r *kgo.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.owned[topicPartition{r.Topic, r.Partition}] {
+		c.cl.MarkCommitRecords(r)
+	}
+}
+
+// dropMoved drops the queued records of partitions revoked or lost since it
+// last ran: their new owner delivers them (and a conductor that gets them
+// back reads them again from the committed offset).
+func (c *Consumer) dropMoved() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.moved) == 0 {
+		return
+	}
+	keep := func(q []*kgo.Record) []*kgo.Record {
+		out := q[:0]
+		for _, r := range q {
+			if !c.moved[topicPartition{r.Topic, r.Partition}] {
+				out = append(out, r)
+			}
+		}
+		clear(q[len(out):]) // no references to dropped records
+		return out
+	}
+	c.prio, c.normal = keep(c.prio), keep(c.normal)
+	clear(c.moved)
 }
 
 // deliver handles one wake record: span, decode, dedupe, log, observe,
@@ -263,7 +414,7 @@ func (c *Consumer) deliver(ctx context.Context, r *kgo.Record) error {
 		span.SetStatus(codes.Error, "undecodable wake")
 		span.RecordError(err)
 		c.cfg.Logger.Warn("wake: skipped an undecodable wake", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		c.cl.MarkCommitRecords(r)
+		c.mark(r)
 		return nil
 	}
 	span.SetAttributes(semconv.MessagingMessageID(w.WakeID), attribute.String("canopy.run_id", w.RunID))
@@ -271,7 +422,7 @@ func (c *Consumer) deliver(ctx context.Context, r *kgo.Record) error {
 		c.Stats.Duplicates.Add(1)
 		span.SetAttributes(attribute.Bool("canopy.wake.duplicate", true))
 		c.cfg.Logger.Debug("wake: dropped a duplicate", "wake_id", w.WakeID, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
-		c.cl.MarkCommitRecords(r)
+		c.mark(r)
 		return nil
 	}
 	rec := c.received(w, r)
@@ -295,7 +446,7 @@ func (c *Consumer) deliver(ctx context.Context, r *kgo.Record) error {
 			return err
 		}
 	}
-	c.cl.MarkCommitRecords(r)
+	c.mark(r)
 	return nil
 }
 
@@ -391,6 +542,13 @@ func contains(ss []string, s string) bool {
 // assigned lists, for the newly assigned priority partitions, where their
 // committed backlog ends, so that no normal wake is delivered before it.
 func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.mu.Lock()
+	for t, ps := range assigned {
+		for _, p := range ps {
+			c.owned[topicPartition{t, p}] = true
+		}
+	}
+	c.mu.Unlock()
 	parts := assigned[c.cfg.Names.PriorityWakes()]
 	if len(parts) == 0 {
 		return
@@ -434,10 +592,30 @@ func (c *Consumer) assigned(ctx context.Context, cl *kgo.Client, assigned map[st
 	}
 }
 
-func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+// revoked notes the partitions a rebalance takes away and commits what was
+// handled of them, so that their new owner starts after it.
+func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	c.lost(ctx, cl, revoked)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := cl.CommitMarkedOffsets(cctx); err != nil && ctx.Err() == nil {
+		c.cfg.Logger.Warn("wake: committing offsets of revoked partitions; their new owner delivers those wakes again", "err", err)
+	}
+}
+
+// lost notes partitions this member no longer owns (revoked, or lost with
+// its group session): nothing more of them is marked for commit, and their
+// queued records are dropped before Run queues anything else.
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range revoked[c.cfg.Names.PriorityWakes()] {
+	for t, ps := range lost {
+		for _, p := range ps {
+			delete(c.owned, topicPartition{t, p})
+			c.moved[topicPartition{t, p}] = true
+		}
+	}
+	for _, p := range lost[c.cfg.Names.PriorityWakes()] {
 		delete(c.backlog, p)
 	}
 }

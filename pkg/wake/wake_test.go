@@ -28,11 +28,11 @@ import (
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	err := wake.Config{Brokers: []string{"nohost"}, Names: topics.Names{Prefix: "bad prefix", Version: 1},
-		StaleAfter: -1, DedupeSize: -1, PriorityWait: -1, Source: "bad\nsource"}.Validate()
+		StaleAfter: -1, DedupeSize: -1, PriorityWait: -1, MaxQueued: -1, Source: "bad\nsource"}.Validate()
 	if !errors.Is(err, wake.ErrConfig) {
 		t.Fatalf("Validate = %v, want ErrConfig", err)
 	}
-	for _, want := range []string{`broker "nohost"`, "prefix", "stale after", "dedupe size", "priority wait", "source"} {
+	for _, want := range []string{`broker "nohost"`, "prefix", "stale after", "dedupe size", "max queued", "priority wait", "source"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate's error does not mention %q: %v", want, err)
 		}

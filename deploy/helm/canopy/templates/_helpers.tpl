@@ -99,13 +99,20 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ .Values.kafka.brokers | quote }}
 - name: CANOPY_TOPIC_PREFIX
   value: {{ .Values.kafka.topicPrefix | quote }}
-{{- if or .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name }}
+{{- if or .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name .Values.kafka.tls.clientSecret.name }}
 - name: CANOPY_TLS
   value: "true"
 {{- end }}
 {{- if .Values.kafka.tls.caSecret.name }}
 - name: CANOPY_TLS_CA
   value: /etc/canopy/kafka-ca/{{ .Values.kafka.tls.caSecret.key }}
+{{- end }}
+{{- if .Values.kafka.tls.clientSecret.name }}
+{{- /* mTLS: the client certificate and key are files of a kubernetes.io/tls Secret. */}}
+- name: CANOPY_TLS_CERT
+  value: /etc/canopy/kafka-client/tls.crt
+- name: CANOPY_TLS_KEY
+  value: /etc/canopy/kafka-client/tls.key
 {{- end }}
 {{- with .Values.kafka.sasl }}
 {{- if .mechanism }}
@@ -134,6 +141,11 @@ app.kubernetes.io/component: {{ .component }}
   mountPath: /etc/canopy/kafka-ca
   readOnly: true
 {{- end }}
+{{- if .Values.kafka.tls.clientSecret.name }}
+- name: kafka-client-tls
+  mountPath: /etc/canopy/kafka-client
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "canopy.kafkaVolumes" -}}
@@ -144,6 +156,16 @@ app.kubernetes.io/component: {{ .component }}
     items:
       - key: {{ .Values.kafka.tls.caSecret.key }}
         path: {{ .Values.kafka.tls.caSecret.key }}
+{{- end }}
+{{- if .Values.kafka.tls.clientSecret.name }}
+- name: kafka-client-tls
+  secret:
+    secretName: {{ .Values.kafka.tls.clientSecret.name }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- end -}}
 
@@ -188,15 +210,43 @@ app.kubernetes.io/component: {{ .component }}
       fieldPath: metadata.namespace
 {{- end -}}
 
-{{/* GOMEMLIMIT from the container's memory limit: call with (dict "enabled" bool "resources" map "container" name). */}}
+{{/* GOMEMLIMIT at 90% of the container's memory limit, in bytes: call with
+     (dict "enabled" bool "resources" map "container" name). The Go runtime's
+     limit bounds only the memory the runtime manages, while the cgroup also
+     charges what it does not (thread stacks outside the heap, page cache the
+     process reads through, kernel buffers): at 100% the collector would
+     start working hard only when the kernel is about to OOM-kill. The
+     downward API can only pass the whole limit, so the chart computes it
+     from the value. */}}
 {{- define "canopy.goMemLimitEnv" -}}
 {{- if and .enabled .resources .resources.limits .resources.limits.memory }}
 - name: GOMEMLIMIT
-  valueFrom:
-    resourceFieldRef:
-      containerName: {{ .container }}
-      resource: limits.memory
+  value: {{ include "canopy.bytes" .resources.limits.memory | float64 | mulf 0.9 | floor | printf "%.0f" | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* canopy.bytes is a Kubernetes memory quantity in bytes: a number with an
+     optional k, M, G, T, P, Ki, Mi, Gi, Ti or Pi suffix or an exponent
+     (e9), as values.schema.json accepts. Anything else (m, milli-bytes)
+     fails the render rather than yield a wrong GOMEMLIMIT. */}}
+{{- define "canopy.bytes" -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}
+{{- float64 . | printf "%.0f" -}}
+{{- else -}}
+{{- $q := toString . -}}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $suffix := trimPrefix $n $q -}}
+{{- $mult := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 -}}
+{{- if regexMatch "^e[0-9]+$" $suffix -}}
+{{- $e := 1.0 -}}
+{{- range until (trimPrefix "e" $suffix | int) }}{{ $e = mulf $e 10 }}{{ end -}}
+{{- $_ := set $mult $suffix $e -}}
+{{- end -}}
+{{- if or (not $n) (not (hasKey $mult $suffix)) -}}
+{{- fail (printf "memory limit %q: want a number with an optional k, M, G, T, P, Ki, Mi, Gi, Ti or Pi suffix or an exponent (GOMEMLIMIT is derived from it)" $q) -}}
+{{- end -}}
+{{- mulf (float64 $n) (get $mult $suffix) | printf "%.0f" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "canopy.probe" -}}
