@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -23,7 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/projector"
-	"github.com/canopy-dev/canopy/internal/replay"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -66,14 +65,38 @@ func (b *broker) wakes(t *testing.T, lane topics.Lane, n, runs int, idPrefix str
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if _, err := replay.Run(bytes.NewReader(in), &out, io.Discard, replay.Options{}); err != nil {
+	// The projection directly, not internal/replay: replay prints with
+	// this package's Line, and a test inside the package cannot import it.
+	proj, err := projection.New(projection.Config{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	line, _, _ := bytes.Cut(out.Bytes(), []byte("\n"))
+	var first []byte
+	for line := range bytes.Lines(in) {
+		ev, err := topics.DecodeEvent(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending projection.Pending
+		trigs, _ := proj.Apply(ev)
+		if pending.Add(ev.RunID, trigs); pending.Len() == 0 {
+			continue
+		}
+		built, err := proj.Wakes(&pending, time.Time{}, topics.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err = topics.Marshal(built[0].Wake); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if first == nil {
+		t.Fatal("examples/small-run.jsonl raised no wake")
+	}
 	var recs []*kgo.Record
 	for i := range n {
-		w, err := topics.DecodeWake(line)
+		w, err := topics.DecodeWake(first)
 		if err != nil {
 			t.Fatal(err)
 		}
