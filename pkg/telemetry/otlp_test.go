@@ -3,6 +3,7 @@ package telemetry_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -364,6 +365,80 @@ func TestOTelOffWithoutEndpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ot.Shutdown(ctx) // nothing was exported: nothing to flush
+}
+
+// TestOTelExporterVariables: OTEL_TRACES_EXPORTER and OTEL_LOGS_EXPORTER
+// are honoured. "none" stops that signal reaching the collector while the
+// other still does; "otlp" is the default; anything else is an error
+// naming the variable, not a signal silently lost.
+func TestOTelExporterVariables(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// export sets up OTel with env, makes one span and one event, flushes,
+	// and returns how many spans and log records reached the receiver.
+	export := func(env map[string]string) (spans, logs int, err error) {
+		t.Helper()
+		// The real environment: the OTLP exporters read it themselves.
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+		for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_LOGS_EXPORTER"} {
+			t.Setenv(k, env[k])
+		}
+		ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "x"})
+		if err != nil {
+			return 0, 0, err
+		}
+		sctx, s := ot.Tracer.Tracer("test").Start(ctx, "a span")
+		telemetry.NewEvents(ot.Logs, slog.New(slog.DiscardHandler), nil).Snapshot(sctx, telemetry.SnapshotMeta{RunID: "r"})
+		s.End()
+		if err := ot.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		spans, logs = len(rc.spans), len(rc.logs)
+		rc.spans, rc.logs, rc.raw = nil, nil, nil
+		return spans, logs, nil
+	}
+	for _, c := range []struct {
+		env         map[string]string
+		spans, logs bool
+	}{
+		{map[string]string{}, true, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp"}, true, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "none"}, false, true},
+		{map[string]string{"OTEL_LOGS_EXPORTER": "none"}, true, false},
+		{map[string]string{"OTEL_TRACES_EXPORTER": " None ", "OTEL_LOGS_EXPORTER": "none"}, false, false},
+	} {
+		spans, logs, err := export(c.env)
+		if err != nil {
+			t.Errorf("%v: %v", c.env, err)
+			continue
+		}
+		if (spans > 0) != c.spans || (logs > 0) != c.logs {
+			t.Errorf("%v: %d spans and %d log records exported; want spans %v, logs %v", c.env, spans, logs, c.spans, c.logs)
+		}
+	}
+	for _, c := range []struct{ name, value string }{
+		{"OTEL_TRACES_EXPORTER", "zipkin"},
+		{"OTEL_LOGS_EXPORTER", "console"},
+		{"OTEL_TRACES_EXPORTER", "otlp,none"},
+	} {
+		_, _, err := export(map[string]string{c.name: c.value})
+		if !errors.Is(err, telemetry.ErrOTelConfig) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s=%s: err %v, want ErrOTelConfig naming the variable", c.name, c.value, err)
+		}
+	}
+	// Both off is export off, as without an endpoint.
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_LOGS_EXPORTER", "none")
+	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "x"})
+	if err != nil || ot.Enabled {
+		t.Errorf("both exporters none: enabled %v, err %v", ot != nil && ot.Enabled, err)
+	}
 }
 
 func keys[V any](m map[string]V) []string {
