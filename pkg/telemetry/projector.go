@@ -34,6 +34,7 @@ type ProjectorMetrics struct {
 	omitted         prometheus.Counter
 	stale           *prometheus.CounterVec
 	wakeLag         *prometheus.HistogramVec
+	wakeLagClamped  prometheus.Counter
 	commits         *prometheus.CounterVec
 	commitTime      prometheus.Histogram
 	rebalances      *prometheus.CounterVec
@@ -72,7 +73,13 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "stale_total",
 			Help: "Snapshots built while the projection was behind its input by more than the staleness threshold, by lane."}, []string{"lane"}),
 		wakeLag: prometheus.NewHistogramVec(histogram(sub, "wake_lag_seconds",
-			"Time from the append of the earliest record that triggered a wake to the commit that published it, by lane.", secondsBuckets), []string{"lane"}),
+			"Time from the timestamp of the earliest record that triggered a wake to the commit that published it, by lane. "+
+				"On canopy's input topics that timestamp is the producer's CreateTime, so the producer's clock counts: "+
+				"a record stamped at or after the commit is observed as 0 and counted in wake_lag_clamped_total. Timer wakes are not observed.",
+			secondsBuckets), []string{"lane"}),
+		wakeLagClamped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wake_lag_clamped_total",
+			Help: "Wakes whose triggering record was stamped at or after the commit that published them " +
+				"(the producer's clock ahead of the projector's): observed as 0 in wake_lag_seconds."}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "commits_total",
 			Help: "Batch commits (transactions), by result: committed or failed."}, []string{"result"}),
 		commitTime: prometheus.NewHistogram(histogram(sub, "commit_seconds",
@@ -102,7 +109,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.commits, m.commitTime, m.rebalances, m.restores, m.restoreTime, m.restoredRecords, gauges{m})
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.rebalances, m.restores, m.restoreTime, m.restoredRecords, gauges{m})
 	return m, err
 }
 
@@ -139,12 +146,33 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 	if s.Stale {
 		m.stale.WithLabelValues(lane).Inc()
 	}
-	if w.Lag > 0 {
-		m.wakeLag.WithLabelValues(lane).Observe(w.Lag.Seconds())
+	if fromRecord(w.Wake) {
+		// The projector reports a lag that would be negative (the record's
+		// CreateTime after the commit: a producer clock ahead of ours) as
+		// 0. Dropping those would hide the skew and bias the quantiles, so
+		// they count as 0 and are counted.
+		if w.Lag <= 0 {
+			m.wakeLagClamped.Inc()
+		}
+		m.wakeLag.WithLabelValues(lane).Observe(max(w.Lag, 0).Seconds())
 	}
 	if m.events != nil {
 		m.events.Snapshot(ctx, MetaOf(w.Wake, w.Info, w.Build))
 	}
+}
+
+// fromRecord reports whether a record triggered w, so that it has a lag:
+// record triggers carry their event's id, timer triggers (expired leases,
+// the watchdog) none. projector.CommittedWake's Lag is 0 both for timer
+// wakes and for clamped ones; this tells them apart without the worker's
+// help.
+func fromRecord(w *topics.Wake) bool {
+	for _, t := range w.Triggers {
+		if t.EventID != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Committed counts a commit.
