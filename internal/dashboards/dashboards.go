@@ -131,8 +131,11 @@ var All = []Dashboard{
 				Question: "Is any instance restoring state from the changelog now?",
 				Queries:  []Query{q(`sum by (instance) (canopy_projector_partitions_restoring)`, "{{instance}}")}},
 			{Title: "Rebalances", Unit: "short",
-				Question: "How often does the group move partitions? (assigned and revoked per window)",
-				Queries:  []Query{q(`sum by (change) (increase(canopy_projector_partition_changes_total[RATE]))`, "{{change}}")}},
+				Question: "How often does the group rebalance, and how many partitions move each time? (assignments and revocations, and the partitions they moved, per window)",
+				Queries: []Query{
+					q(`sum by (change) (increase(canopy_projector_rebalances_total[RATE]))`, "{{change}}"),
+					q(`sum by (change) (increase(canopy_projector_partition_changes_total[RATE]))`, "partitions {{change}}"),
+				}},
 			{Title: "Restore time", Unit: "s",
 				Question: "How long does taking over a partition take?",
 				Queries: []Query{

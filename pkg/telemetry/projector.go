@@ -37,6 +37,7 @@ type ProjectorMetrics struct {
 	wakeLagClamped  prometheus.Counter
 	commits         *prometheus.CounterVec
 	commitTime      prometheus.Histogram
+	partChanges     *prometheus.CounterVec
 	rebalances      *prometheus.CounterVec
 	restores        *prometheus.CounterVec
 	restoreTime     prometheus.Histogram
@@ -84,8 +85,11 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 			Help: "Batch commits (transactions), by result: committed or failed."}, []string{"result"}),
 		commitTime: prometheus.NewHistogram(histogram(sub, "commit_seconds",
 			"Time to commit one batch: produce, end the transaction, write Pebble.", secondsBuckets)),
-		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "partition_changes_total",
+		partChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "partition_changes_total",
 			Help: "Partitions the consumer group assigned to or revoked from this instance, by change."}, []string{"change"}),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "rebalances_total",
+			Help: "Consumer group rebalances that assigned partitions to or revoked partitions from this instance, " +
+				"by change: one per assignment or revocation, however many partitions it moved."}, []string{"change"}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restores_total",
 			Help: "Partition restores from the changelog, by result: ok or failed."}, []string{"result"}),
 		restoreTime: prometheus.NewHistogram(histogram(sub, "restore_seconds",
@@ -94,6 +98,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 			Help: "Changelog records written to Pebble by restores."}),
 	}
 	for _, change := range []string{"assigned", "revoked"} {
+		m.partChanges.WithLabelValues(change)
 		m.rebalances.WithLabelValues(change)
 	}
 	for _, r := range []string{"ok", "failed"} {
@@ -109,7 +114,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.rebalances, m.restores, m.restoreTime, m.restoredRecords, gauges{m})
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.restoredRecords, gauges{m})
 	return m, err
 }
 
@@ -185,14 +190,18 @@ func (m *ProjectorMetrics) Committed(_ int32, took time.Duration, err error) {
 	m.commitTime.Observe(took.Seconds())
 }
 
-// Assigned counts assigned partitions.
+// Assigned counts an assignment (the projector calls it once per group
+// callback, with every partition it assigned) and its partitions.
 func (m *ProjectorMetrics) Assigned(parts []int32) {
-	m.rebalances.WithLabelValues("assigned").Add(float64(len(parts)))
+	m.rebalances.WithLabelValues("assigned").Inc()
+	m.partChanges.WithLabelValues("assigned").Add(float64(len(parts)))
 }
 
-// Revoked counts revoked partitions.
+// Revoked counts a revocation (once per group callback) and its
+// partitions.
 func (m *ProjectorMetrics) Revoked(parts []int32) {
-	m.rebalances.WithLabelValues("revoked").Add(float64(len(parts)))
+	m.rebalances.WithLabelValues("revoked").Inc()
+	m.partChanges.WithLabelValues("revoked").Add(float64(len(parts)))
 }
 
 // Restored counts a restore.

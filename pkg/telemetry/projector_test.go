@@ -221,3 +221,30 @@ func TestWakeLagCountsSkew(t *testing.T) {
 		t.Errorf("clamped wakes went from %g to %g with a timely producer", clamped, got)
 	}
 }
+
+// TestRebalancesCountCallbacks: a rebalance that moves three partitions is
+// one rebalance and three partition changes; the Rebalances panel counts
+// the first, which the partition count used to stand in for.
+func TestRebalancesCountCallbacks(t *testing.T) {
+	k := newKafka(t, "rebalance", 3)
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, stop := runProjector(t, k, pm, reg, "rebalance-projector")
+	waitMetrics(t, reg, 60*time.Second, "the instance owns all three partitions", func(map[string]*dto.MetricFamily) bool { return len(p.Owned()) == 3 })
+	fams := metrics(t, reg)
+	if got := value(fams, "canopy_projector_rebalances_total", "change", "assigned"); got != 1 {
+		t.Errorf("rebalances_total{change=assigned} = %g after one assignment of three partitions, want 1", got)
+	}
+	if got := value(fams, "canopy_projector_partition_changes_total", "change", "assigned"); got != 3 {
+		t.Errorf("partition_changes_total{change=assigned} = %g, want 3", got)
+	}
+	// Leaving the group revokes all three in one callback.
+	stop()
+	fams = metrics(t, reg)
+	if r, c := value(fams, "canopy_projector_rebalances_total", "change", "revoked"), value(fams, "canopy_projector_partition_changes_total", "change", "revoked"); r != 1 || c != 3 {
+		t.Errorf("after leaving: rebalances_total{change=revoked} = %g, partition_changes_total{change=revoked} = %g; want 1 and 3", r, c)
+	}
+}
