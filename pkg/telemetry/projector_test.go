@@ -2,8 +2,11 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -247,4 +252,105 @@ func TestRebalancesCountCallbacks(t *testing.T) {
 	if r, c := value(fams, "canopy_projector_rebalances_total", "change", "revoked"), value(fams, "canopy_projector_partition_changes_total", "change", "revoked"); r != 1 || c != 3 {
 		t.Errorf("after leaving: rebalances_total{change=revoked} = %g, partition_changes_total{change=revoked} = %g; want 1 and 3", r, c)
 	}
+}
+
+// TestRestoreProgressIsLive: while a partition restores from a large
+// changelog, restored_records_total already counts what it wrote and
+// partitions_restoring says one is under way; the counter used to move only
+// when the restore ended. The broker holds the restore's reads past the
+// first batch until the test has looked. A replaced instance's records stay
+// counted.
+func TestRestoreProgressIsLive(t *testing.T) {
+	k := newKafka(t, "restore", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// A changelog of one commit: records keys of applied event ids (which
+	// nothing reads at start-up) and the offsets key that closes the
+	// commit. Random values (which compression cannot shrink) pad each
+	// record, so that a fetch (1 MiB a partition) returns a few thousand
+	// records and the restore reads in several fetches.
+	const ids = 50_000
+	changelogTopic := k.names.Changelog()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for from := 0; from < ids; from += 1000 {
+		var recs []*kgo.Record
+		for i := from; i < from+1000; i++ {
+			key := append([]byte("r"+"run-restore"), 0, 'e')
+			pad := make([]byte, 100)
+			for j := range pad {
+				pad[j] = byte(rng.Uint32())
+			}
+			recs = append(recs, &kgo.Record{Topic: changelogTopic, Partition: 0, Key: fmt.Appendf(key, "ev-%06d", i), Value: pad})
+		}
+		if err := k.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.cl.ProduceSync(ctx, &kgo.Record{Topic: changelogTopic, Partition: 0, Key: projection.OffsetsKey, Value: []byte("{}")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	const total = ids + 1
+	details, err := kadm.NewClient(k.cl).ListTopics(ctx, changelogTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topicID := details[changelogTopic].ID
+
+	// Fetches of the changelog from the first restore batch's end (20,000
+	// records) up to where the restore's look for the last commit reads
+	// (the last 4,096) wait until released.
+	release := make(chan struct{})
+	closeRelease := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(closeRelease)
+	var held atomic.Bool
+	k.cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.cluster.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			if tp.Topic != changelogTopic && tp.TopicID != topicID {
+				continue
+			}
+			for _, p := range tp.Partitions {
+				if p.FetchOffset >= 20_000 && p.FetchOffset < total-4096 {
+					held.Store(true)
+					k.cluster.SleepControl(func() { <-release })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := runProjector(t, k, pm, reg, "restore-projector")
+	fams := waitMetrics(t, reg, 60*time.Second, "the restore's first batch is counted while it runs", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restored_records_total") >= 20_000
+	})
+	if !held.Load() {
+		t.Fatal("the restore was not held: the test no longer looks at it mid-way")
+	}
+	if r, ok := value(fams, "canopy_projector_partitions_restoring"), value(fams, "canopy_projector_restores_total", "result", "ok"); r != 1 || ok != 0 {
+		t.Errorf("mid-restore: partitions_restoring %g, restores_total{result=ok} %g; want 1 and 0", r, ok)
+	}
+	if got := value(fams, "canopy_projector_restored_records_total"); got >= total {
+		t.Errorf("mid-restore: restored_records_total %g, the whole changelog", got)
+	}
+
+	closeRelease()
+	waitMetrics(t, reg, 60*time.Second, "the restore ends with every record counted", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restores_total", "result", "ok") == 1 && value(f, "canopy_projector_partitions_restoring") == 0 &&
+			value(f, "canopy_projector_restored_records_total") == total
+	})
+
+	// An instance that replaces this one (as projector.Serve does after a
+	// failure; here with empty state) restores the partition again: the
+	// counter goes on from where the first left it.
+	stop()
+	runProjector(t, k, pm, reg, "restore-projector")
+	waitMetrics(t, reg, 60*time.Second, "the second instance's restore adds to the first's", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restores_total", "result", "ok") == 2 && value(f, "canopy_projector_restored_records_total") == 2*total
+	})
 }
