@@ -73,10 +73,14 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promAddr := freeAddr(t)
-	startProcess(t, exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr, "--log.level=warn"))
-	api := "http://" + promAddr
+	// Two servers scrape the same canopy: one as Prometheus does by
+	// default (classic histograms: x_bucket series), one with native
+	// histograms on, which stores canopy's histograms as native ones only
+	// (x, and no x_bucket). Every query must work on both.
+	servers := []promServer{
+		startPrometheus(t, prometheus, dir, "classic"),
+		startPrometheus(t, prometheus, dir, "native", "--enable-feature=native-histograms"),
+	}
 
 	// Requests through the gateway, so that its panels have data: inputs
 	// (202), a snapshot read, and one refused for want of a token (401).
@@ -99,28 +103,53 @@ scrape_configs:
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	// Everything returns data within the deadline, or the test names what
-	// did not.
-	missing := map[string]string{}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		clear(missing)
+	for _, srv := range servers {
+		// Everything returns data within the deadline, or the test names
+		// what did not.
+		missing := map[string]string{}
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			clear(missing)
+			for _, n := range names {
+				if msg := query(t, srv.api, queries[n]); msg != "" {
+					missing[n] = msg
+				}
+			}
+			if len(missing) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(2 * time.Second) // polling a condition, not synchronising
+		}
 		for _, n := range names {
-			if msg := query(t, api, queries[n]); msg != "" {
-				missing[n] = msg
+			if msg, ok := missing[n]; ok {
+				t.Errorf("%s Prometheus: %s: %s\n  query: %s", srv.name, n, msg, queries[n])
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Second) // polling a condition, not synchronising
+		checkRuleHealth(t, srv.api)
 	}
-	for _, n := range names {
-		if msg, ok := missing[n]; ok {
-			t.Errorf("%s: %s\n  query: %s", n, msg, queries[n])
+	// Each server stored the kind of histogram it is there for, so that
+	// each kind of query was really exercised.
+	for _, srv := range servers {
+		classic := query(t, srv.api, "count(canopy_snapshot_build_seconds_bucket)") == ""
+		native := query(t, srv.api, "count(canopy_snapshot_build_seconds)") == ""
+		if classic != (srv.name == "classic") || native != (srv.name == "native") {
+			t.Errorf("%s Prometheus stored classic buckets %v, native histograms %v", srv.name, classic, native)
 		}
 	}
-	checkRuleHealth(t, api)
+}
+
+// promServer is a Prometheus process scraping canopy.
+type promServer struct{ name, api string }
+
+// startPrometheus starts Prometheus with dir's prometheus.yml (and its
+// rules), its own storage, and the extra flags, until the test ends.
+func startPrometheus(t *testing.T, bin, dir, name string, flags ...string) promServer {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path=" + filepath.Join(dir, "tsdb-"+name), "--web.listen-address=" + addr, "--log.level=warn"}, flags...)
+	startProcess(t, exec.Command(bin, args...))
+	return promServer{name: name, api: "http://" + addr}
 }
 
 // recordingRules are the expressions of the rules file's recording rules,
