@@ -27,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"sigs.k8s.io/yaml"
 
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -59,6 +60,7 @@ func TestRulesFileChecks(t *testing.T) {
 // must evaluate without error.
 func TestQueriesAgainstPrometheus(t *testing.T) {
 	promBin := testenv.Tool(t, "prometheus")
+	alertRules := alerts(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -192,7 +194,8 @@ scrape_configs:
 				t.Errorf("%s Prometheus: %s: %s\n  query: %s", srv.name, n, msg, queries[n])
 			}
 		}
-		checkRuleHealth(t, srv.api)
+		checkRuleHealth(t, srv)
+		checkAlerts(t, srv, alertRules)
 	}
 	// Each server stored the kind of histogram it is there for, so that
 	// each kind of query was really exercised.
@@ -458,16 +461,57 @@ func startPrometheus(t *testing.T, bin, dir, name string, flags ...string) promS
 	return promServer{name: name, api: "http://" + addr}
 }
 
-// recordingRules are the expressions of the rules file's recording rules,
-// by name (the name is itself a query once the rule has evaluated).
-func recordingRules(t *testing.T) []string {
+// rulesDoc is the rules file: Prometheus's rule_files format.
+type rulesDoc struct {
+	Groups []struct {
+		Name     string `json:"name"`
+		Interval string `json:"interval"`
+		Rules    []struct {
+			Record      string            `json:"record"`
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+// readRules reads the rules file.
+func readRules(t *testing.T) rulesDoc {
+	t.Helper()
 	b, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var doc rulesDoc
+	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
+		// Strict: a misspelt key (exp: for expr:) would leave a rule empty.
+		t.Fatalf("%s: %v", rulesFile, err)
+	}
+	return doc
+}
+
+// count is the number of rules, recording and alerting, in the file.
+func (d rulesDoc) count() int {
+	n := 0
+	for _, g := range d.Groups {
+		n += len(g.Rules)
+	}
+	return n
+}
+
+// recordingRules are the names of the file's recording rules (each name is
+// a query once the rule has evaluated).
+func recordingRules(t *testing.T) []string {
+	t.Helper()
 	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*- record: (\S+)`).FindAllSubmatch(b, -1) {
-		out = append(out, string(m[1]))
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out = append(out, r.Record)
+			}
+		}
 	}
 	if len(out) == 0 {
 		t.Fatal("no recording rules in " + rulesFile)
@@ -475,9 +519,81 @@ func recordingRules(t *testing.T) []string {
 	return out
 }
 
-// checkRuleHealth: Prometheus evaluated every rule, alerts included,
-// without error.
-func checkRuleHealth(t *testing.T, api string) {
+// alertRule is an alert of the rules file in the form every canopy alert
+// takes: a recorded series compared to a number.
+type alertRule struct {
+	name, series, op string
+	threshold        float64
+}
+
+// alertExpr is that form.
+var alertExpr = regexp.MustCompile(`^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s*$`)
+
+// alerts parses every alert of the rules file, failing the test for one
+// that is not "<recorded series> <op> <number>" with the series recorded
+// by a rule of the file: only then does checking the recorded series check
+// what the alert evaluates.
+func alerts(t *testing.T) []alertRule {
+	t.Helper()
+	doc := readRules(t)
+	recorded := map[string]bool{}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				recorded[r.Record] = true
+			}
+		}
+	}
+	var out []alertRule
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			m := alertExpr.FindStringSubmatch(r.Expr)
+			if m == nil {
+				t.Errorf("alert %s: expr %q is not <recorded series> <op> <number>", r.Alert, r.Expr)
+				continue
+			}
+			if !recorded[m[1]] {
+				t.Errorf("alert %s: %s is not recorded by a rule of %s", r.Alert, m[1], rulesFile)
+				continue
+			}
+			th, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				t.Errorf("alert %s: threshold %q: %v", r.Alert, m[3], err)
+				continue
+			}
+			out = append(out, alertRule{r.Alert, m[1], m[2], th})
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no alerts in " + rulesFile)
+	}
+	return out
+}
+
+// holds reports whether v op threshold.
+func (a alertRule) holds(v float64) bool {
+	switch a.op {
+	case ">":
+		return v > a.threshold
+	case ">=":
+		return v >= a.threshold
+	case "<":
+		return v < a.threshold
+	case "<=":
+		return v <= a.threshold
+	case "==":
+		return v == a.threshold
+	}
+	return v != a.threshold
+}
+
+// ruleStates are the rules Prometheus loaded, by name: health, last error,
+// type and, for alerts, state (inactive, pending, firing).
+func ruleStates(t *testing.T, api string) map[string]struct{ Name, Health, LastError, Type, State string } {
+	t.Helper()
 	resp, err := http.Get(api + "/api/v1/rules")
 	if err != nil {
 		t.Fatal(err)
@@ -487,24 +603,89 @@ func checkRuleHealth(t *testing.T, api string) {
 		Data struct {
 			Groups []struct {
 				Name  string
-				Rules []struct{ Name, Health, LastError, Type string }
+				Rules []struct{ Name, Health, LastError, Type, State string }
 			}
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	out := map[string]struct{ Name, Health, LastError, Type, State string }{}
 	for _, g := range r.Data.Groups {
 		for _, rule := range g.Rules {
-			n++
-			if rule.Health != "ok" {
-				t.Errorf("rule %s/%s: health %q: %s", g.Name, rule.Name, rule.Health, rule.LastError)
-			}
+			out[g.Name+"/"+rule.Name] = rule
 		}
 	}
-	if n < 8 {
-		t.Errorf("Prometheus loaded %d rules, want the file's 8", n)
+	return out
+}
+
+// checkRuleHealth: Prometheus loaded every rule of the file and evaluated
+// each, alerts included, without error.
+func checkRuleHealth(t *testing.T, srv promServer) {
+	t.Helper()
+	states := ruleStates(t, srv.api)
+	for name, rule := range states {
+		if rule.Health != "ok" {
+			t.Errorf("%s Prometheus: rule %s: health %q: %s", srv.name, name, rule.Health, rule.LastError)
+		}
+	}
+	if want := readRules(t).count(); len(states) != want {
+		t.Errorf("%s Prometheus loaded %d rules, want the %d of %s", srv.name, len(states), want, rulesFile)
+	}
+}
+
+// checkAlerts evaluates each alert's left-hand side, its recorded series,
+// and requires Prometheus's state of the alert to agree: active (pending
+// or firing) exactly when some series crosses the threshold. At least one
+// alert must be active, or the check never saw an alert evaluate to true.
+func checkAlerts(t *testing.T, srv promServer, rules []alertRule) {
+	t.Helper()
+	var disagree []string
+	active := 0
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) { // polling: rules evaluate every second
+		disagree, active = disagree[:0], 0
+		states := map[string]string{}
+		for _, r := range ruleStates(t, srv.api) {
+			if r.Type == "alerting" {
+				states[r.Name] = r.State
+			}
+		}
+		for _, a := range rules {
+			res := instantOK(t, srv, a.series)
+			if len(res) == 0 {
+				disagree = append(disagree, fmt.Sprintf("%s: %s returns no data", a.name, a.series))
+				continue
+			}
+			want := false
+			for _, s := range res {
+				if math.IsNaN(s.value) || math.IsInf(s.value, 0) {
+					disagree = append(disagree, fmt.Sprintf("%s: %s is %v", a.name, a.series, s.value))
+				}
+				want = want || a.holds(s.value)
+			}
+			// The whole expression parses and agrees with its parts.
+			whole := instantOK(t, srv, a.series+" "+a.op+" "+strconv.FormatFloat(a.threshold, 'g', -1, 64))
+			state, ok := states[a.name]
+			switch {
+			case !ok:
+				disagree = append(disagree, a.name+": not loaded")
+			case want != (len(whole) > 0):
+				disagree = append(disagree, fmt.Sprintf("%s: %s %s %g holds %v, the expression returns %d series", a.name, a.series, a.op, a.threshold, want, len(whole)))
+			case want != (state != "inactive"):
+				disagree = append(disagree, fmt.Sprintf("%s: %s %s %g holds %v, the alert is %s", a.name, a.series, a.op, a.threshold, want, state))
+			case want:
+				active++
+			}
+		}
+		if len(disagree) == 0 && active > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, d := range disagree {
+		t.Errorf("%s Prometheus: alert %s", srv.name, d)
+	}
+	if active == 0 {
+		t.Errorf("%s Prometheus: no alert was active: the workload's dead letter should make CanopyDeadLetters fire", srv.name)
 	}
 }
 
