@@ -82,7 +82,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 			Help: "Snapshots built while the projection was behind its input by more than the staleness threshold, by lane."}, []string{"lane"}),
 		wakeLag: prometheus.NewHistogramVec(histogram(sub, "wake_lag_seconds",
 			"Time from the timestamp of the earliest record that triggered a wake to the commit that published it, by lane. "+
-				"On canopy's input topics that timestamp is the producer's CreateTime, so the producer's clock counts: "+
+				"That timestamp is the producer's CreateTime (unless the topic uses LogAppendTime), so the producer's clock counts: "+
 				"a record stamped at or after the commit is observed as 0 and counted in wake_lag_clamped_total. Timer wakes are not observed.",
 			secondsBuckets), []string{"lane"}),
 		wakeLagClamped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wake_lag_clamped_total",
