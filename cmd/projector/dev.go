@@ -83,6 +83,10 @@ type devOptions struct {
 const devToken = "canopy-dev-token"
 
 func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
+	// Warn, not the info of `projector run`: dev prints each wake itself, so
+	// the per-wake event lines (conductor.snapshot.generated, .truncated,
+	// .stale at info) and partition start-up lines would only bury the
+	// wake lines `make run` is for.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {

@@ -68,4 +68,11 @@ func TestDev(t *testing.T) {
 	if !strings.Contains(out.String(), "events projected") {
 		t.Fatalf("no closing summary:\n%s", out.String())
 	}
+	// The snapshot events are info lines in `projector run`; dev prints the
+	// wakes itself and keeps them out, or they would bury its output.
+	for _, o := range []string{out.String(), errOut.String()} {
+		if strings.Contains(o, "conductor.snapshot.") {
+			t.Fatalf("dev's output carries per-wake event lines:\n%s", o)
+		}
+	}
 }

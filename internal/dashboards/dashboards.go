@@ -47,16 +47,27 @@ func q(expr, legend string) Query {
 	return Query{Expr: strings.ReplaceAll(expr, "RATE", rate), Legend: legend}
 }
 
-func quantiles(metric, by, legendPrefix string) []Query {
+// quantiles are the p50, p99 and p99.9 of a histogram (or the quantiles
+// ps), grouped by the label by when it is not "". Each query reads native
+// histograms or classic buckets, whichever the Prometheus scraping canopy
+// stores: canopy exposes both, a Prometheus with native histograms enabled
+// may keep only the native one (then x_bucket has no series), one without
+// keeps only the buckets (then x has none). Native comes first, so a
+// server that keeps both uses the finer one.
+func quantiles(metric, by string, ps ...string) []Query {
+	if len(ps) == 0 {
+		ps = []string{"0.5", "0.99", "0.999"}
+	}
 	var out []Query
-	for _, p := range []string{"0.5", "0.99", "0.999"} {
-		group := "le"
-		legend := legendPrefix + "p" + strings.TrimPrefix(p, "0.")
+	for _, p := range ps {
+		legend := "p" + strings.TrimPrefix(p, "0.")
+		classic, native := "le", ""
 		if by != "" {
-			group = "le, " + by
+			classic, native = "le, "+by, " by ("+by+")"
 			legend = "{{" + by + "}} " + legend
 		}
-		out = append(out, q(fmt.Sprintf("histogram_quantile(%s, sum by (%s) (rate(%s_bucket[RATE])))", p, group, metric), legend))
+		out = append(out, q(fmt.Sprintf("histogram_quantile(%s, sum%s (rate(%s[RATE]))) or histogram_quantile(%s, sum by (%s) (rate(%s_bucket[RATE])))",
+			p, native, metric, p, classic, metric), legend))
 	}
 	return out
 }
@@ -74,8 +85,8 @@ var All = []Dashboard{
 				Question: "How often are conductors woken, on the normal and the priority lane?",
 				Queries:  []Query{q(`sum by (lane) (rate(canopy_projector_wakes_published_total[RATE]))`, "{{lane}}")}},
 			{Title: "Event to wake latency", Unit: "s",
-				Question: "How long after an agent's event (or a human's input) is its conductor's wake committed? (p50, p99, p99.9 per lane)",
-				Queries:  quantiles("canopy_projector_wake_lag_seconds", "lane", "")},
+				Question: "How long after an agent's event (or a human's input) was produced is its conductor's wake committed? (p50, p99, p99.9 per lane, from the record's producer timestamp)",
+				Queries:  quantiles("canopy_projector_wake_lag_seconds", "lane")},
 			{Title: "Consumer lag", Unit: "short",
 				Question: "Is any partition falling behind its input? (records not yet applied, per topic and partition)",
 				Queries:  []Query{q(`max by (topic, partition) (canopy_projector_consumer_lag_records)`, "{{topic}} p{{partition}}")}},
@@ -98,10 +109,10 @@ var All = []Dashboard{
 		Panels: []Panel{
 			{Title: "Snapshot size", Unit: "bytes",
 				Question: "How close are snapshots to their byte budget?",
-				Queries:  quantiles("canopy_snapshot_size_bytes", "", "")},
+				Queries:  quantiles("canopy_snapshot_size_bytes", "")},
 			{Title: "Nodes per snapshot", Unit: "short",
 				Question: "How many nodes does a conductor see per wake?",
-				Queries:  quantiles("canopy_snapshot_nodes", "", "")},
+				Queries:  quantiles("canopy_snapshot_nodes", "")},
 			{Title: "Truncated share", Unit: "percentunit",
 				Question: "What share of snapshots leave something out (nodes, handles or text), per lane?",
 				Queries: []Query{q(`sum by (lane) (rate(canopy_snapshot_truncated_total[RATE])) / sum by (lane) (rate(canopy_projector_wakes_published_total[RATE]))`,
@@ -114,7 +125,7 @@ var All = []Dashboard{
 				Queries:  []Query{q(`sum by (lane) (rate(canopy_snapshot_stale_total[RATE]))`, "{{lane}}")}},
 			{Title: "Build time", Unit: "s",
 				Question: "How long does building one snapshot take?",
-				Queries:  quantiles("canopy_snapshot_build_seconds", "", "")},
+				Queries:  quantiles("canopy_snapshot_build_seconds", "")},
 			{Title: "Triggers", Unit: "ops",
 				Question: "Why are conductors woken? (triggers per second by kind and lane)",
 				Queries:  []Query{q(`sum by (lane, kind) (rate(canopy_projector_wake_triggers_total[RATE]))`, "{{lane}} {{kind}}")}},
@@ -131,18 +142,20 @@ var All = []Dashboard{
 				Question: "Is any instance restoring state from the changelog now?",
 				Queries:  []Query{q(`sum by (instance) (canopy_projector_partitions_restoring)`, "{{instance}}")}},
 			{Title: "Rebalances", Unit: "short",
-				Question: "How often does the group move partitions? (assigned and revoked per window)",
-				Queries:  []Query{q(`sum by (change) (increase(canopy_projector_partition_changes_total[RATE]))`, "{{change}}")}},
-			{Title: "Restore time", Unit: "s",
-				Question: "How long does taking over a partition take?",
+				Question: "How often does the group rebalance, and how many partitions move each time? (assignments and revocations, and the partitions they moved, per window)",
 				Queries: []Query{
-					q(`histogram_quantile(0.5, sum by (le) (rate(canopy_projector_restore_seconds_bucket[RATE])))`, "p50"),
-					q(`histogram_quantile(0.99, sum by (le) (rate(canopy_projector_restore_seconds_bucket[RATE])))`, "p99"),
-					q(`sum(rate(canopy_projector_restored_records_total[RATE]))`, "records/s"),
+					q(`sum by (change) (increase(canopy_projector_rebalances_total[RATE]))`, "{{change}}"),
+					q(`sum by (change) (increase(canopy_projector_partition_changes_total[RATE]))`, "partitions {{change}}"),
 				}},
+			{Title: "Restore progress", Unit: "ops",
+				Question: "Is a restore under way moving, and how fast? (changelog records written to the state store per second, per instance, counted as the restore goes)",
+				Queries:  []Query{q(`sum by (instance) (rate(canopy_projector_restored_records_total[RATE]))`, "{{instance}} records/s")}},
+			{Title: "Restore time", Unit: "s",
+				Question: "How long did taking over a partition take? (restores that ended)",
+				Queries:  quantiles("canopy_projector_restore_seconds", "", "0.5", "0.99")},
 			{Title: "Commit time", Unit: "s",
 				Question: "How long does committing a batch (transaction + Pebble) take?",
-				Queries:  quantiles("canopy_projector_commit_seconds", "", "")},
+				Queries:  quantiles("canopy_projector_commit_seconds", "")},
 			{Title: "Pebble disk and cache", Unit: "bytes",
 				Question: "How much disk does each instance's state use, and how big is its block cache?",
 				Queries: []Query{
@@ -168,7 +181,7 @@ var All = []Dashboard{
 				Queries:  []Query{q(`sum by (route, code) (rate(canopy_gateway_requests_total[RATE]))`, "{{route}} {{code}}")}},
 			{Title: "Request latency", Unit: "s",
 				Question: "How long do requests take, per route? (an input's time includes Kafka's acknowledgement)",
-				Queries:  quantiles("canopy_gateway_request_duration_seconds", "route", "")},
+				Queries:  quantiles("canopy_gateway_request_duration_seconds", "route")},
 			{Title: "Refused and failed", Unit: "percentunit",
 				Question: "What share of requests fail on canopy's side (5xx) or are refused (4xx)?",
 				Queries: []Query{
@@ -229,7 +242,9 @@ func Guide() []byte {
 	b.WriteString("# Dashboards: which panel answers which question\n\n")
 	b.WriteString("The dashboards live in `deploy/helm/canopy/dashboards/` (Grafana file provisioning, or the Helm chart's\n")
 	b.WriteString("ConfigMaps for Grafana's sidecar). Every query below is evaluated against a real Prometheus scraping canopy\n")
-	b.WriteString("in `make test` (internal/dashboards/prometheus_test.go). The alerts are in `deploy/helm/canopy/rules/`.\n")
+	b.WriteString("in `make test` (internal/dashboards/prometheus_test.go), once storing classic histograms and once with\n")
+	b.WriteString("native histograms on: each quantile query reads native histograms or classic `_bucket` series, whichever\n")
+	b.WriteString("the server keeps. The alerts are in `deploy/helm/canopy/rules/`.\n")
 	for _, d := range All {
 		fmt.Fprintf(&b, "\n## %s (`%s`)\n\n%s\n\n| Panel | Question it answers | Query |\n|---|---|---|\n", d.Title, d.File, d.About)
 		for _, p := range d.Panels {

@@ -7,20 +7,33 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"sigs.k8s.io/yaml"
+
+	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestRulesFileChecks: promtool accepts the rules file.
@@ -33,29 +46,44 @@ func TestRulesFileChecks(t *testing.T) {
 }
 
 // TestQueriesAgainstPrometheus runs `projector dev` (embedded broker,
-// projector, gateway, demo workload) and a real Prometheus scraping its
-// /metrics with canopy's rules loaded, sends a few requests through the
-// gateway, and then evaluates every query of every dashboard panel and every
-// recording rule behind the alerts: each must parse and return data, and
-// every rule must evaluate without error.
+// projector, gateway, demo workload) and two real Prometheus servers
+// scraping its /metrics with canopy's rules loaded, one storing classic
+// histograms and one native ones. It adds what the demo does not do: a
+// second projector instance that joins the group and leaves again (a
+// rebalance each way and restores with records to read), an undecodable
+// record (a dead letter), a record in the wrong partition (a reroute) and
+// requests through the gateway; the demo's runs are big enough to truncate
+// snapshots. Then every query of every dashboard panel and every recording
+// rule behind the alerts must return real data on both servers: finite
+// values, not all zero unless the query is on the allow-list below, and a
+// quantile only from a histogram that recorded observations. Every rule
+// must evaluate without error, and each alert must be active exactly when
+// its recorded series crosses its threshold.
 func TestQueriesAgainstPrometheus(t *testing.T) {
-	prometheus := testenv.Tool(t, "prometheus")
+	promBin := testenv.Tool(t, "prometheus")
+	alertRules := alerts(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	bin := filepath.Join(dir, "projector")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../cmd/projector").CombinedOutput(); err != nil {
 		t.Fatalf("building the projector: %v\n%s", err, out)
 	}
+	// Runs of 70 nodes: past the snapshot's 64, so snapshots truncate.
 	dev := exec.Command(bin, "dev", "-http-addr", "127.0.0.1:0", "-gateway-addr", "127.0.0.1:0",
-		"-rate", "300", "-runs", "6", "-duration", "150s")
+		"-rate", "300", "-runs", "6", "-nodes", "70", "-partitions", fmt.Sprint(devPartitions), "-duration", "200s")
 	devOut := startProcess(t, dev)
-	addrs := devOut.await(t, regexp.MustCompile(`gateway on http://([0-9.:]+) `), regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`))
-	gatewayAddr, metricsAddr := addrs[0], addrs[1]
+	addrs := devOut.await(t, regexp.MustCompile(`embedded Kafka on ([0-9.:]+),`),
+		regexp.MustCompile(`gateway on http://([0-9.:]+) `), regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`))
+	kafkaAddr, gatewayAddr, metricsAddr := addrs[0], addrs[1], addrs[2]
 
-	// Prometheus scrapes every second and evaluates the rules every second
-	// (the file says 30s for production).
+	// The second projector instance's metrics, served from before it
+	// joins, so that Prometheus sees its counters move.
+	second := newInstance(t, kafkaAddr, filepath.Join(dir, "second"))
+
+	// Prometheus evaluates the rules every second (the file says 30s for
+	// production).
 	rules, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
@@ -64,33 +92,63 @@ func TestQueriesAgainstPrometheus(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+	// A scrape may take a while on a loaded machine: two seconds each.
+	cfg := fmt.Sprintf(`global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}
 rule_files: [rules.yaml]
 scrape_configs:
   - job_name: canopy
-    static_configs: [{targets: [%q]}]
-`, metricsAddr)
+    static_configs: [{targets: [%q, %q]}]
+`, metricsAddr, second.metricsAddr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	promAddr := freeAddr(t)
-	startProcess(t, exec.Command(prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+promAddr, "--log.level=warn"))
-	api := "http://" + promAddr
+	// Two servers scrape the same canopy: one as Prometheus does by
+	// default (classic histograms: x_bucket series), one with native
+	// histograms on, which stores canopy's histograms as native ones only
+	// (x, and no x_bucket). Every query must work on both.
+	servers := []promServer{
+		startPrometheus(t, promBin, dir, "classic"),
+		startPrometheus(t, promBin, dir, "native", "--enable-feature=native-histograms"),
+	}
+	// What happens next must happen after both have scraped both
+	// instances: a counter's increase before a series' first sample is
+	// invisible to rate() and increase().
+	for _, srv := range servers {
+		waitQuery(t, srv, 60*time.Second, `count(up == 1) == 2`)
+	}
 
 	// Requests through the gateway, so that its panels have data: inputs
-	// (202), a snapshot read, and one refused for want of a token (401).
-	for i := range 5 {
-		req, _ := http.NewRequest("POST", "http://"+gatewayAddr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"steer","text":"go on"}`))
-		req.Header.Set("Authorization", "Bearer canopy-dev-token")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("dash-%d", i))
-		doRequest(t, req)
+	// (202) and a snapshot read refused for want of a token (401). A
+	// labelled series appears with its first request, and rate() cannot
+	// count that one: one of each first, and the rest once both servers
+	// have the series.
+	requests := func(n int) {
+		for i := range n {
+			req, _ := http.NewRequest("POST", "http://"+gatewayAddr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"steer","text":"go on"}`))
+			req.Header.Set("Authorization", "Bearer canopy-dev-token")
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("dash-%d-%d", n, i))
+			doRequest(t, req)
+			req, _ = http.NewRequest("GET", "http://"+gatewayAddr+"/v1/runs/run-1/snapshot", nil)
+			doRequest(t, req)
+		}
 	}
-	req, _ := http.NewRequest("GET", "http://"+gatewayAddr+"/v1/runs/run-1/snapshot", nil)
-	doRequest(t, req)
+	requests(1)
+	for _, srv := range servers {
+		waitQuery(t, srv, 30*time.Second, `count(canopy_gateway_requests_total) >= 2 and count(canopy_kafka_produce_records_total{client="gateway"}) > 0`)
+	}
+	requests(5)
+	// Bad input: a dead letter and a reroute, for the Errors panel and the
+	// dead-letter rule.
+	produceBadRecords(t, ctx, kafkaAddr)
+	// Scale out and back: the second instance takes partitions over
+	// (revoked from dev's projector, restored from the changelog), commits
+	// some batches, and leaves; dev's projector takes them back and
+	// restores what the second committed.
+	second.join(t, ctx)
+	second.leave(t)
 
-	queries := panelQueries(t, "1m")
+	queries := panelQueries(t, window)
 	for _, r := range recordingRules(t) {
 		queries["rule "+r] = r
 	}
@@ -99,40 +157,364 @@ scrape_configs:
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	// Everything returns data within the deadline, or the test names what
-	// did not.
-	missing := map[string]string{}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		clear(missing)
+	for n := range allowedZero {
+		if _, ok := queries[n]; !ok {
+			t.Errorf("allowedZero names %q, which is no query: keep the allow-list current", n)
+		}
+	}
+	// Every query shows real data on each server at some evaluation within
+	// the deadline, or the test names what did not and why. (Each event of
+	// the workload is in the rate window for a minute; they need not all
+	// be at once, so both servers are checked in the same rounds.)
+	type key struct{ server, query string }
+	missing := map[key]string{}
+	for _, srv := range servers {
 		for _, n := range names {
-			if msg := query(t, api, queries[n]); msg != "" {
-				missing[n] = msg
+			missing[key{srv.name, n}] = "not evaluated"
+		}
+	}
+	api := map[string]string{}
+	for _, srv := range servers {
+		api[srv.name] = srv.api
+	}
+	for deadline := time.Now().Add(100 * time.Second); len(missing) > 0 && time.Now().Before(deadline); {
+		for k := range missing {
+			if msg := check(t, api[k.server], queries[k.query], allowedZero[k.query] != ""); msg == "" {
+				delete(missing, k)
+			} else {
+				missing[k] = msg
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Second) // polling a condition, not synchronising
-	}
-	for _, n := range names {
-		if msg, ok := missing[n]; ok {
-			t.Errorf("%s: %s\n  query: %s", n, msg, queries[n])
+		if len(missing) > 0 {
+			time.Sleep(time.Second) // polling a condition, not synchronising
 		}
 	}
-	checkRuleHealth(t, api)
+	for _, srv := range servers {
+		for _, n := range names {
+			if msg, ok := missing[key{srv.name, n}]; ok {
+				t.Errorf("%s Prometheus: %s: %s\n  query: %s", srv.name, n, msg, queries[n])
+			}
+		}
+		checkRuleHealth(t, srv)
+		checkAlerts(t, srv, alertRules)
+	}
+	// Each server stored the kind of histogram it is there for, so that
+	// each kind of query was really exercised.
+	for _, srv := range servers {
+		classic := len(instantOK(t, srv, "count(canopy_snapshot_build_seconds_bucket)")) > 0
+		native := len(instantOK(t, srv, "count(canopy_snapshot_build_seconds)")) > 0
+		if classic != (srv.name == "classic") || native != (srv.name == "native") {
+			t.Errorf("%s Prometheus stored classic buckets %v, native histograms %v", srv.name, classic, native)
+		}
+	}
 }
 
-// recordingRules are the expressions of the rules file's recording rules,
-// by name (the name is itself a query once the rule has evaluated).
-func recordingRules(t *testing.T) []string {
+// window replaces Grafana's $__rate_interval in the test's queries.
+const window = "1m"
+
+// devPartitions is the partition count the test gives projector dev.
+const devPartitions = 4
+
+// allowedZero are the queries that may return only zeros in the test's
+// workload, each with the reason. Every other query must return some value
+// above zero: a series that is always present and always 0 proves nothing.
+var allowedZero = map[string]string{
+	"canopy-overview / Consumer lag / A":                "the projector keeps up with the demo: caught-up partitions have no lag",
+	"canopy-overview / Errors / C":                      "failed commits: nothing makes a commit fail",
+	"canopy-overview / Errors / D":                      "failed restores: nothing makes a restore fail",
+	"canopy-overview / Stale snapshots / A":             "the projector keeps up with the demo: no snapshot is stale",
+	"canopy-snapshots / Stale snapshots / A":            "as the overview's: no snapshot is stale",
+	"canopy-scale-out / Partitions restoring / A":       "a gauge: restores take milliseconds here, so it is 0 at almost every scrape",
+	"canopy-gateway / Refused and failed / A":           "5xx share: the gateway fails nothing",
+	"rule canopy:projector_consumer_lag_records:max":    "as the Consumer lag panel",
+	"rule canopy:snapshot_stale:ratio_rate5m":           "as the Stale snapshots panels",
+	"rule canopy:projector_restores_failed:increase15m": "as failed restores",
+}
+
+// check evaluates expr now: "" when it returned real data, else what is
+// wrong. Real data is at least one sample, no NaN or infinity, some value
+// above zero unless zero is allowed, and, for a quantile, observations in
+// the histogram it reads.
+func check(t *testing.T, api, expr string, zeroAllowed bool) string {
+	t.Helper()
+	res, msg := instant(t, api, expr)
+	if msg != "" {
+		return msg
+	}
+	if len(res) == 0 {
+		return "no data"
+	}
+	top := math.Inf(-1)
+	for _, s := range res {
+		if math.IsNaN(s.value) || math.IsInf(s.value, 0) {
+			return fmt.Sprintf("%v is %v", s.labels, s.value)
+		}
+		top = max(top, s.value)
+	}
+	if !zeroAllowed && top <= 0 {
+		return fmt.Sprintf("every series is %v (%d series)", top, len(res))
+	}
+	hists := histogramMetric.FindAllStringSubmatch(expr, -1)
+	if strings.Contains(expr, "histogram_quantile") && len(hists) == 0 {
+		return "the test finds no histogram in this quantile: update histogramMetric"
+	}
+	for _, m := range hists {
+		// Classic: the _count series; native: the histogram's own count.
+		obs := fmt.Sprintf("sum(increase(%[1]s_count[%[2]s])) > 0 or histogram_count(sum(increase(%[1]s[%[2]s]))) > 0", m[1], window)
+		if res, msg := instant(t, api, obs); msg != "" || len(res) == 0 {
+			return fmt.Sprintf("histogram %s recorded no observations in the last %s %s", m[1], window, msg)
+		}
+	}
+	return ""
+}
+
+// histogramMetric finds the histograms a query takes quantiles of.
+var histogramMetric = regexp.MustCompile(`histogram_quantile\([0-9.]+, sum(?: by \([^)]*\))? \(rate\(([a-z_:]+?)(?:_bucket)?\[`)
+
+// sample is one element of an instant vector.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// instant evaluates expr now; msg says why it could not.
+func instant(t *testing.T, api, expr string) (res []sample, msg string) {
+	t.Helper()
+	resp, err := http.Get(api + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status, Error string
+		Data          struct {
+			ResultType string
+			Result     []struct {
+				Metric map[string]string
+				Value  [2]any
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, err.Error()
+	}
+	if r.Status != "success" {
+		t.Errorf("query does not parse or fails: %s\n  query: %s", r.Error, expr) // never fixed by waiting
+		return nil, "error: " + r.Error
+	}
+	if r.Data.ResultType != "vector" {
+		return nil, "result type " + r.Data.ResultType + ", want vector"
+	}
+	for _, e := range r.Data.Result {
+		str, _ := e.Value[1].(string)
+		v, err := strconv.ParseFloat(str, 64)
+		if err != nil {
+			return nil, fmt.Sprintf("value %q: %v", str, err)
+		}
+		res = append(res, sample{e.Metric, v})
+	}
+	return res, ""
+}
+
+// instantOK evaluates expr now, failing the test if it cannot.
+func instantOK(t *testing.T, srv promServer, expr string) []sample {
+	t.Helper()
+	res, msg := instant(t, srv.api, expr)
+	if msg != "" {
+		t.Fatalf("%s Prometheus: %s: %s", srv.name, expr, msg)
+	}
+	return res
+}
+
+// waitQuery waits until expr returns data on srv (which may still be
+// starting).
+func waitQuery(t *testing.T, srv promServer, d time.Duration, expr string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(200 * time.Millisecond) {
+		res, msg := instant(t, srv.api, expr)
+		if len(res) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s Prometheus: %s returned nothing within %s %s", srv.name, expr, d, msg)
+		}
+	}
+}
+
+// produceBadRecords produces to dev's agent events topic an undecodable
+// record (dead-lettered) and a valid event in a partition its run does not
+// hash to (rerouted), as a misconfigured producer would.
+func produceBadRecords(t *testing.T, ctx context.Context, kafkaAddr string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	topic := topics.DefaultNames().AgentEvents()
+	bad := &kgo.Record{Topic: topic, Key: []byte("run-dead-letter"), Value: []byte(`{"this is": "not a CloudEvent"}`)}
+	bad.Partition = topics.Partition(bad.Key, devPartitions)
+	ev := workload.Generate(workload.Spec{RunID: "run-rerouted", Nodes: 2, Seed: 1})[0]
+	moved, err := topics.EventRecord(topic, &ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Partition = (topics.Partition(moved.Key, devPartitions) + 1) % devPartitions
+	if err := cl.ProduceSync(ctx, bad, moved).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// instance is a second projector instance in dev's group, with its own
+// state and its own /metrics.
+type instance struct {
+	dir         string
+	kafkaAddr   string
+	reg         *prometheus.Registry
+	metrics     *telemetry.ProjectorMetrics
+	srv         *httptest.Server
+	metricsAddr string
+	logs        *syncBuffer
+	stop        func() error
+}
+
+func newInstance(t *testing.T, kafkaAddr, dir string) *instance {
+	t.Helper()
+	in := &instance{dir: dir, kafkaAddr: kafkaAddr, reg: telemetry.NewRegistry(), logs: &syncBuffer{}}
+	var err error
+	if in.metrics, err = telemetry.NewProjectorMetrics(in.reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	in.srv = httptest.NewServer(telemetry.Handler(in.reg))
+	t.Cleanup(in.srv.Close)
+	in.metricsAddr = in.srv.Listener.Addr().String()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("second projector's log:\n%s", tail(in.logs.String(), 60))
+		}
+	})
+	return in
+}
+
+// devGroup is projector dev's consumer group (cmd/projector/dev.go).
+const devGroup = "canopy-dev"
+
+// join starts the instance in dev's group and returns once it owns and has
+// restored partitions and committed batches of them.
+func (in *instance) join(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cfg := projector.Config{Brokers: []string{in.kafkaAddr}, Names: topics.DefaultNames(), DataDir: in.dir, Group: devGroup,
+		Logger: slog.New(slog.NewTextHandler(in.logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Hooks: in.metrics,
+		KafkaHooks: telemetry.KafkaHooks(in.reg)}
+	p, err := projector.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.metrics.Set(p)
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	in.stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { in.stop() })
+	for deadline := time.Now().Add(90 * time.Second); len(p.Owned()) == 0 || p.Stats.Commits.Load() < 5; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second projector owns %v and committed %d batches after 90s", p.Owned(), p.Stats.Commits.Load())
+		}
+	}
+}
+
+// leave stops the instance: it leaves the group, and its partitions go
+// back to dev's projector.
+func (in *instance) leave(t *testing.T) {
+	t.Helper()
+	if err := in.stop(); err != nil {
+		t.Errorf("second projector: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// promServer is a Prometheus process scraping canopy.
+type promServer struct{ name, api string }
+
+// startPrometheus starts Prometheus with dir's prometheus.yml (and its
+// rules), its own storage, and the extra flags, until the test ends.
+func startPrometheus(t *testing.T, bin, dir, name string, flags ...string) promServer {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path=" + filepath.Join(dir, "tsdb-"+name), "--web.listen-address=" + addr, "--log.level=warn"}, flags...)
+	startProcess(t, exec.Command(bin, args...))
+	return promServer{name: name, api: "http://" + addr}
+}
+
+// rulesDoc is the rules file: Prometheus's rule_files format.
+type rulesDoc struct {
+	Groups []struct {
+		Name     string `json:"name"`
+		Interval string `json:"interval"`
+		Rules    []struct {
+			Record      string            `json:"record"`
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			For         string            `json:"for"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+// readRules reads the rules file.
+func readRules(t *testing.T) rulesDoc {
+	t.Helper()
 	b, err := os.ReadFile(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var doc rulesDoc
+	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
+		// Strict: a misspelt key (exp: for expr:) would leave a rule empty.
+		t.Fatalf("%s: %v", rulesFile, err)
+	}
+	return doc
+}
+
+// count is the number of rules, recording and alerting, in the file.
+func (d rulesDoc) count() int {
+	n := 0
+	for _, g := range d.Groups {
+		n += len(g.Rules)
+	}
+	return n
+}
+
+// recordingRules are the names of the file's recording rules (each name is
+// a query once the rule has evaluated).
+func recordingRules(t *testing.T) []string {
+	t.Helper()
 	var out []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*- record: (\S+)`).FindAllSubmatch(b, -1) {
-		out = append(out, string(m[1]))
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out = append(out, r.Record)
+			}
+		}
 	}
 	if len(out) == 0 {
 		t.Fatal("no recording rules in " + rulesFile)
@@ -140,33 +522,81 @@ func recordingRules(t *testing.T) []string {
 	return out
 }
 
-// query evaluates expr now; "" when it returned at least one sample.
-func query(t *testing.T, api, expr string) string {
-	resp, err := http.Get(api + "/api/v1/query?query=" + url.QueryEscape(expr))
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Status, Error string
-		Data          struct{ Result []json.RawMessage }
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return err.Error()
-	}
-	if r.Status != "success" {
-		t.Errorf("query does not parse or fails: %s\n  query: %s", r.Error, expr) // never fixed by waiting
-		return "error: " + r.Error
-	}
-	if len(r.Data.Result) == 0 {
-		return "no data"
-	}
-	return ""
+// alertRule is an alert of the rules file in the form every canopy alert
+// takes: a recorded series compared to a number.
+type alertRule struct {
+	name, series, op string
+	threshold        float64
 }
 
-// checkRuleHealth: Prometheus evaluated every rule, alerts included,
-// without error.
-func checkRuleHealth(t *testing.T, api string) {
+// alertExpr is that form.
+var alertExpr = regexp.MustCompile(`^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(>=|<=|==|!=|>|<)\s*([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)\s*$`)
+
+// alerts parses every alert of the rules file, failing the test for one
+// that is not "<recorded series> <op> <number>" with the series recorded
+// by a rule of the file: only then does checking the recorded series check
+// what the alert evaluates.
+func alerts(t *testing.T) []alertRule {
+	t.Helper()
+	doc := readRules(t)
+	recorded := map[string]bool{}
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				recorded[r.Record] = true
+			}
+		}
+	}
+	var out []alertRule
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			m := alertExpr.FindStringSubmatch(r.Expr)
+			if m == nil {
+				t.Errorf("alert %s: expr %q is not <recorded series> <op> <number>", r.Alert, r.Expr)
+				continue
+			}
+			if !recorded[m[1]] {
+				t.Errorf("alert %s: %s is not recorded by a rule of %s", r.Alert, m[1], rulesFile)
+				continue
+			}
+			th, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				t.Errorf("alert %s: threshold %q: %v", r.Alert, m[3], err)
+				continue
+			}
+			out = append(out, alertRule{r.Alert, m[1], m[2], th})
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no alerts in " + rulesFile)
+	}
+	return out
+}
+
+// holds reports whether v op threshold.
+func (a alertRule) holds(v float64) bool {
+	switch a.op {
+	case ">":
+		return v > a.threshold
+	case ">=":
+		return v >= a.threshold
+	case "<":
+		return v < a.threshold
+	case "<=":
+		return v <= a.threshold
+	case "==":
+		return v == a.threshold
+	}
+	return v != a.threshold
+}
+
+// ruleStates are the rules Prometheus loaded, by name: health, last error,
+// type and, for alerts, state (inactive, pending, firing).
+func ruleStates(t *testing.T, api string) map[string]struct{ Name, Health, LastError, Type, State string } {
+	t.Helper()
 	resp, err := http.Get(api + "/api/v1/rules")
 	if err != nil {
 		t.Fatal(err)
@@ -176,24 +606,89 @@ func checkRuleHealth(t *testing.T, api string) {
 		Data struct {
 			Groups []struct {
 				Name  string
-				Rules []struct{ Name, Health, LastError, Type string }
+				Rules []struct{ Name, Health, LastError, Type, State string }
 			}
 		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	out := map[string]struct{ Name, Health, LastError, Type, State string }{}
 	for _, g := range r.Data.Groups {
 		for _, rule := range g.Rules {
-			n++
-			if rule.Health != "ok" {
-				t.Errorf("rule %s/%s: health %q: %s", g.Name, rule.Name, rule.Health, rule.LastError)
-			}
+			out[g.Name+"/"+rule.Name] = rule
 		}
 	}
-	if n < 8 {
-		t.Errorf("Prometheus loaded %d rules, want the file's 8", n)
+	return out
+}
+
+// checkRuleHealth: Prometheus loaded every rule of the file and evaluated
+// each, alerts included, without error.
+func checkRuleHealth(t *testing.T, srv promServer) {
+	t.Helper()
+	states := ruleStates(t, srv.api)
+	for name, rule := range states {
+		if rule.Health != "ok" {
+			t.Errorf("%s Prometheus: rule %s: health %q: %s", srv.name, name, rule.Health, rule.LastError)
+		}
+	}
+	if want := readRules(t).count(); len(states) != want {
+		t.Errorf("%s Prometheus loaded %d rules, want the %d of %s", srv.name, len(states), want, rulesFile)
+	}
+}
+
+// checkAlerts evaluates each alert's left-hand side, its recorded series,
+// and requires Prometheus's state of the alert to agree: active (pending
+// or firing) exactly when some series crosses the threshold. At least one
+// alert must be active, or the check never saw an alert evaluate to true.
+func checkAlerts(t *testing.T, srv promServer, rules []alertRule) {
+	t.Helper()
+	var disagree []string
+	active := 0
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) { // polling: rules evaluate every second
+		disagree, active = disagree[:0], 0
+		states := map[string]string{}
+		for _, r := range ruleStates(t, srv.api) {
+			if r.Type == "alerting" {
+				states[r.Name] = r.State
+			}
+		}
+		for _, a := range rules {
+			res := instantOK(t, srv, a.series)
+			if len(res) == 0 {
+				disagree = append(disagree, fmt.Sprintf("%s: %s returns no data", a.name, a.series))
+				continue
+			}
+			want := false
+			for _, s := range res {
+				if math.IsNaN(s.value) || math.IsInf(s.value, 0) {
+					disagree = append(disagree, fmt.Sprintf("%s: %s is %v", a.name, a.series, s.value))
+				}
+				want = want || a.holds(s.value)
+			}
+			// The whole expression parses and agrees with its parts.
+			whole := instantOK(t, srv, a.series+" "+a.op+" "+strconv.FormatFloat(a.threshold, 'g', -1, 64))
+			state, ok := states[a.name]
+			switch {
+			case !ok:
+				disagree = append(disagree, a.name+": not loaded")
+			case want != (len(whole) > 0):
+				disagree = append(disagree, fmt.Sprintf("%s: %s %s %g holds %v, the expression returns %d series", a.name, a.series, a.op, a.threshold, want, len(whole)))
+			case want != (state != "inactive"):
+				disagree = append(disagree, fmt.Sprintf("%s: %s %s %g holds %v, the alert is %s", a.name, a.series, a.op, a.threshold, want, state))
+			case want:
+				active++
+			}
+		}
+		if len(disagree) == 0 && active > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, d := range disagree {
+		t.Errorf("%s Prometheus: alert %s", srv.name, d)
+	}
+	if active == 0 {
+		t.Errorf("%s Prometheus: no alert was active: the workload's dead letter should make CanopyDeadLetters fire", srv.name)
 	}
 }
 

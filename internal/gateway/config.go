@@ -103,7 +103,9 @@ type Config struct {
 
 // Hooks receive what the gateway serves. Request is called once per request
 // when its handler returns (for a wake stream, when the stream ends); route
-// is the matched pattern ("" for no route).
+// is the matched pattern ("" for no route); method is GET, POST, HEAD,
+// OPTIONS, PUT, DELETE or PATCH, and "_OTHER" for any other method a client
+// sent, so that it is safe as a metric label.
 type Hooks interface {
 	Request(route, method string, status int, took time.Duration)
 }

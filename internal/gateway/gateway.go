@@ -158,20 +158,28 @@ func (g *Gateway) routes() {
 // log line rather than a dropped connection.
 func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	began := time.Now()
+	method := methodName(r.Method)
+	attrs := []attribute.KeyValue{attribute.String("http.request.method", method), attribute.String("url.path", r.URL.Path)}
+	spanMethod := method
+	if method == methodOther {
+		// OpenTelemetry's HTTP conventions: the span is named "HTTP" and
+		// the method the client sent is kept as an attribute only.
+		spanMethod = "HTTP"
+		attrs = append(attrs, attribute.String("http.request.method_original", r.Method))
+	}
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := g.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+	ctx, span := g.tracer.Start(ctx, spanMethod, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	r = r.WithContext(ctx)
 	w := &statusWriter{ResponseWriter: rw}
 	defer func() {
 		// r.Pattern is set by the mux once it matched a route.
-		span.SetName(strings.TrimSpace(r.Method + " " + r.Pattern))
+		span.SetName(strings.TrimSpace(spanMethod + " " + r.Pattern))
 		span.SetAttributes(attribute.String("http.route", r.Pattern), attribute.Int("http.response.status_code", w.status()))
 		if w.status() >= 500 {
 			span.SetStatus(codes.Error, http.StatusText(w.status()))
 		}
 		span.End()
-		g.cfg.Hooks.Request(r.Pattern, r.Method, w.status(), time.Since(began))
+		g.cfg.Hooks.Request(r.Pattern, method, w.status(), time.Since(began))
 	}()
 	defer func() {
 		if v := recover(); v != nil {
@@ -183,6 +191,22 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	g.mux.ServeHTTP(w, r)
+}
+
+// methodOther stands for every HTTP method outside the fixed set methodName
+// knows, as in OpenTelemetry's HTTP conventions.
+const methodOther = "_OTHER"
+
+// methodName is the method as metrics and spans report it: one of a fixed
+// set, else methodOther. net/http accepts any token as a method, so a
+// client could otherwise make a new metric series (and span name) per
+// request.
+func methodName(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodPost, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete, http.MethodPatch:
+		return m
+	}
+	return methodOther
 }
 
 // statusWriter remembers the status a handler wrote, for Hooks.Request;

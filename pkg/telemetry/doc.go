@@ -15,9 +15,8 @@
 //	conductor.snapshot.stale       the snapshot was stale when built
 //	conductor.wake.received        a conductor's consumer delivered a wake
 //
-// Each is also a slog line (generated and truncated at debug level, stale
-// and received at info),
-// so it can be found without a collector.
+// Each is also a slog line at info level, so it can be found without a
+// collector.
 //
 // Registries, tracer and logger providers are passed in, never global.
 // OpenTelemetry export is configured by the standard OTEL_* environment

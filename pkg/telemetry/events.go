@@ -99,11 +99,13 @@ func NewEvents(lp log.LoggerProvider, logger *slog.Logger, now func() time.Time)
 // conductor.snapshot.truncated and conductor.snapshot.stale when they
 // apply. ctx's span (the wake's publish span) ties them to the trace.
 func (e *Events) Snapshot(ctx context.Context, m SnapshotMeta) {
-	e.emit(ctx, EventSnapshotGenerated, slog.LevelDebug, m.attrs())
+	// Info, like stale and received: the events are the audit trail of what
+	// each conductor was shown (seed 000), so at the default level each is a
+	// line that can be found without a collector. A process that wants
+	// fewer lines (projector dev) sets its logger's level above info.
+	e.emit(ctx, EventSnapshotGenerated, slog.LevelInfo, m.attrs())
 	if m.Truncated {
-		// Debug, like generated: bounds are routine by design (every run
-		// past 64 nodes truncates); stale is the one that means trouble.
-		e.emit(ctx, EventSnapshotTruncated, slog.LevelDebug, m.attrs())
+		e.emit(ctx, EventSnapshotTruncated, slog.LevelInfo, m.attrs())
 	}
 	if m.Stale {
 		e.emit(ctx, EventSnapshotStale, slog.LevelInfo, m.attrs())

@@ -18,7 +18,7 @@ type GatewayMetrics struct {
 func NewGatewayMetrics(reg prometheus.Registerer) (*GatewayMetrics, error) {
 	m := &GatewayMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "gateway", Name: "requests_total",
-			Help: "HTTP requests served, by route pattern (\"\" for none), method and status code."}, []string{"route", "method", "code"}),
+			Help: "HTTP requests served, by route pattern (\"\" for none), method (GET, POST, HEAD, OPTIONS, PUT, DELETE, PATCH or _OTHER) and status code."}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(histogram("gateway", "request_duration_seconds",
 			"Time to serve an HTTP request, by route pattern; a wake stream counts when it ends.", secondsBuckets), []string{"route"}),
 	}

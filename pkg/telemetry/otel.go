@@ -53,11 +53,14 @@ type OTel struct {
 // ErrOTelConfig is wrapped by SetupOTel's error for a bad OTEL_* setting.
 var ErrOTelConfig = errors.New("telemetry: invalid OpenTelemetry configuration")
 
-// SetupOTel builds the providers from the environment. Export is on when
-// OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
-// OTEL_EXPORTER_OTLP_LOGS_ENDPOINT is set and OTEL_SDK_DISABLED is not
-// "true"; otherwise SetupOTel returns no-op providers and no error, so a
-// process without a collector runs as before. The protocol is
+// SetupOTel builds the providers from the environment. A signal (traces,
+// logs) is exported when OTEL_EXPORTER_OTLP_ENDPOINT or its own
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_LOGS_ENDPOINT is
+// set, its OTEL_TRACES_EXPORTER / OTEL_LOGS_EXPORTER is not "none", and
+// OTEL_SDK_DISABLED is not "true"; otherwise SetupOTel returns no-op
+// providers and no error, so a process without a collector runs as before.
+// The exporter variables take "otlp" (the default) or "none"; any other
+// value is an error, since canopy has no other exporter. The protocol is
 // OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): "grpc" or
 // "http/protobuf", the default. Call Shutdown to flush.
 func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
@@ -72,8 +75,16 @@ func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return o, nil
 	}
-	traces := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
-	logs := getenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	tracesOn, err := exporterOn(getenv, "OTEL_TRACES_EXPORTER")
+	if err != nil {
+		return nil, err
+	}
+	logsOn, err := exporterOn(getenv, "OTEL_LOGS_EXPORTER")
+	if err != nil {
+		return nil, err
+	}
+	traces := tracesOn && (getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "")
+	logs := logsOn && (getenv("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "")
 	if !traces && !logs {
 		return o, nil
 	}
@@ -138,6 +149,35 @@ func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
 	}
 	o.Enabled = true
 	return o, nil
+}
+
+// exporterOn reads a signal's exporter variable (OTEL_TRACES_EXPORTER or
+// OTEL_LOGS_EXPORTER): a comma-separated list, as the specification allows,
+// of "otlp" (the default when unset) or "none". It reports whether the
+// signal goes to OTLP. "none" turns the signal off: a deployment that wants
+// only logs (or only traces) from a collector set for both says so. An
+// exporter canopy does not have (console, zipkin, ...) is an error naming
+// the variable rather than a signal that silently goes nowhere.
+func exporterOn(getenv func(string) string, name string) (bool, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return true, nil
+	}
+	otlp, none := false, false
+	for _, e := range strings.Split(v, ",") {
+		switch strings.ToLower(strings.TrimSpace(e)) {
+		case "otlp":
+			otlp = true
+		case "none":
+			none = true
+		default:
+			return false, fmt.Errorf("%w: %s %q: want otlp or none (canopy exports over OTLP only)", ErrOTelConfig, name, v)
+		}
+	}
+	if otlp && none {
+		return false, fmt.Errorf("%w: %s %q: none cannot be combined with otlp", ErrOTelConfig, name, v)
+	}
+	return otlp, nil
 }
 
 func (o *OTel) shutdownWith(ctx context.Context, err error) error {

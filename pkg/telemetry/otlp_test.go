@@ -3,11 +3,15 @@ package telemetry_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,9 +35,20 @@ import (
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
 
-// secret is planted in an event's payload: it may travel in wakes, never in
+// Secrets planted in events' payloads: they may travel in wakes, never in
 // telemetry.
-const secret = "SECRET-canary-5d1e9b"
+const (
+	// secret is a human's input text, which the priority wake's trigger
+	// carries to the conductor.
+	secret = "SECRET-canary-5d1e9b"
+	// secretCapability is the root node's capability, which every snapshot
+	// carries (the root is always included): the field a telemetry event
+	// built from the snapshot would leak if it copied node contents.
+	secretCapability = "SECRET-capability-7c20aa"
+	// secretLabel is an artifact's free-text label, which no snapshot
+	// carries.
+	secretLabel = "SECRET-label-e41f03"
+)
 
 // receiver is an in-process OTLP/HTTP receiver: it keeps every request body
 // as received and its decoded spans and log records.
@@ -118,8 +133,12 @@ func attrMap(kvs []*common.KeyValue) map[string]string {
 // TestOTLPExport runs a projector and a conductor's wake consumer against
 // the embedded broker with OTLP export to an in-process receiver, and checks
 // that seed 000's four events and the spans of one trace (event → projector
-// → conductor) arrive with their names and attributes, and that a secret in
-// an event's payload appears in no span, log record or log line.
+// → conductor) arrive with their names and attributes (offsets on process
+// spans, the consumer group on both sides' process spans). Secrets planted
+// in a human's input, in the root node's capability (a field every snapshot
+// carries) and in an artifact's label (one none carries) reach the
+// conductor where they should and no further: no span, log record, log line
+// or /metrics byte carries any of them.
 func TestOTLPExport(t *testing.T) {
 	rc := &receiver{}
 	srv := httptest.NewServer(rc)
@@ -156,11 +175,22 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// One run's events, all carrying the agent's trace context, and a
-	// human's input with the secret in its text.
+	// One run's events, all carrying the agent's trace context, with the
+	// root's capability and an artifact's label secret, and a human's input
+	// with the secret in its text.
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	traceparent := "00-" + traceID + "-00f067aa0ba902b7-01"
 	evs := workload.Generate(workload.Spec{RunID: "run-otlp", Nodes: 30, Seed: 7})
+	root := evs[0]
+	if nc, ok := root.Data.(*topics.NodeCreated); !ok || nc.ParentAgentID != "" {
+		t.Fatalf("the workload's first event is not the root's creation: %+v", root)
+	} else {
+		nc.Capability = secretCapability
+	}
+	artifact := topics.Event{ID: "artifact-secret", Source: root.Source, Type: topics.TypeArtifactCreated, Time: root.Time, RunID: "run-otlp",
+		AgentID: root.AgentID, SchemaVersion: topics.CurrentSchemaVersion,
+		Data: &topics.ArtifactCreated{ArtifactID: "artifact-1", ArtifactType: "document", Label: secretLabel}}
+	evs = slices.Insert(evs, 1, artifact)
 	var recs []*kgo.Record
 	for i := range evs {
 		r, err := topics.EventRecord(names.AgentEvents(), &evs[i], traceparent)
@@ -210,12 +240,24 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var normal, priority atomic.Int64
+	// Where each secret legitimately reached the conductor (positive
+	// controls: the secrets did flow through the projector).
+	var inWakes sync.Map
 	wc, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "otlp-conductor", Logger: logger, Observer: obs, TracerProvider: ot.Tracer},
 		func(_ context.Context, w *topics.Wake, _ wake.Received) error {
 			if w.Lane == topics.LanePriority {
 				priority.Add(1)
 			} else {
 				normal.Add(1)
+			}
+			b, err := json.Marshal(w)
+			if err != nil {
+				return err
+			}
+			for _, s := range []string{secret, secretCapability, secretLabel} {
+				if bytes.Contains(b, []byte(s)) {
+					inWakes.Store(s, true)
+				}
 			}
 			return nil
 		})
@@ -244,15 +286,40 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for _, b := range rc.raw {
-		if bytes.Contains(b, []byte(secret)) {
-			t.Errorf("the secret reached the collector:\n%q", b)
+	// Positive controls: the input's text reached the conductor in the
+	// priority wake's trigger and the root's capability in snapshots, as
+	// they should; the artifact's label is in no wake.
+	for s, want := range map[string]bool{secret: true, secretCapability: true, secretLabel: false} {
+		if _, got := inWakes.Load(s); got != want {
+			t.Errorf("%s in the wakes the conductor received: %v, want %v", s, got, want)
 		}
 	}
-	if strings.Contains(logBuf.String(), secret) {
-		t.Errorf("the secret is in the log lines")
+	// The metrics, as a scraper reads them.
+	msrv := httptest.NewServer(telemetry.Handler(reg))
+	defer msrv.Close()
+	resp, err := http.Get(msrv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Contains(exposition, []byte("canopy_projector_wakes_published_total")) {
+		t.Fatalf("/metrics: %v\n%s", err, exposition)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, s := range []string{secret, secretCapability, secretLabel} {
+		for _, b := range rc.raw {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s reached the collector:\n%q", s, b)
+			}
+		}
+		if strings.Contains(logBuf.String(), s) {
+			t.Errorf("%s is in the log lines", s)
+		}
+		if bytes.Contains(exposition, []byte(s)) {
+			t.Errorf("%s is in /metrics", s)
+		}
 	}
 
 	// Every event arrived, tied to a span, with metadata only.
@@ -312,8 +379,10 @@ func TestOTLPExport(t *testing.T) {
 		{"send " + names.Wakes(), traceID, map[string]string{"messaging.system": "kafka", "messaging.operation.type": "send",
 			"messaging.destination.name": names.Wakes(), "messaging.kafka.message.key": "run-otlp"}},
 		{"send " + names.PriorityWakes(), traceID, map[string]string{"messaging.destination.name": names.PriorityWakes()}},
-		{"process " + names.Wakes(), traceID, map[string]string{"messaging.system": "kafka", "messaging.destination.name": names.Wakes()}},
-		{"process " + names.PriorityWakes(), traceID, map[string]string{"messaging.destination.name": names.PriorityWakes()}},
+		{"process " + names.Wakes(), traceID, map[string]string{"messaging.system": "kafka", "messaging.destination.name": names.Wakes(),
+			"messaging.consumer.group.name": "otlp-conductor"}},
+		{"process " + names.PriorityWakes(), traceID, map[string]string{"messaging.destination.name": names.PriorityWakes(),
+			"messaging.consumer.group.name": "otlp-conductor"}},
 	}
 	for _, c := range checks {
 		s := find(c.name, c.trace)
@@ -332,6 +401,13 @@ func TestOTLPExport(t *testing.T) {
 		}
 		if _, ok := s.attrs["messaging.destination.partition.id"]; !ok {
 			t.Errorf("span %q: no partition id", c.name)
+		}
+		// A process span says which record (the batch's first, for the
+		// projector's) it processed.
+		if strings.HasPrefix(c.name, "process ") {
+			if off, err := strconv.ParseInt(s.attrs["messaging.kafka.offset"], 10, 64); err != nil || off < 0 {
+				t.Errorf("span %q: messaging.kafka.offset %q, want an offset", c.name, s.attrs["messaging.kafka.offset"])
+			}
 		}
 	}
 }
@@ -364,6 +440,80 @@ func TestOTelOffWithoutEndpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ot.Shutdown(ctx) // nothing was exported: nothing to flush
+}
+
+// TestOTelExporterVariables: OTEL_TRACES_EXPORTER and OTEL_LOGS_EXPORTER
+// are honoured. "none" stops that signal reaching the collector while the
+// other still does; "otlp" is the default; anything else is an error
+// naming the variable, not a signal silently lost.
+func TestOTelExporterVariables(t *testing.T) {
+	rc := &receiver{}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// export sets up OTel with env, makes one span and one event, flushes,
+	// and returns how many spans and log records reached the receiver.
+	export := func(env map[string]string) (spans, logs int, err error) {
+		t.Helper()
+		// The real environment: the OTLP exporters read it themselves.
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+		for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_LOGS_EXPORTER"} {
+			t.Setenv(k, env[k])
+		}
+		ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "x"})
+		if err != nil {
+			return 0, 0, err
+		}
+		sctx, s := ot.Tracer.Tracer("test").Start(ctx, "a span")
+		telemetry.NewEvents(ot.Logs, slog.New(slog.DiscardHandler), nil).Snapshot(sctx, telemetry.SnapshotMeta{RunID: "r"})
+		s.End()
+		if err := ot.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		spans, logs = len(rc.spans), len(rc.logs)
+		rc.spans, rc.logs, rc.raw = nil, nil, nil
+		return spans, logs, nil
+	}
+	for _, c := range []struct {
+		env         map[string]string
+		spans, logs bool
+	}{
+		{map[string]string{}, true, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_LOGS_EXPORTER": "otlp"}, true, true},
+		{map[string]string{"OTEL_TRACES_EXPORTER": "none"}, false, true},
+		{map[string]string{"OTEL_LOGS_EXPORTER": "none"}, true, false},
+		{map[string]string{"OTEL_TRACES_EXPORTER": " None ", "OTEL_LOGS_EXPORTER": "none"}, false, false},
+	} {
+		spans, logs, err := export(c.env)
+		if err != nil {
+			t.Errorf("%v: %v", c.env, err)
+			continue
+		}
+		if (spans > 0) != c.spans || (logs > 0) != c.logs {
+			t.Errorf("%v: %d spans and %d log records exported; want spans %v, logs %v", c.env, spans, logs, c.spans, c.logs)
+		}
+	}
+	for _, c := range []struct{ name, value string }{
+		{"OTEL_TRACES_EXPORTER", "zipkin"},
+		{"OTEL_LOGS_EXPORTER", "console"},
+		{"OTEL_TRACES_EXPORTER", "otlp,none"},
+	} {
+		_, _, err := export(map[string]string{c.name: c.value})
+		if !errors.Is(err, telemetry.ErrOTelConfig) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s=%s: err %v, want ErrOTelConfig naming the variable", c.name, c.value, err)
+		}
+	}
+	// Both off is export off, as without an endpoint.
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	t.Setenv("OTEL_LOGS_EXPORTER", "none")
+	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "x"})
+	if err != nil || ot.Enabled {
+		t.Errorf("both exporters none: enabled %v, err %v", ot != nil && ot.Enabled, err)
+	}
 }
 
 func keys[V any](m map[string]V) []string {

@@ -3,7 +3,7 @@ package telemetry
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,25 +21,34 @@ import (
 type ProjectorMetrics struct {
 	projector.NopHooks
 	events *Events
-	cur    atomic.Pointer[projector.Projector]
 
-	consumed        *prometheus.CounterVec
-	deadLetters     prometheus.Counter
-	reroutes        prometheus.Counter
-	wakes           *prometheus.CounterVec
-	triggers        *prometheus.CounterVec
-	build           prometheus.Histogram
-	bytes, nodes    prometheus.Histogram
-	truncated       *prometheus.CounterVec
-	omitted         prometheus.Counter
-	stale           *prometheus.CounterVec
-	wakeLag         *prometheus.HistogramVec
-	commits         *prometheus.CounterVec
-	commitTime      prometheus.Histogram
-	rebalances      *prometheus.CounterVec
-	restores        *prometheus.CounterVec
-	restoreTime     prometheus.Histogram
-	restoredRecords prometheus.Counter
+	// mu guards cur and restoredBefore together, so that a scrape never
+	// sees a replaced instance's restored records twice or not at all.
+	mu  sync.Mutex
+	cur *projector.Projector
+	// restoredBefore counts the changelog records restored by the
+	// instances Set replaced, so that restored_records_total, read live
+	// from the current instance, never goes back.
+	restoredBefore int64
+
+	consumed       *prometheus.CounterVec
+	deadLetters    prometheus.Counter
+	reroutes       prometheus.Counter
+	wakes          *prometheus.CounterVec
+	triggers       *prometheus.CounterVec
+	build          prometheus.Histogram
+	bytes, nodes   prometheus.Histogram
+	truncated      *prometheus.CounterVec
+	omitted        prometheus.Counter
+	stale          *prometheus.CounterVec
+	wakeLag        *prometheus.HistogramVec
+	wakeLagClamped prometheus.Counter
+	commits        *prometheus.CounterVec
+	commitTime     prometheus.Histogram
+	partChanges    *prometheus.CounterVec
+	rebalances     *prometheus.CounterVec
+	restores       *prometheus.CounterVec
+	restoreTime    prometheus.Histogram
 }
 
 // NewProjectorMetrics registers the projector's metrics on reg. events
@@ -72,21 +81,29 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "stale_total",
 			Help: "Snapshots built while the projection was behind its input by more than the staleness threshold, by lane."}, []string{"lane"}),
 		wakeLag: prometheus.NewHistogramVec(histogram(sub, "wake_lag_seconds",
-			"Time from the append of the earliest record that triggered a wake to the commit that published it, by lane.", secondsBuckets), []string{"lane"}),
+			"Time from the timestamp of the earliest record that triggered a wake to the commit that published it, by lane. "+
+				"That timestamp is the producer's CreateTime (unless the topic uses LogAppendTime), so the producer's clock counts: "+
+				"a record stamped at or after the commit is observed as 0 and counted in wake_lag_clamped_total. Timer wakes are not observed.",
+			secondsBuckets), []string{"lane"}),
+		wakeLagClamped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wake_lag_clamped_total",
+			Help: "Wakes whose triggering record was stamped at or after the commit that published them " +
+				"(the producer's clock ahead of the projector's): observed as 0 in wake_lag_seconds."}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "commits_total",
 			Help: "Batch commits (transactions), by result: committed or failed."}, []string{"result"}),
 		commitTime: prometheus.NewHistogram(histogram(sub, "commit_seconds",
 			"Time to commit one batch: produce, end the transaction, write Pebble.", secondsBuckets)),
-		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "partition_changes_total",
+		partChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "partition_changes_total",
 			Help: "Partitions the consumer group assigned to or revoked from this instance, by change."}, []string{"change"}),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "rebalances_total",
+			Help: "Consumer group rebalances that assigned partitions to or revoked partitions from this instance, " +
+				"by change: one per assignment or revocation, however many partitions it moved."}, []string{"change"}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restores_total",
 			Help: "Partition restores from the changelog, by result: ok or failed."}, []string{"result"}),
 		restoreTime: prometheus.NewHistogram(histogram(sub, "restore_seconds",
 			"Time to restore one partition from the changelog.", []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
-		restoredRecords: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restored_records_total",
-			Help: "Changelog records written to Pebble by restores."}),
 	}
 	for _, change := range []string{"assigned", "revoked"} {
+		m.partChanges.WithLabelValues(change)
 		m.rebalances.WithLabelValues(change)
 	}
 	for _, r := range []string{"ok", "failed"} {
@@ -102,13 +119,29 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.commits, m.commitTime, m.rebalances, m.restores, m.restoreTime, m.restoredRecords, gauges{m})
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, gauges{m})
 	return m, err
 }
 
 // Set points the scrape-time gauges at the running instance: pass it as
-// projector.Serve's started callback.
-func (m *ProjectorMetrics) Set(p *projector.Projector) { m.cur.Store(p) }
+// projector.Serve's started callback. The instance it replaces has stopped;
+// its restored records stay counted.
+func (m *ProjectorMetrics) Set(p *projector.Projector) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != nil && m.cur != p {
+		m.restoredBefore += m.cur.Stats.RestoredRecords.Load()
+	}
+	m.cur = p
+}
+
+// current is the instance Set last and the records its predecessors
+// restored.
+func (m *ProjectorMetrics) current() (*projector.Projector, int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cur, m.restoredBefore
+}
 
 // Consumed counts a consumed record.
 func (m *ProjectorMetrics) Consumed(topic string, typ topics.EventType, outcome projector.Outcome) {
@@ -139,12 +172,33 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 	if s.Stale {
 		m.stale.WithLabelValues(lane).Inc()
 	}
-	if w.Lag > 0 {
-		m.wakeLag.WithLabelValues(lane).Observe(w.Lag.Seconds())
+	if fromRecord(w.Wake) {
+		// The projector reports a lag that would be negative (the record's
+		// CreateTime after the commit: a producer clock ahead of ours) as
+		// 0. Dropping those would hide the skew and bias the quantiles, so
+		// they count as 0 and are counted.
+		if w.Lag <= 0 {
+			m.wakeLagClamped.Inc()
+		}
+		m.wakeLag.WithLabelValues(lane).Observe(max(w.Lag, 0).Seconds())
 	}
 	if m.events != nil {
 		m.events.Snapshot(ctx, MetaOf(w.Wake, w.Info, w.Build))
 	}
+}
+
+// fromRecord reports whether a record triggered w, so that it has a lag:
+// record triggers carry their event's id, timer triggers (expired leases,
+// the watchdog) none. projector.CommittedWake's Lag is 0 both for timer
+// wakes and for clamped ones; this tells them apart without the worker's
+// help.
+func fromRecord(w *topics.Wake) bool {
+	for _, t := range w.Triggers {
+		if t.EventID != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // Committed counts a commit.
@@ -157,19 +211,25 @@ func (m *ProjectorMetrics) Committed(_ int32, took time.Duration, err error) {
 	m.commitTime.Observe(took.Seconds())
 }
 
-// Assigned counts assigned partitions.
+// Assigned counts an assignment (the projector calls it once per group
+// callback, with every partition it assigned) and its partitions.
 func (m *ProjectorMetrics) Assigned(parts []int32) {
-	m.rebalances.WithLabelValues("assigned").Add(float64(len(parts)))
+	m.rebalances.WithLabelValues("assigned").Inc()
+	m.partChanges.WithLabelValues("assigned").Add(float64(len(parts)))
 }
 
-// Revoked counts revoked partitions.
+// Revoked counts a revocation (once per group callback) and its
+// partitions.
 func (m *ProjectorMetrics) Revoked(parts []int32) {
-	m.rebalances.WithLabelValues("revoked").Add(float64(len(parts)))
+	m.rebalances.WithLabelValues("revoked").Inc()
+	m.partChanges.WithLabelValues("revoked").Add(float64(len(parts)))
 }
 
-// Restored counts a restore.
+// Restored counts a finished restore and its time. Its records were
+// counted as they were written (restored_records_total reads the
+// instance's Stats at scrape time), so that a long restore shows progress
+// while it runs rather than all at once when it ends.
 func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
-	m.restoredRecords.Add(float64(res.Records))
 	if err != nil {
 		m.restores.WithLabelValues("failed").Inc()
 		return
@@ -186,6 +246,9 @@ var (
 		"Partitions this instance owns and has restored.", nil, nil)
 	descRestoring = prometheus.NewDesc(Namespace+"_projector_partitions_restoring",
 		"Partitions this instance is restoring from the changelog now.", nil, nil)
+	descRestoredRecords = prometheus.NewDesc(Namespace+"_projector_restored_records_total",
+		"Changelog records written to Pebble by restores, counted after each batch written (20,000 records), "+
+			"so that it moves while a restore runs.", nil, nil)
 	descLag = prometheus.NewDesc(Namespace+"_projector_consumer_lag_records",
 		"Records of an input topic's partition not yet applied: high watermark minus next offset, as of the last fetch.",
 		[]string{"topic", "partition"}, nil)
@@ -208,17 +271,22 @@ var (
 )
 
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descLag, descCompactions, descFlushes, descDisk,
+	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descCompactions, descFlushes, descDisk,
 		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes} {
 		ch <- d
 	}
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	p := g.m.cur.Load()
+	p, restored := g.m.current()
 	if p == nil {
+		ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
 		return
 	}
+	// Read live from the instance's Stats, which its restores advance after
+	// every batch they write.
+	restored += p.Stats.RestoredRecords.Load()
+	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
 	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(p.Owned())))
 	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(p.Stats.Restoring.Load()))
 	for _, l := range p.Lag() {

@@ -255,6 +255,13 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		// it queued of the partitions that moved.
 		c.cl.AllowRebalance()
 		if err := c.deliver(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				// Stopped mid-delivery (the acknowledgement's produce, or a
+				// handler, saw ctx end): a shutdown, not a failure. The
+				// wake is neither acknowledged nor committed, so it is
+				// delivered again after a restart.
+				return nil
+			}
 			return err
 		}
 		if ctx.Err() != nil {

@@ -261,6 +261,47 @@ func TestConsumer(t *testing.T) {
 
 // TestAckEventIsStable: acknowledging the same wake twice gives the same
 // event id, so the projector applies a repeated acknowledgement once.
+// TestStopDuringDelivery: a consumer stopped while it delivers a wake (here
+// the handler itself ends Run's context, so the acknowledgement's produce
+// sees it end) returns nil, as Run promises when its context is done, not
+// the produce's "context canceled"; the wake is not acknowledged, so it is
+// delivered again after a restart.
+func TestStopDuringDelivery(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	names := topics.Names{Prefix: "wakestop", Version: 1}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, realWakes(t, names)[0]).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "conductor-stop", Logger: discard()},
+		func(context.Context, *topics.Wake, wake.Received) error { stop(); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(runCtx); err != nil {
+		t.Fatalf("Run stopped during a delivery: %v, want nil", err)
+	}
+	if c.Stats.Delivered.Load() != 1 || c.Stats.Acked.Load() != 0 {
+		t.Errorf("delivered %d, acknowledged %d; want 1 and 0", c.Stats.Delivered.Load(), c.Stats.Acked.Load())
+	}
+}
+
 func TestAckEventIsStable(t *testing.T) {
 	w := &topics.Wake{WakeID: "01JM0000000000000000000100", RunID: "run-1"}
 	a := wake.AckEvent(w, "/conductors/a", "conductor", time.Unix(100, 0))

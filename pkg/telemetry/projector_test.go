@@ -1,0 +1,356 @@
+package telemetry_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// kafka is an embedded broker on loopback with canopy's topics.
+type kafka struct {
+	cluster    *kfake.Cluster
+	brokers    []string
+	names      topics.Names
+	cl         *kgo.Client
+	partitions int32
+}
+
+func newKafka(t *testing.T, prefix string, partitions int32) *kafka {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kafka{cluster: cluster, brokers: cluster.ListenAddrs(), names: topics.Names{Prefix: prefix, Version: 1}, partitions: partitions}
+	k.cl, err = kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		cluster.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.cl.Close(); cluster.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := projector.CreateTopics(ctx, kadm.NewClient(k.cl), k.names, partitions, 1); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// produce produces events to topic, each to its run's partition, stamped
+// at (the record timestamp, which Kafka keeps as CreateTime) unless zero.
+func (k *kafka) produce(t *testing.T, topic string, at time.Time, evs ...topics.Event) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i := range evs {
+		r, err := topics.EventRecord(topic, &evs[i], "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Partition = topics.Partition(r.Key, k.partitions)
+		r.Timestamp = at
+		recs = append(recs, r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runProjector runs a projector instance reporting to pm until the test
+// ends (or stop is called), and points pm's gauges at it.
+func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg prometheus.Registerer, group string) (p *projector.Projector, stop func()) {
+	t.Helper()
+	var logs syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("projector %s log:\n%s", group, logs.String())
+		}
+	})
+	cfg := projector.Config{Brokers: k.brokers, Names: k.names, DataDir: t.TempDir(), Group: group,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Hooks: pm, KafkaHooks: telemetry.KafkaHooks(reg)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := projector.New(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	pm.Set(p)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("projector: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return p, stop
+}
+
+// metrics gathers reg: each family by name.
+func metrics(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*dto.MetricFamily, len(fams))
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// sample is the metric of family name whose labels include every
+// name=value pair of labels; nil if there is none.
+func sample(fams map[string]*dto.MetricFamily, name string, labels ...string) *dto.Metric {
+	f := fams[name]
+	if f == nil {
+		return nil
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+// value is a counter's or gauge's value (-1 when the series is missing).
+func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	m := sample(fams, name, labels...)
+	switch {
+	case m == nil:
+		return -1
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return -1
+}
+
+// sum is the sum of a counter family's series (-1 when it is missing).
+func sum(fams map[string]*dto.MetricFamily, name string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+	var s float64
+	for _, m := range f.GetMetric() {
+		s += m.GetCounter().GetValue()
+	}
+	return s
+}
+
+// waitMetrics gathers reg until cond holds of what it gathered, failing
+// the test after d; it returns the last gathering.
+func waitMetrics(t *testing.T, reg prometheus.Gatherer, d time.Duration, what string, cond func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		fams := metrics(t, reg)
+		if cond(fams) {
+			return fams
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+// TestWakeLagCountsSkew: the wake lag starts at the triggering record's
+// timestamp, which on canopy's topics is its producer's CreateTime. A
+// producer whose clock is ahead stamps records after the commit that
+// publishes their wakes; those lags are observed as 0 and counted, not
+// dropped, while a timely run's lags stay positive.
+func TestWakeLagCountsSkew(t *testing.T) {
+	k := newKafka(t, "skew", 2)
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProjector(t, k, pm, reg, "skew-projector")
+
+	// One run from a producer an hour ahead, one from a timely producer.
+	ahead := workload.Generate(workload.Spec{RunID: "run-ahead", Nodes: 10, Seed: 1})
+	timely := workload.Generate(workload.Spec{RunID: "run-timely", Nodes: 10, Seed: 2})
+	k.produce(t, k.names.AgentEvents(), time.Now().Add(time.Hour), ahead...)
+	// Every wake of the run, once all its records are applied and their
+	// wakes committed, is observed as 0 and counted (timer wakes, which
+	// its past lease times cause, are neither).
+	var clamped float64
+	waitMetrics(t, reg, 60*time.Second, "the skewed run's wakes are observed as 0 and counted", func(f map[string]*dto.MetricFamily) bool {
+		h := sample(f, "canopy_projector_wake_lag_seconds", "lane", "normal").GetHistogram()
+		clamped = value(f, "canopy_projector_wake_lag_clamped_total")
+		return sum(f, "canopy_projector_records_consumed_total") == float64(len(ahead)) &&
+			clamped > 0 && float64(h.GetSampleCount()) == clamped && h.GetSampleSum() == 0
+	})
+
+	k.produce(t, k.names.AgentEvents(), time.Time{}, timely...)
+	fams := waitMetrics(t, reg, 60*time.Second, "the timely run's wakes are observed", func(f map[string]*dto.MetricFamily) bool {
+		return sample(f, "canopy_projector_wake_lag_seconds", "lane", "normal").GetHistogram().GetSampleSum() > 0
+	})
+	if got := value(fams, "canopy_projector_wake_lag_clamped_total"); got != clamped {
+		t.Errorf("clamped wakes went from %g to %g with a timely producer", clamped, got)
+	}
+}
+
+// TestRebalancesCountCallbacks: a rebalance that moves three partitions is
+// one rebalance and three partition changes; the Rebalances panel counts
+// the first, which the partition count used to stand in for.
+func TestRebalancesCountCallbacks(t *testing.T) {
+	k := newKafka(t, "rebalance", 3)
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, stop := runProjector(t, k, pm, reg, "rebalance-projector")
+	waitMetrics(t, reg, 60*time.Second, "the instance owns all three partitions", func(map[string]*dto.MetricFamily) bool { return len(p.Owned()) == 3 })
+	fams := metrics(t, reg)
+	if got := value(fams, "canopy_projector_rebalances_total", "change", "assigned"); got != 1 {
+		t.Errorf("rebalances_total{change=assigned} = %g after one assignment of three partitions, want 1", got)
+	}
+	if got := value(fams, "canopy_projector_partition_changes_total", "change", "assigned"); got != 3 {
+		t.Errorf("partition_changes_total{change=assigned} = %g, want 3", got)
+	}
+	// Leaving the group revokes all three in one callback.
+	stop()
+	fams = metrics(t, reg)
+	if r, c := value(fams, "canopy_projector_rebalances_total", "change", "revoked"), value(fams, "canopy_projector_partition_changes_total", "change", "revoked"); r != 1 || c != 3 {
+		t.Errorf("after leaving: rebalances_total{change=revoked} = %g, partition_changes_total{change=revoked} = %g; want 1 and 3", r, c)
+	}
+}
+
+// TestRestoreProgressIsLive: while a partition restores from a large
+// changelog, restored_records_total already counts what it wrote and
+// partitions_restoring says one is under way; the counter used to move only
+// when the restore ended. The broker holds the restore's reads past the
+// first batch until the test has looked. A replaced instance's records stay
+// counted.
+func TestRestoreProgressIsLive(t *testing.T) {
+	k := newKafka(t, "restore", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// A changelog of one commit: records keys of applied event ids (which
+	// nothing reads at start-up) and the offsets key that closes the
+	// commit. Random values (which compression cannot shrink) pad each
+	// record, so that a fetch (1 MiB a partition) returns a few thousand
+	// records and the restore reads in several fetches.
+	const ids = 50_000
+	changelogTopic := k.names.Changelog()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for from := 0; from < ids; from += 1000 {
+		var recs []*kgo.Record
+		for i := from; i < from+1000; i++ {
+			key := append([]byte("r"+"run-restore"), 0, 'e')
+			pad := make([]byte, 100)
+			for j := range pad {
+				pad[j] = byte(rng.Uint32())
+			}
+			recs = append(recs, &kgo.Record{Topic: changelogTopic, Partition: 0, Key: fmt.Appendf(key, "ev-%06d", i), Value: pad})
+		}
+		if err := k.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.cl.ProduceSync(ctx, &kgo.Record{Topic: changelogTopic, Partition: 0, Key: projection.OffsetsKey, Value: []byte("{}")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	const total = ids + 1
+	details, err := kadm.NewClient(k.cl).ListTopics(ctx, changelogTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topicID := details[changelogTopic].ID
+
+	// Fetches of the changelog from the first restore batch's end (20,000
+	// records) up to where the restore's look for the last commit reads
+	// (the last 4,096) wait until released.
+	release := make(chan struct{})
+	closeRelease := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(closeRelease)
+	var held atomic.Bool
+	k.cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.cluster.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			if tp.Topic != changelogTopic && tp.TopicID != topicID {
+				continue
+			}
+			for _, p := range tp.Partitions {
+				if p.FetchOffset >= 20_000 && p.FetchOffset < total-4096 {
+					held.Store(true)
+					k.cluster.SleepControl(func() { <-release })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stop := runProjector(t, k, pm, reg, "restore-projector")
+	fams := waitMetrics(t, reg, 60*time.Second, "the restore's first batch is counted while it runs", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restored_records_total") >= 20_000
+	})
+	if !held.Load() {
+		t.Fatal("the restore was not held: the test no longer looks at it mid-way")
+	}
+	if r, ok := value(fams, "canopy_projector_partitions_restoring"), value(fams, "canopy_projector_restores_total", "result", "ok"); r != 1 || ok != 0 {
+		t.Errorf("mid-restore: partitions_restoring %g, restores_total{result=ok} %g; want 1 and 0", r, ok)
+	}
+	if got := value(fams, "canopy_projector_restored_records_total"); got >= total {
+		t.Errorf("mid-restore: restored_records_total %g, the whole changelog", got)
+	}
+
+	closeRelease()
+	waitMetrics(t, reg, 60*time.Second, "the restore ends with every record counted", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restores_total", "result", "ok") == 1 && value(f, "canopy_projector_partitions_restoring") == 0 &&
+			value(f, "canopy_projector_restored_records_total") == total
+	})
+
+	// An instance that replaces this one (as projector.Serve does after a
+	// failure; here with empty state) restores the partition again: the
+	// counter goes on from where the first left it.
+	stop()
+	runProjector(t, k, pm, reg, "restore-projector")
+	waitMetrics(t, reg, 60*time.Second, "the second instance's restore adds to the first's", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restores_total", "result", "ok") == 2 && value(f, "canopy_projector_restored_records_total") == 2*total
+	})
+}
