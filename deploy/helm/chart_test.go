@@ -631,6 +631,7 @@ func TestSchemaRejects(t *testing.T) {
 		"projector.sessionTimeout=6",      // not a duration
 		"projector.readyLag=-1",           // below the minimum
 		"kafka.brokers=kafka",             // not host:port
+		"otel.protocol=http/json",         // the binaries refuse it at start
 	} {
 		out, err := templateErr(t, "-f", requiredValues, "--set", set)
 		if err == nil || !strings.Contains(string(out), "schema") {

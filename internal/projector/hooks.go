@@ -56,9 +56,10 @@ type CommittedWake struct {
 	Partition int32
 	// Build is how long the snapshot took to build.
 	Build time.Duration
-	// Lag is the time from the append of the earliest record that
-	// triggered the wake to its commit; zero for wakes no record triggered
-	// (timers).
+	// Lag is the time from the timestamp of the earliest record that
+	// triggered the wake (CreateTime, the producer's clock, unless the topic
+	// says LogAppendTime) to its commit; zero for wakes no record triggered
+	// (timers), and zero, never negative, when that clock is ahead.
 	Lag time.Duration
 }
 
