@@ -47,6 +47,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		dataDir    = fs.String("data-dir", "", "keep the projector's state here (default: a temporary directory)")
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8081", "the projector's query endpoint (loopback)")
 		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
+		memtableMB = fs.Float64("memtable-mb", 32, "size of each of the projector's Pebble memtables, in MiB")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -63,7 +64,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
-		httpAddr: *httpAddr, gatewayAddr: *gwAddr}, stdout, stderr); err != nil {
+		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20))}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "projector dev: %v\n", err)
 		return 1
 	}
@@ -76,6 +77,7 @@ type devOptions struct {
 	partitions            int32
 	dataDir               string
 	httpAddr, gatewayAddr string
+	memTableSize          int
 }
 
 // devToken is the bearer token of `make run`'s gateway: every run, on
@@ -135,7 +137,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	const group = "canopy-dev"
 	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
-		AdvertiseAddr: qLis.Addr().String()}
+		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
 	in, err := instrument(ctx, &pcfg)
 	if err != nil {
 		return err

@@ -40,6 +40,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.DataDir, "data-dir", env("CANOPY_DATA_DIR", ""), "directory of the projector's Pebble state (CANOPY_DATA_DIR)")
 	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records applied between looks at the human input lane")
 	fs.IntVar(&cfg.MaxBatch, "max-batch", 5000, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
+	memtableMB := fs.Float64("memtable-mb", 32, "size of each of Pebble's two memtables, in MiB")
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
 	transactions := fs.Bool("transactions", env("CANOPY_TRANSACTIONS", "true") != "false",
@@ -73,6 +74,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Brokers, cfg.Names = k.BrokerList(), k.Names()
 	cfg.AtLeastOnce = !*transactions
+	cfg.MemTableSize = int(*memtableMB * (1 << 20))
 	var err error
 	if cfg.TLS, err = k.TLSConfig(); err == nil {
 		cfg.SASL, err = k.SASL()

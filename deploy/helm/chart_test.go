@@ -232,7 +232,7 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	var sts appsv1.StatefulSet
 	r.one(t, "StatefulSet", &sts)
 	c := sts.Spec.Template.Spec.Containers[0]
-	for name, want := range map[string]string{"transaction-timeout": "30s", "max-hot-nodes": "100000", "max-pending": "20000", "chunk": "500", "max-batch": "5000"} {
+	for name, want := range map[string]string{"transaction-timeout": "30s", "max-hot-nodes": "100000", "max-pending": "20000", "chunk": "500", "max-batch": "5000", "memtable-mb": "32"} {
 		if got, _ := arg(c, name); got != want {
 			t.Errorf("-%s=%q, want %q", name, got, want)
 		}

@@ -81,12 +81,13 @@ func TestForeignClients(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// One record per processing batch, so that each wake is one event's, as
-	// replay's default; no timer falls due during the test (deadlines,
-	// leases and the forward grace are an hour away).
+	// One record per processing batch and per commit, so that each wake is
+	// one event's, as replay's default (records that arrive while a commit
+	// is out would otherwise share the next one); no timer falls due during
+	// the test (deadlines, leases and the forward grace are an hour away).
 	pcfg := projection.Config{ForwardGrace: time.Hour}
 	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "interop-projector",
-		Chunk: 1, Projection: pcfg, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		Chunk: 1, MaxBatch: 1, Projection: pcfg, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,11 @@ func TestQueriesAgainstPrometheus(t *testing.T) {
 	}
 	// Runs of 70 nodes: past the snapshot's 64, so snapshots truncate.
 	dev := exec.Command(bin, "dev", "-http-addr", "127.0.0.1:0", "-gateway-addr", "127.0.0.1:0",
-		"-rate", "300", "-runs", "6", "-nodes", "70", "-partitions", fmt.Sprint(devPartitions), "-duration", "200s")
+		"-rate", "300", "-runs", "6", "-nodes", "70", "-partitions", fmt.Sprint(devPartitions), "-duration", "200s",
+		// Memtables of 256 KiB, so that Pebble flushes, compacts and reads
+		// tables (the block cache) within the test, as it does in
+		// production over hours.
+		"-memtable-mb", "0.25")
 	devOut := startProcess(t, dev)
 	addrs := devOut.await(t, regexp.MustCompile(`embedded Kafka on ([0-9.:]+),`),
 		regexp.MustCompile(`gateway on http://([0-9.:]+) `), regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`))

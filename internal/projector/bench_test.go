@@ -219,7 +219,7 @@ func BenchmarkRestore(b *testing.B) {
 		var elapsed time.Duration
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
-			db, err := pebble.Open(b.TempDir(), pebbleOptions(quiet))
+			db, err := pebble.Open(b.TempDir(), pebbleOptions(quiet, defaultMemTableSize))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -38,6 +38,9 @@ type Config struct {
 	Names topics.Names
 	// DataDir is where Pebble keeps the state. Required.
 	DataDir string
+	// MemTableSize is the size in bytes of each of Pebble's memtables; at
+	// most two are in memory. Default 32 MiB.
+	MemTableSize int
 	// Projection configures the projection and the snapshot limits.
 	Projection projection.Config
 	// Chunk is how many agent records are applied between looks at the human
@@ -116,6 +119,9 @@ func (c Config) withDefaults() Config {
 	if c.Chunk == 0 {
 		c.Chunk = 500
 	}
+	if c.MemTableSize == 0 {
+		c.MemTableSize = defaultMemTableSize
+	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 5000
 	}
@@ -176,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if c.Chunk < 1 {
 		errs = append(errs, fmt.Sprintf("chunk %d: want 1 or more", c.Chunk))
+	}
+	if c.MemTableSize < 64<<10 || c.MemTableSize >= 4<<30 {
+		errs = append(errs, fmt.Sprintf("memtable size %d bytes: want 64 KiB to 4 GiB (default 32 MiB)", c.MemTableSize))
 	}
 	if c.MaxBatch < c.Chunk {
 		errs = append(errs, fmt.Sprintf("max batch %d: want at least the chunk size %d", c.MaxBatch, c.Chunk))

@@ -28,19 +28,19 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	os.Exit(70)
 }
 
-// memTableSize is the size of each of Pebble's memtables (at most two are
-// in memory). Every event writes a few keys, and history entries are
-// deleted soon after they are written: with Pebble's default of 4 MB a busy
-// projector flushed many small L0 tables a second and spent a fifth of its
-// CPU compacting them. 32 MB took BenchmarkProjector from 105k to 121k
-// events/s; 64 MB added nothing more.
-const memTableSize = 32 << 20
+// defaultMemTableSize is the default size of each of Pebble's memtables (at
+// most two are in memory). Every event writes a few keys, and history
+// entries are deleted soon after they are written: with Pebble's default of
+// 4 MB a busy projector flushed many small L0 tables a second and spent a
+// fifth of its CPU compacting them. 32 MB took BenchmarkProjector from 105k
+// to 121k events/s; 64 MB added nothing more.
+const defaultMemTableSize = 32 << 20
 
 // pebbleOptions are the projector's Pebble settings: its logger, memtables
-// of memTableSize, and bloom filters on every level, because most lookups
-// (is this event id applied?) are for keys that do not exist.
-func pebbleOptions(log *slog.Logger) *pebble.Options {
-	o := &pebble.Options{Logger: pebbleLogger{log}, MemTableSize: memTableSize}
+// of memTableSize bytes, and bloom filters on every level, because most
+// lookups (is this event id applied?) are for keys that do not exist.
+func pebbleOptions(log *slog.Logger, memTableSize int) *pebble.Options {
+	o := &pebble.Options{Logger: pebbleLogger{log}, MemTableSize: uint64(memTableSize)}
 	for i := range o.Levels {
 		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}

@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("projector: data dir: %w", err)
 	}
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), pebbleOptions(cfg.Logger))
+	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), pebbleOptions(cfg.Logger, cfg.MemTableSize))
 	if err != nil {
 		return nil, fmt.Errorf("projector: opening state in %s: %w", cfg.DataDir, err)
 	}
