@@ -216,9 +216,7 @@ func (w *worker) run() {
 		// Human input first, always.
 		select {
 		case b := <-w.human:
-			w.apply(b)
-			w.applyHuman()
-			if !w.flush() {
+			if !w.processHuman(b) {
 				return
 			}
 			continue
@@ -229,9 +227,7 @@ func (w *worker) run() {
 		case <-w.quit:
 			return
 		case b := <-w.human:
-			w.apply(b)
-			w.applyHuman()
-			if !w.flush() {
+			if !w.processHuman(b) {
 				return
 			}
 		case b := <-w.agent:
@@ -253,17 +249,25 @@ func (w *worker) run() {
 	}
 }
 
+// processHuman applies a batch of human input, and any more waiting, and
+// commits them at once. It returns false when the worker must stop.
+func (w *worker) processHuman(b batch) bool {
+	w.apply(b)
+	w.applyHuman()
+	return w.flush()
+}
+
 // applyHuman applies the human input waiting, without blocking, and
 // reports whether there was any.
 func (w *worker) applyHuman() bool {
-	any := false
+	applied := false
 	for {
 		select {
 		case b := <-w.human:
 			w.apply(b)
-			any = true
+			applied = true
 		default:
-			return any
+			return applied
 		}
 	}
 }
