@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"net/http"
 	"regexp"
 	"strings"
@@ -14,8 +15,8 @@ import (
 // its wake is printed on the priority lane, the other curl reads the run's
 // snapshot, and the whole stops by itself.
 func TestDev(t *testing.T) {
-	var out syncBuffer
-	var errOut syncBuffer
+	var out testenv.Buffer
+	var errOut testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectortest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -388,7 +388,7 @@ func TestKill9(t *testing.T) {
 type child struct {
 	name   string
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    testenv.Buffer
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
@@ -402,25 +402,6 @@ func (c *child) kill() {
 	}
 	_ = c.cmd.Process.Kill()
 	<-c.exited
-}
-
-// syncBuffer is a bytes.Buffer that the child's output copier and the test
-// may use at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testLogger keeps Pebble's routine messages out of the test's output.

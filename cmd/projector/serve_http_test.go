@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -50,7 +51,7 @@ func TestRunServesQueries(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 
-	var out syncBuffer
+	var out testenv.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- runProjector([]string{"-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,

@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,23 +18,12 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/replay"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestMain fails the package's tests if any goroutine is left running.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestConductorLogsWakes: the example conductor, pointed at a broker with
 // the wakes of examples/small-run.jsonl waiting, logs one line per wake,
@@ -77,7 +65,7 @@ func TestConductorLogsWakes(t *testing.T) {
 		}
 	}
 
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	runCtx, stop := context.WithCancel(ctx)
 	code := make(chan int, 1)
 	go func() {

@@ -17,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -349,7 +348,7 @@ func contentOf(t *testing.T, b []byte) string {
 // process is a started command whose output is collected.
 type process struct {
 	cmd         *exec.Cmd
-	out, errOut syncBuffer
+	out, errOut testenv.Buffer
 	done        chan error
 }
 
@@ -429,20 +428,6 @@ func kcatIn(t *testing.T, in, kcat string, args ...string) {
 		t.Fatalf("kcat %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-var _ io.Writer = (*syncBuffer)(nil)
 
 // TestPythonConductorPriorityFirst: with wakes of both lanes waiting, and a
 // duplicate among them, the Python conductor prints the priority wake

@@ -378,13 +378,13 @@ type instance struct {
 	metrics     *telemetry.ProjectorMetrics
 	srv         *httptest.Server
 	metricsAddr string
-	logs        *syncBuffer
+	logs        *testenv.Buffer
 	stop        func() error
 }
 
 func newInstance(t *testing.T, kafkaAddr, dir string) *instance {
 	t.Helper()
-	in := &instance{dir: dir, kafkaAddr: kafkaAddr, reg: telemetry.NewRegistry(), logs: &syncBuffer{}}
+	in := &instance{dir: dir, kafkaAddr: kafkaAddr, reg: telemetry.NewRegistry(), logs: &testenv.Buffer{}}
 	var err error
 	if in.metrics, err = telemetry.NewProjectorMetrics(in.reg, nil); err != nil {
 		t.Fatal(err)
@@ -434,24 +434,6 @@ func (in *instance) leave(t *testing.T) {
 	if err := in.stop(); err != nil {
 		t.Errorf("second projector: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // promServer is a Prometheus process scraping canopy.

@@ -2,7 +2,8 @@
 // python3 with confluent-kafka, prometheus, promtool, helm). `make test`
 // installs them (tools/install.sh); a test run by hand without them is
 // skipped, but under CI=true a missing tool fails the test, so CI can never
-// pass by skipping.
+// pass by skipping. It also holds Buffer, which the tests that run those
+// tools (and projectors) capture their output into.
 package testenv
 
 import (

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
@@ -13,7 +14,7 @@ import (
 // projector's snapshot events is a log line, so that what a conductor was
 // shown can be audited from the logs alone, without a collector.
 func TestEventsAreInfoLines(t *testing.T) {
-	var buf syncBuffer
+	var buf testenv.Buffer
 	events := telemetry.NewEvents(nil, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), nil)
 	events.Snapshot(context.Background(), telemetry.SnapshotMeta{SnapshotID: "snap-1", WakeID: "wake-1", RunID: "run-1",
 		NodesIncluded: 64, NodesOmitted: 3, Truncated: true, Stale: true})

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
@@ -154,7 +155,7 @@ func TestOTLPExport(t *testing.T) {
 	if !ot.Enabled || ot.Protocol != "http/protobuf" {
 		t.Fatalf("export not on: %+v", ot)
 	}
-	var logBuf syncBuffer
+	var logBuf testenv.Buffer
 	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	events := telemetry.NewEvents(ot.Logs, logger, nil)
 
@@ -534,22 +535,4 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of slog.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

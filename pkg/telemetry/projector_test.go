@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
@@ -79,7 +80,7 @@ func (k *kafka) produce(t *testing.T, topic string, at time.Time, evs ...topics.
 // ends (or stop is called), and points pm's gauges at it.
 func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg prometheus.Registerer, group string) (p *projector.Projector, stop func()) {
 	t.Helper()
-	var logs syncBuffer
+	var logs testenv.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("projector %s log:\n%s", group, logs.String())
