@@ -298,7 +298,7 @@ func addPayloadError(p Payload, err error, ps *problems) {
 
 // decodeObject returns the members of a JSON object exactly as
 // json.Unmarshal into a map[string]json.RawMessage would, errors included,
-// but faster: once json.Valid has checked b, a simple scan splits it into
+// but faster: once validJSON has checked b, a simple scan splits it into
 // members without reflection, and the values are slices of b, not copies.
 func decodeObject(b []byte) (members, error) {
 	s := jsonScanner{b: b}
