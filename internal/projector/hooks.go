@@ -56,10 +56,13 @@ type CommittedWake struct {
 	Partition int32
 	// Build is how long the snapshot took to build.
 	Build time.Duration
+	// FromRecord says a record triggered the wake, so that Lag is its lag;
+	// false for wakes only timers raised.
+	FromRecord bool
 	// Lag is the time from the timestamp of the earliest record that
 	// triggered the wake (CreateTime, the producer's clock, unless the topic
-	// says LogAppendTime) to its commit; zero for wakes no record triggered
-	// (timers), and zero, never negative, when that clock is ahead.
+	// says LogAppendTime) to its commit: negative when that clock is ahead
+	// of the projector's.
 	Lag time.Duration
 }
 

@@ -548,7 +548,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		}
 		cw := CommittedWake{Wake: b.Wake, Info: b.Info, Partition: w.part, Build: b.Build}
 		if o, ok := origins[b.Wake.RunID]; ok && !o.appended.IsZero() {
-			cw.Lag = max(committedAt.Sub(o.appended), 0)
+			cw.FromRecord, cw.Lag = true, committedAt.Sub(o.appended)
 		}
 		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), spans[i]), cw)
 	}

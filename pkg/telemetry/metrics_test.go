@@ -36,7 +36,7 @@ func TestHistogramsAreNativeToo(t *testing.T) {
 	ev := "ev-1"
 	pm.WakeCommitted(context.Background(), projector.CommittedWake{
 		Wake:  &topics.Wake{Lane: topics.LaneNormal, Triggers: []topics.Trigger{{Kind: topics.TriggerResult, EventID: &ev}}},
-		Build: 300 * time.Microsecond, Lag: 40 * time.Millisecond})
+		Build: 300 * time.Microsecond, FromRecord: true, Lag: 40 * time.Millisecond})
 	pm.Committed(0, 5*time.Millisecond, nil)
 	pm.Restored(0, changelog.Result{Records: 10, Elapsed: 2 * time.Second}, nil)
 	gm.Request("/v1/runs/{run_id}/input", "POST", 202, 3*time.Millisecond)

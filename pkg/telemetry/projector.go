@@ -172,11 +172,11 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 	if s.Stale {
 		m.stale.WithLabelValues(lane).Inc()
 	}
-	if fromRecord(w.Wake) {
-		// The projector reports a lag that would be negative (the record's
-		// CreateTime after the commit: a producer clock ahead of ours) as
-		// 0. Dropping those would hide the skew and bias the quantiles, so
-		// they count as 0 and are counted.
+	if w.FromRecord {
+		// A lag of 0 or less is a record's CreateTime at or after the
+		// commit: a producer clock ahead of ours. Dropping those would hide
+		// the skew and bias the quantiles, so they count as 0 and are
+		// counted.
 		if w.Lag <= 0 {
 			m.wakeLagClamped.Inc()
 		}
@@ -185,20 +185,6 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 	if m.events != nil {
 		m.events.Snapshot(ctx, MetaOf(w.Wake, w.Info, w.Build))
 	}
-}
-
-// fromRecord reports whether a record triggered w, so that it has a lag:
-// record triggers carry their event's id, timer triggers (expired leases,
-// the watchdog) none. projector.CommittedWake's Lag is 0 both for timer
-// wakes and for clamped ones; this tells them apart without the worker's
-// help.
-func fromRecord(w *topics.Wake) bool {
-	for _, t := range w.Triggers {
-		if t.EventID != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // Committed counts a commit.
