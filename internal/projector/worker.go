@@ -76,7 +76,7 @@ type worker struct {
 	// watermark minus the next offset, as of the last batch; -1 before the
 	// first. Read by Projector.Lag from other goroutines.
 	lag [2]atomic.Int64
-	// origins is, per run triggered in the current batch, its earliest
+	// origins is, per run triggered since the last commit, its earliest
 	// triggering record: for the wake's lag and its trace's parent.
 	origins map[string]origin
 	tracer  trace.Tracer
