@@ -8,6 +8,10 @@
 #   helm                           renders and lints deploy/helm (bin/tools)
 #   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
 #                                  package-lock.json) check the TypeScript example
+#   a JDK and Maven + tools/kafka/lib  Apache Kafka's broker, the version pinned
+#                                  in tools/kafka/pom.xml, resolved from Maven
+#                                  Central: the broker-matrix tests run it
+#                                  (internal/apachekafka)
 #
 # Versions that resolve and work here are recorded in ../shared/INFRA-NOTES.md.
 set -euo pipefail
@@ -22,6 +26,8 @@ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || 
 # The Debian module is for Debian's python3; a pyenv shim on PATH may not see it.
 /usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || apt_pkgs+=(python3-confluent-kafka)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_pkgs+=(nodejs npm)
+command -v java >/dev/null 2>&1 || apt_pkgs+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || apt_pkgs+=(maven)
 
 if ((${#apt_pkgs[@]})); then
 	sudo=""
@@ -41,4 +47,16 @@ fi
 if ! [ -x examples/typescript/node_modules/.bin/tsc ]; then
 	echo "tools: npm ci in examples/typescript (typescript, kafkajs, as package-lock.json pins them)"
 	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
+fi
+
+# Apache Kafka: the jars of the pinned version and what they need at run
+# time, copied into tools/kafka/lib (ignored by git). The stamp is the pom's
+# checksum, so a new pin resolves again and an unchanged one costs nothing.
+kafka_lib=tools/kafka/lib
+kafka_stamp=$(sha256sum tools/kafka/pom.xml | cut -d' ' -f1)
+if [ "$(cat "$kafka_lib/.stamp" 2>/dev/null)" != "$kafka_stamp" ]; then
+	echo "tools: resolving Apache Kafka ($(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' tools/kafka/pom.xml)) from Maven Central into $kafka_lib"
+	rm -rf "$kafka_lib"
+	mvn -B -q -Dstyle.color=never -f tools/kafka/pom.xml dependency:copy-dependencies
+	echo "$kafka_stamp" >"$kafka_lib/.stamp"
 fi

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -48,8 +49,10 @@ import (
 // published after its partition has moved on. Without transactions
 // (-transactions=false) that gives triggering events in two committed wakes
 // (seen with this test); with them the zombie is fenced.
-func TestChaosKill(t *testing.T) {
-	h := newHarness(t, "chaos", 6)
+func TestChaosKill(t *testing.T) { brokertest.Run(t, testChaosKill, kfake.NumBrokers(3)) }
+
+func testChaosKill(t *testing.T, b *brokertest.Broker) {
+	h := newHarness(t, b, "chaos", 6)
 	h.generate(48, 30)
 	// The rounds, rotating over the instances, fall at even shares of the
 	// first 75% of the load. The producer goes on at its pace up to 80% of
@@ -127,8 +130,10 @@ func TestChaosKill(t *testing.T) {
 // second and a third, then stops two of them with SIGTERM (each must stop
 // cleanly), ending with one that catches up with everything; what the
 // instances committed is then checked as in TestChaosKill.
-func TestScaleUpDown(t *testing.T) {
-	h := newHarness(t, "scale", 6)
+func TestScaleUpDown(t *testing.T) { brokertest.Run(t, testScaleUpDown, kfake.NumBrokers(3)) }
+
+func testScaleUpDown(t *testing.T, b *brokertest.Broker) {
+	h := newHarness(t, b, "scale", 6)
 	h.generate(48, 30)
 	h.startProducer(24*time.Second, 0.80)
 	h.startReader()
@@ -161,8 +166,9 @@ func TestScaleUpDown(t *testing.T) {
 	h.check(true)
 }
 
-// harness runs projector processes against a kfake broker in the test
-// process, produces a workload to them, and reads their committed wakes.
+// harness runs projector processes against a broker of the matrix
+// (brokertest), produces a workload to them, and reads their committed
+// wakes.
 type harness struct {
 	t          *testing.T
 	name       string
@@ -170,7 +176,7 @@ type harness struct {
 	ctx        context.Context
 	cancel     context.CancelFunc
 	bin, tmp   string
-	cluster    *kfake.Cluster
+	broker     *brokertest.Broker
 	brokers    []string
 	names      topics.Names
 	partitions int32
@@ -199,7 +205,7 @@ type harness struct {
 	readErr     error
 }
 
-func newHarness(t *testing.T, name string, partitions int32) *harness {
+func newHarness(t *testing.T, b *brokertest.Broker, name string, partitions int32) *harness {
 	t.Helper()
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 105*time.Second)
@@ -214,16 +220,12 @@ func newHarness(t *testing.T, name string, partitions int32) *harness {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	var err error
-	// Three brokers: kfake picks each partition's leader at random, so a
-	// partition's wakes and its changelog records usually have different
-	// leaders, and a transaction spans brokers, as it would in production.
-	h.cluster, err = kfake.NewCluster(kfake.NumBrokers(3), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.cluster.Close)
-	h.brokers = h.cluster.ListenAddrs()
-	h.names = topics.Names{Prefix: fmt.Sprintf("%s%d", name, time.Now().UnixNano()), Version: 1}
+	// kfake runs three brokers (the tests' Run): it picks each partition's
+	// leader at random, so a partition's wakes and its changelog records
+	// usually have different leaders, and a transaction spans brokers, as
+	// it would in production. Apache Kafka is one node.
+	h.broker, h.brokers = b, b.Addrs
+	h.names = topics.Names{Prefix: b.Prefix(t, name), Version: 1}
 	// A fresh group per test: a SIGKILLed member would stall later joins of
 	// a reused one until its session timed out.
 	h.group = "g-" + h.names.Prefix
@@ -237,7 +239,7 @@ func newHarness(t *testing.T, name string, partitions int32) *harness {
 		t.Fatal(err)
 	}
 	h.logf("binary built, broker and topics ready")
-	// Registered after the cluster's Close, so it runs before it: the
+	// Registered after the broker's cleanup, so it runs before it: the
 	// children go first.
 	t.Cleanup(func() {
 		h.mu.Lock()
@@ -518,7 +520,7 @@ func (h *harness) check(compact bool) {
 	timed("CheckState", func() { projectortest.CheckState(h.ctx, h.t, h.kafka, h.ref) })
 	if compact {
 		// Compaction keeps the latest value of every key: the same state.
-		h.cluster.Compact()
+		h.broker.Compact(h.t, h.names.Changelog(), 60*time.Second)
 		timed("CheckState after compaction", func() { projectortest.CheckState(h.ctx, h.t, h.kafka, h.ref) })
 	}
 	if ok && h.t.Failed() {

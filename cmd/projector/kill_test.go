@@ -16,9 +16,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -35,7 +35,9 @@ import (
 // computes), with no event applied twice or lost, and the consumed offsets
 // must be the ends of the partitions. The committed wakes must name every
 // triggering event exactly once.
-func TestKill9(t *testing.T) {
+func TestKill9(t *testing.T) { brokertest.Run(t, testKill9) }
+
+func testKill9(t *testing.T, b *brokertest.Broker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	tmp := t.TempDir()
@@ -48,13 +50,8 @@ func TestKill9(t *testing.T) {
 
 	// The broker, on loopback, and canopy's topics.
 	const partitions = 4
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	brokers := cluster.ListenAddrs()
-	names := topics.Names{Prefix: fmt.Sprintf("kill%d", time.Now().UnixNano()), Version: 1}
+	brokers := b.Addrs
+	names := topics.Names{Prefix: b.Prefix(t, "kill"), Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
