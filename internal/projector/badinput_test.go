@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -23,8 +24,12 @@ import (
 // from a newer producer is counted and skipped; every good event around and
 // after them is applied and wakes its run (DESIGN.md "Events in").
 func TestBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T) {
+	brokertest.Run(t, testBadInputIsDeadLetteredAndNothingElseStalls)
+}
+
+func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.Broker) {
 	const partitions = 3
-	e := newEnv(t, partitions)
+	e := newEnvOn(t, b, partitions)
 	const run = "run-bad-input"
 	part := topics.Partition([]byte(run), partitions)
 	topic := e.names.AgentEvents()

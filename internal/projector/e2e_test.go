@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -12,8 +13,10 @@ import (
 
 // TestWakesMatchReplay: events produced to a real broker come out as the wakes
 // replay computes for them, with the same ids and snapshot content.
-func TestWakesMatchReplay(t *testing.T) {
-	e := newEnv(t, 4)
+func TestWakesMatchReplay(t *testing.T) { brokertest.Run(t, testWakesMatchReplay) }
+
+func testWakesMatchReplay(t *testing.T, b *brokertest.Broker) {
+	e := newEnvOn(t, b, 4)
 	var events []topics.Event
 	for i, run := range []string{"run-a", "run-b", "run-c"} {
 		events = append(events, workload.Generate(workload.Spec{RunID: run, Nodes: 12, Seed: uint64(i + 1)})...)

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -22,9 +23,11 @@ import (
 // takes A's partitions over, restoring only what the standby had not seen.
 // Throughout, the committed wakes, the dead-letter topic and the changelog's
 // state must be exactly what a projection that never moved computes.
-func TestHandoffWithStandby(t *testing.T) {
+func TestHandoffWithStandby(t *testing.T) { brokertest.Run(t, testHandoffWithStandby) }
+
+func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	const partitions = 4
-	e := newEnv(t, partitions)
+	e := newEnvOn(t, broker, partitions)
 	ref := projectortest.NewReference(partitions)
 	start := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond) // no timer falls due
 	var events []topics.Event

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -46,6 +47,19 @@ import (
 // the files, so SyncWrites (fsync) is not needed for a restart in the same
 // process, only against a machine crash.
 func TestBrokerRestart(t *testing.T) {
+	for _, kind := range brokertest.Kinds() {
+		t.Run(kind, func(t *testing.T) {
+			switch kind {
+			case brokertest.Kfake:
+				testKfakeRestart(t)
+			case brokertest.Kafka:
+				testKafkaRestart(t)
+			}
+		})
+	}
+}
+
+func testKfakeRestart(t *testing.T) {
 	dir := t.TempDir()
 	ports := freePorts(t, 3)
 	opts := []kfake.Opt{kfake.Ports(ports...), kfake.DataDir(dir), kfake.GroupMinSessionTimeout(time.Second)}
@@ -59,14 +73,7 @@ func TestBrokerRestart(t *testing.T) {
 		cluster.Close()
 		began()
 		o.logf("the cluster is closed")
-		// The outage: a deliberate wall-clock wait, during which every
-		// client's requests fail to connect.
-		const down = 3 * time.Second
-		select {
-		case <-time.After(down):
-		case <-ctx.Done():
-			t.Fatalf("during the outage: %v", ctx.Err())
-		}
+		o.down(ctx)
 		next, err := kfake.NewCluster(opts...)
 		if err != nil {
 			t.Fatalf("restarting the cluster on ports %v with data dir %s: %v", ports, dir, err)
@@ -75,8 +82,40 @@ func TestBrokerRestart(t *testing.T) {
 		if got := next.ListenAddrs(); !slices.Equal(got, o.brokers) {
 			t.Fatalf("the restarted cluster listens on %v, want %v", got, o.brokers)
 		}
-		o.logf("the cluster is back after %v", down)
+		o.logf("the cluster is back after %v", outageDown)
 	})
+}
+
+// testKafkaRestart is TestBrokerRestart's Apache Kafka case, harsher than
+// kfake's: the node is SIGKILLed, as in a machine crash, recovers its logs
+// and its transaction and group state when it starts again on the same
+// ports and log directory.
+func testKafkaRestart(t *testing.T) {
+	b := brokertest.NewKafka(t, nil)
+	o := newOutageTest(t, b.Addrs)
+	o.run(func(ctx context.Context, began func()) {
+		b.Apache.Kill()
+		began()
+		o.logf("the broker is killed")
+		o.down(ctx)
+		if err := b.Apache.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		o.logf("the broker is back after %v", outageDown)
+	})
+}
+
+// outageDown is how long a broker stays down.
+const outageDown = 3 * time.Second
+
+// down waits outageDown: a deliberate wall-clock wait, during which every
+// client's requests fail to connect.
+func (o *outageTest) down(ctx context.Context) {
+	select {
+	case <-time.After(outageDown):
+	case <-ctx.Done():
+		o.t.Fatalf("during the outage: %v", ctx.Err())
+	}
 }
 
 // TestInjectedFaults: for a few seconds mid-load a share of the Produce,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -28,12 +29,16 @@ import (
 // the state behind it is that far behind the agent lane, however fresh the
 // input itself is (DESIGN.md: stale is honest).
 func TestPriorityLaneOvertakesBacklog(t *testing.T) {
+	brokertest.Run(t, testPriorityLaneOvertakesBacklog)
+}
+
+func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	backlog := 100_000
 	if raceDetectorOn {
 		backlog = 25_000
 	}
 	const partitions = 2
-	e := newEnv(t, partitions)
+	e := newEnvOn(t, b, partitions)
 	t0 := time.Now()
 
 	// About eight runs of workload traffic (some ten events per node), cut to

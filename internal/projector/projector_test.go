@@ -4,21 +4,20 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(brokertest.M(m),
 		// kfake and franz-go keep no goroutines after Close; Pebble's
 		// disk-health tickers end a moment after Close.
 		goleak.IgnoreTopFunction("github.com/cockroachdb/pebble/v2/vfs.(*diskHealthCheckingFile).startTicker.func1"),
@@ -28,19 +27,26 @@ func TestMain(m *testing.M) {
 // env is a real broker on loopback with canopy's topics.
 type env struct {
 	t       *testing.T
-	cluster *kfake.Cluster
+	broker  *brokertest.Broker
 	brokers []string
 	names   topics.Names
+	group   string
 	client  *kgo.Client // producer and wake reader
 }
 
+// newEnv is a kfake broker of the test's own with canopy's topics.
 func newEnv(t *testing.T, partitions int32) *env {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, cluster: c, brokers: c.ListenAddrs(), names: topics.Names{Prefix: "test", Version: 1}}
+	return newEnvOn(t, brokertest.NewKfake(t), partitions)
+}
+
+// newEnvOn makes canopy's topics, of the test's own, on b: a broker of the
+// matrix (brokertest.Run).
+func newEnvOn(t *testing.T, b *brokertest.Broker, partitions int32) *env {
+	t.Helper()
+	prefix := b.Prefix(t, "test")
+	e := &env{t: t, broker: b, brokers: b.Addrs, names: topics.Names{Prefix: prefix, Version: 1}, group: "g-" + prefix}
+	var err error
 	e.client, err = kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -50,12 +56,12 @@ func newEnv(t *testing.T, partitions int32) *env {
 	if err := CreateTopics(ctx, kadm.NewClient(e.client), e.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.client.Close(); c.Close() })
+	t.Cleanup(e.client.Close)
 	return e
 }
 
 func (e *env) config(dir string) Config {
-	return Config{Brokers: e.brokers, Names: e.names, DataDir: dir, Group: "g-" + strings.ReplaceAll(e.t.Name(), "/", "-"),
+	return Config{Brokers: e.brokers, Names: e.names, DataDir: dir, Group: e.group,
 		SessionTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -20,9 +21,11 @@ import (
 // recognised as duplicates, and the state it leaves in Pebble gives, run by
 // run, the same snapshot as an in-memory projection fed the same events in
 // order (DESIGN.md "State": a restart resumes exactly from there).
-func TestRestartResumesExactly(t *testing.T) {
+func TestRestartResumesExactly(t *testing.T) { brokertest.Run(t, testRestartResumesExactly) }
+
+func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {
 	const partitions = 3
-	e := newEnv(t, partitions)
+	e := newEnvOn(t, b, partitions)
 
 	// Runs of several sizes (one too big for a snapshot's node budget), each
 	// cut in two: the first part before the restart, the rest after.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -15,9 +16,11 @@ import (
 // on the wall clock, with no further event to carry them (DESIGN.md
 // "Wakes out": lease expiry, watchdog findings). The triggers are the
 // timers' own: no event id, at the instant they fell due.
-func TestTimersWakeWithoutEvents(t *testing.T) {
+func TestTimersWakeWithoutEvents(t *testing.T) { brokertest.Run(t, testTimersWakeWithoutEvents) }
+
+func testTimersWakeWithoutEvents(t *testing.T, b *brokertest.Broker) {
 	const partitions = 2
-	e := newEnv(t, partitions)
+	e := newEnvOn(t, b, partitions)
 	const run = "run-timers"
 
 	// The injected wall clock stands at the events' time until every event
