@@ -1,7 +1,8 @@
 // Package interop proves that canopy needs none of its own code on either
 // side: clients canopy did not write (kcat and confluent-kafka-python, both
 // librdkafka, and kafkajs from TypeScript) produce events to a real broker
-// (kfake over TCP on loopback), a real projector projects them, and the
+// (kfake over TCP on loopback, and Apache Kafka 4.x: the broker matrix of
+// internal/brokertest), a real projector projects them, and the
 // example Python conductor reads the wakes with read_committed and
 // acknowledges them.
 package interop
@@ -22,10 +23,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/replay"
@@ -35,7 +36,7 @@ import (
 )
 
 // TestMain fails the package's tests if any goroutine is left running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.M(m)) }
 
 const partitions = 4
 
@@ -55,20 +56,17 @@ const partitions = 4
 //     replay computes from the run's events as committed, in the order the
 //     projector applied them (but for generated_at, snapshot_age_ms, stale);
 //   - the watchdog counts each run's finished worker forwarded.
-func TestForeignClients(t *testing.T) {
+func TestForeignClients(t *testing.T) { brokertest.Run(t, testForeignClients) }
+
+func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	kcat := testenv.Tool(t, "kcat")
 	python := testenv.Python(t)
 	root := testenv.RepoRoot(t)
 	tsProducer := compileTypeScript(t, root)
 	schemas := newSchemas(t, root)
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-	names := topics.Names{Prefix: "interop", Version: 1}
+	brokers := b.Addrs
+	names := topics.Names{Prefix: b.Prefix(t, "interop"), Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +83,7 @@ func TestForeignClients(t *testing.T) {
 	// is out would otherwise share the next one); no timer falls due during
 	// the test (deadlines, leases and the forward grace are an hour away).
 	pcfg := projection.Config{ForwardGrace: time.Hour}
-	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "interop-projector",
+	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: names.Prefix + "-projector",
 		Chunk: 1, MaxBatch: 1, Projection: pcfg, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +99,7 @@ func TestForeignClients(t *testing.T) {
 	}()
 
 	conductor := start(t, python, filepath.Join(root, "examples/python/conductor.py"), "--brokers", strings.Join(brokers, ","),
-		"--prefix", names.Prefix, "--group", "interop-conductor", "--print-wakes")
+		"--prefix", names.Prefix, "--group", names.Prefix+"-conductor", "--print-wakes")
 	defer conductor.stop(t)
 
 	base := time.Now().UTC().Truncate(time.Second)
@@ -432,16 +430,13 @@ func kcatIn(t *testing.T, in, kcat string, args ...string) {
 // TestPythonConductorPriorityFirst: with wakes of both lanes waiting, and a
 // duplicate among them, the Python conductor prints the priority wake
 // first and every wake once.
-func TestPythonConductorPriorityFirst(t *testing.T) {
+func TestPythonConductorPriorityFirst(t *testing.T) { brokertest.Run(t, testPythonConductorPriorityFirst) }
+
+func testPythonConductorPriorityFirst(t *testing.T, b *brokertest.Broker) {
 	python := testenv.Python(t)
 	root := testenv.RepoRoot(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-	names := topics.Names{Prefix: "pyfirst", Version: 1}
+	brokers := b.Addrs
+	names := topics.Names{Prefix: b.Prefix(t, "pyfirst"), Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -483,7 +478,7 @@ func TestPythonConductorPriorityFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := start(t, python, filepath.Join(root, "examples/python/conductor.py"), "--brokers", strings.Join(brokers, ","),
-		"--prefix", names.Prefix, "--group", "pyfirst", "--print-wakes")
+		"--prefix", names.Prefix, "--group", names.Prefix, "--print-wakes")
 	defer c.stop(t)
 	want := len(normal) + len(prio)
 	for c.wakes() < want {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -117,8 +118,10 @@ func humanTriggers(w *topics.Wake, counts map[string]int) {
 // resumed from the open event's id delivers it again, exactly; a retried
 // Idempotency-Key, sent to another gateway instance (so produced twice),
 // raises one wake.
-func TestInputWakeStream(t *testing.T) {
-	e := newEnv(t, 2)
+func TestInputWakeStream(t *testing.T) { brokertest.Run(t, testInputWakeStream) }
+
+func testInputWakeStream(t *testing.T, broker *brokertest.Broker) {
+	e := newEnvOn(t, broker, 2)
 	p, _ := e.projector("")
 	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
 	_, srv := e.gateway(e.config())

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -30,7 +30,7 @@ import (
 // TestMain checks, after the tests, that no goroutine leaked and that every
 // status a test saw is documented in schema/openapi.yaml for its operation.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := brokertest.M(m).Run()
 	if code == 0 {
 		if err := checkObserved(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -69,10 +69,10 @@ const (
 
 var jwtKey = []byte("0123456789abcdef0123456789abcdef")
 
-// env is a kfake broker on loopback with canopy's topics.
+// env is a broker on loopback with canopy's topics.
 type env struct {
 	t       testing.TB
-	cluster *kfake.Cluster
+	cluster *kfake.Cluster // nil on Apache Kafka
 	brokers []string
 	names   topics.Names
 	client  *kgo.Client
@@ -82,20 +82,26 @@ type env struct {
 	parts   int32
 }
 
+// newEnv is a kfake broker of the test's own with canopy's topics.
 func newEnv(t testing.TB, partitions int32) *env {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, cluster: c, brokers: c.ListenAddrs(), names: topics.Names{Prefix: "gw", Version: 1},
+	return newEnvOn(t, brokertest.NewKfake(t), partitions)
+}
+
+// newEnvOn makes canopy's topics, of the test's own, on b: a broker of the
+// matrix (brokertest.Run).
+func newEnvOn(t testing.TB, broker *brokertest.Broker, partitions int32) *env {
+	t.Helper()
+	prefix := broker.Prefix(t, "gw")
+	e := &env{t: t, cluster: broker.Cluster, brokers: broker.Addrs, names: topics.Names{Prefix: prefix, Version: 1},
 		clock: &clock{t: time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)}, parts: partitions,
-		group: "g-" + strings.ReplaceAll(t.Name(), "/", "-")}
+		group: "g-" + prefix}
+	var err error
 	e.client, err = kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.client.Close(); c.Close() })
+	t.Cleanup(e.client.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := projector.CreateTopics(ctx, kadm.NewClient(e.client), e.names, partitions, 1); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -145,8 +146,10 @@ func TestNoOwner(t *testing.T) {
 // TestInputAcceptedIdempotent: a 202 names the record Kafka holds; the same
 // Idempotency-Key gives the same answer without a second record, to another
 // instance the same event id; another body under the key is 409.
-func TestInputAcceptedIdempotent(t *testing.T) {
-	e := newEnv(t, 4)
+func TestInputAcceptedIdempotent(t *testing.T) { brokertest.Run(t, testInputAcceptedIdempotent) }
+
+func testInputAcceptedIdempotent(t *testing.T, broker *brokertest.Broker) {
+	e := newEnvOn(t, broker, 4)
 	_, srv := e.gateway(e.config())
 	_, srv2 := e.gateway(e.config())
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -17,8 +18,10 @@ import (
 // TestQueryRealProjectors: two projector instances, each with its
 // projector.QueryServer; the gateway's reads of runs on both partitions come
 // back from the instance that holds them, with the run's state.
-func TestQueryRealProjectors(t *testing.T) {
-	e := newEnv(t, 2)
+func TestQueryRealProjectors(t *testing.T) { brokertest.Run(t, testQueryRealProjectors) }
+
+func testQueryRealProjectors(t *testing.T, broker *brokertest.Broker) {
+	e := newEnvOn(t, broker, 2)
 	var qs [2]*projector.QueryServer
 	var addrs [2]string
 	var ps [2]*projector.Projector
