@@ -14,14 +14,14 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.M(m)) }
 
 // The tests write commits of random key changes to a changelog partition of
 // a real broker, with and without transactions, tear some, and restore them
@@ -29,59 +29,58 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // a map kept alongside: the latest value of every key of every complete
 // commit.
 
-const topic = "changelog-test"
-
 type cluster struct {
-	t       *testing.T
-	c       *kfake.Cluster
-	opts    []kgo.Opt
-	adm     *kadm.Client
-	dataDir string
+	t     *testing.T
+	b     *brokertest.Broker
+	topic string
+	opts  []kgo.Opt
+	adm   *kadm.Client
 }
 
-func newCluster(t *testing.T) *cluster {
+// newCluster makes a changelog topic of the test's own on b. Its segments
+// roll every 100 ms, so that the commits of a test span several and
+// Apache Kafka's cleaner, which never touches the active segment, has
+// something to compact.
+func newCluster(t *testing.T, b *brokertest.Broker) *cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	opts := b.Opts()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
 	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopic(context.Background(), 2, 1, map[string]*string{"cleanup.policy": ptr("compact")}, topic); err != nil {
+	topic := b.Prefix(t, "changelog")
+	if _, err := adm.CreateTopic(context.Background(), 2, 1, map[string]*string{"cleanup.policy": ptr("compact"), "segment.ms": ptr("100")}, topic); err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{t: t, c: c, opts: opts, adm: adm}
+	return &cluster{t: t, b: b, topic: topic, opts: opts, adm: adm}
 }
 
 func ptr(s string) *string { return &s }
 
 // writer produces commits to partition 1, as a projector's worker does.
 type writer struct {
-	t    *testing.T
-	cl   *kgo.Client
-	txn  bool
-	rng  *rand.Rand
-	want map[string][]byte // the state of every complete commit
-	n    int
+	t     *testing.T
+	topic string
+	cl    *kgo.Client
+	txn   bool
+	rng   *rand.Rand
+	want  map[string][]byte // the state of every complete commit
+	n     int
 }
 
 func (c *cluster) writer(txn bool, seed uint64) *writer {
 	opts := append(slices.Clip(c.opts), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if txn {
-		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("changelog-test-%d", seed)))
+		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("%s-%d", c.topic, seed)))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(cl.Close)
-	return &writer{t: c.t, cl: cl, txn: txn, rng: rand.New(rand.NewPCG(seed, 1)), want: map[string][]byte{}}
+	return &writer{t: c.t, topic: c.topic, cl: cl, txn: txn, rng: rand.New(rand.NewPCG(seed, 1)), want: map[string][]byte{}}
 }
 
 // changes returns a random commit over a small key space, so that keys are
@@ -105,7 +104,7 @@ func (w *writer) changes() projection.Changes {
 func (w *writer) commit() {
 	w.t.Helper()
 	ch := w.changes()
-	w.produce(Records(topic, 1, ch), true)
+	w.produce(Records(w.topic, 1, ch), true)
 	for _, c := range ch {
 		if c.Delete {
 			delete(w.want, string(c.Key))
@@ -119,7 +118,7 @@ func (w *writer) commit() {
 // way through does (without transactions), or aborts it (with).
 func (w *writer) tear() {
 	w.t.Helper()
-	rs := Records(topic, 1, w.changes())
+	rs := Records(w.topic, 1, w.changes())
 	w.n-- // the commit did not happen
 	w.produce(rs[:len(rs)-1-w.rng.IntN(len(rs)-1)], false)
 }
@@ -154,7 +153,7 @@ func openStore(t *testing.T) (*pebble.DB, *projection.Store) {
 
 func (c *cluster) restore(store *projection.Store, mut ...func(*Config)) Result {
 	c.t.Helper()
-	cfg := Config{ClientOpts: c.opts, Topic: topic, BatchRecords: 50}
+	cfg := Config{ClientOpts: c.opts, Topic: c.topic, BatchRecords: 50}
 	for _, m := range mut {
 		m(&cfg)
 	}
@@ -209,10 +208,12 @@ func same(t *testing.T, what string, got, want map[string][]byte) {
 // commits on top of its checkpoint, with and without transactions, with
 // aborted (transactional) commits between them, before and after the broker
 // compacted the log.
-func TestRestore(t *testing.T) {
+func TestRestore(t *testing.T) { brokertest.Run(t, testRestore) }
+
+func testRestore(t *testing.T, b *brokertest.Broker) {
 	for _, txn := range []bool{true, false} {
 		t.Run(fmt.Sprintf("transactions=%v", txn), func(t *testing.T) {
-			c := newCluster(t)
+			c := newCluster(t, b)
 			w := c.writer(txn, 1)
 			for i := range 100 {
 				w.commit()
@@ -231,7 +232,7 @@ func TestRestore(t *testing.T) {
 			for range 50 {
 				w.commit()
 			}
-			c.c.Compact()
+			c.b.Compact(t, c.topic, 30*time.Second)
 			res = c.restore(store)
 			same(t, "restore from the checkpoint", dump(t, db), w.want)
 			if res.From != first || res.Wiped != "" {
@@ -256,8 +257,10 @@ func TestRestore(t *testing.T) {
 // commit. The restore stops at the last complete commit and reports the torn
 // keys; the rollback written by the next owner makes the log read right
 // again for everyone, also for a reader that starts from scratch later.
-func TestTornCommit(t *testing.T) {
-	c := newCluster(t)
+func TestTornCommit(t *testing.T) { brokertest.Run(t, testTornCommit) }
+
+func testTornCommit(t *testing.T, b *brokertest.Broker) {
+	c := newCluster(t, b)
 	w := c.writer(false, 2)
 	for range 40 {
 		w.commit()
@@ -273,10 +276,10 @@ func TestTornCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !IsCommitEnd(Records(topic, 1, undo)[len(undo)-1]) {
+	if !IsCommitEnd(Records(c.topic, 1, undo)[len(undo)-1]) {
 		t.Fatal("the rollback does not end with the offsets key")
 	}
-	w.produce(Records(topic, 1, undo), true) // what the new owner does first
+	w.produce(Records(c.topic, 1, undo), true) // what the new owner does first
 	for range 10 {
 		w.commit()
 	}
@@ -293,8 +296,10 @@ func TestTornCommit(t *testing.T) {
 // TestUntrustedStores: a store ahead of the changelog (its commit never made
 // it into Kafka), one without a checkpoint, and one whose checkpoint is too
 // old are wiped and restored from scratch.
-func TestUntrustedStores(t *testing.T) {
-	c := newCluster(t)
+func TestUntrustedStores(t *testing.T) { brokertest.Run(t, testUntrustedStores) }
+
+func testUntrustedStores(t *testing.T, b *brokertest.Broker) {
+	c := newCluster(t, b)
 	w := c.writer(true, 3)
 	for range 30 {
 		w.commit()
@@ -344,7 +349,7 @@ func TestUntrustedStores(t *testing.T) {
 func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
 	for _, unsynced := range []int{0, 50} {
 		t.Run(fmt.Sprintf("unsynced-data-kept=%d%%", unsynced), func(t *testing.T) {
-			c := newCluster(t)
+			c := newCluster(t, brokertest.NewKfake(t))
 			w := c.writer(false, 3)
 			for range 30 {
 				w.commit()
@@ -362,7 +367,7 @@ func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
 			// the store, unsynced.
 			for range 30 {
 				ch := w.changes()
-				res := w.cl.ProduceSync(context.Background(), Records(topic, 1, ch)...)
+				res := w.cl.ProduceSync(context.Background(), Records(c.topic, 1, ch)...)
 				if err := res.FirstErr(); err != nil {
 					t.Fatal(err)
 				}
