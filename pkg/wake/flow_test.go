@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -30,18 +30,25 @@ import (
 type broker struct {
 	brokers []string
 	names   topics.Names
+	group   string // the conductors' group, of the test's own
 	cl      *kgo.Client
 	adm     *kadm.Client
 }
 
+// newBroker makes canopy's topics, of the test's own, on a kfake broker of
+// the test's own.
 func newBroker(t *testing.T, prefix string, partitions int32) *broker {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	b := &broker{brokers: cluster.ListenAddrs(), names: topics.Names{Prefix: prefix, Version: 1}}
+	return newBrokerOn(t, brokertest.NewKfake(t), prefix, partitions)
+}
+
+// newBrokerOn makes canopy's topics, of the test's own, on on: a broker of
+// the matrix (brokertest.Run).
+func newBrokerOn(t *testing.T, on *brokertest.Broker, prefix string, partitions int32) *broker {
+	t.Helper()
+	prefix = on.Prefix(t, prefix)
+	b := &broker{brokers: on.Addrs, names: topics.Names{Prefix: prefix, Version: 1}, group: prefix}
+	var err error
 	b.cl, err = kgo.NewClient(kgo.SeedBrokers(b.brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +270,7 @@ func TestBacklogStaysBounded(t *testing.T) {
 	b.produceTx(t, b.wakes(t, topics.LaneNormal, n, 1, "w")...)
 	var mu sync.Mutex
 	var got []string
-	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: "bounded", MaxQueued: limit},
+	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: b.group, MaxQueued: limit},
 		func(_ context.Context, w *topics.Wake, _ Received) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -287,7 +294,7 @@ func TestBacklogStaysBounded(t *testing.T) {
 			t.Fatalf("delivery %d was %s, want %s: a partition's wakes in order, each once", i, id, want)
 		}
 	}
-	if c := b.committed(t, "bounded", b.names.Wakes(), 0); c < n {
+	if c := b.committed(t, b.group, b.names.Wakes(), 0); c < n {
 		t.Errorf("committed offset %d, want at least %d: every wake handled is committed", c, n)
 	}
 }
@@ -296,12 +303,16 @@ func TestBacklogStaysBounded(t *testing.T) {
 // wake, with more normal wakes queued and the normal topic paused, a
 // priority wake is produced: it is the next wake delivered.
 func TestPriorityOvertakesQueuedNormal(t *testing.T) {
-	b := newBroker(t, "overtake", 1)
+	brokertest.Run(t, testPriorityOvertakesQueuedNormal)
+}
+
+func testPriorityOvertakesQueuedNormal(t *testing.T, on *brokertest.Broker) {
+	b := newBrokerOn(t, on, "overtake", 1)
 	b.produceTx(t, b.wakes(t, topics.LaneNormal, 20, 1, "n")...)
 	started, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var order []string
-	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: "overtake", MaxQueued: 4},
+	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: b.group, MaxQueued: 4},
 		func(_ context.Context, w *topics.Wake, _ Received) error {
 			mu.Lock()
 			order = append(order, w.WakeID)
@@ -349,13 +360,15 @@ func TestPriorityOvertakesQueuedNormal(t *testing.T) {
 // acknowledging or committing the wake, although a transaction marker
 // follows it in its partition; a restarted consumer delivers it again,
 // once, its duplicate dropped by wake_id.
-func TestHandlerErrorIsRedelivered(t *testing.T) {
-	b := newBroker(t, "failing", 1)
+func TestHandlerErrorIsRedelivered(t *testing.T) { brokertest.Run(t, testHandlerErrorIsRedelivered) }
+
+func testHandlerErrorIsRedelivered(t *testing.T, on *brokertest.Broker) {
+	b := newBrokerOn(t, on, "failing", 1)
 	recs := b.wakes(t, topics.LaneNormal, 3, 1, "w")
 	dup := *recs[2]
 	b.produceTx(t, append(recs, &dup)...) // w-0000 w-0001 w-0002 w-0002, marker
 	boom := errors.New("model unavailable")
-	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: "failing"},
+	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: b.group},
 		func(_ context.Context, w *topics.Wake, _ Received) error {
 			if w.WakeID == "w-0002" {
 				return boom
@@ -374,13 +387,13 @@ func TestHandlerErrorIsRedelivered(t *testing.T) {
 	if got := b.acks(t); !slices.Equal(got, []string{"w-0000", "w-0001"}) {
 		t.Errorf("acknowledged %v, want w-0000 and w-0001 only", got)
 	}
-	if c := b.committed(t, "failing", b.names.Wakes(), 0); c != 2 {
+	if c := b.committed(t, b.group, b.names.Wakes(), 0); c != 2 {
 		t.Errorf("committed offset %d, want 2: the failed wake at offset 2 must be read again", c)
 	}
 
 	var mu sync.Mutex
 	var again []string
-	r = start(t, Config{Brokers: b.brokers, Names: b.names, Group: "failing"},
+	r = start(t, Config{Brokers: b.brokers, Names: b.names, Group: b.group},
 		func(_ context.Context, w *topics.Wake, _ Received) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -401,7 +414,7 @@ func TestHandlerErrorIsRedelivered(t *testing.T) {
 	if got := b.acks(t); !slices.Equal(got, []string{"w-0000", "w-0001", "w-0002"}) {
 		t.Errorf("acknowledged %v, want each wake once", got)
 	}
-	if end, c := b.end(t, b.names.Wakes(), 0), b.committed(t, "failing", b.names.Wakes(), 0); c != end {
+	if end, c := b.end(t, b.names.Wakes(), 0), b.committed(t, b.group, b.names.Wakes(), 0); c != end {
 		t.Errorf("committed offset %d, want the end %d", c, end)
 	}
 }
@@ -410,13 +423,15 @@ func TestHandlerErrorIsRedelivered(t *testing.T) {
 // (a model call, say), a second member joins the group: the rebalance
 // completes, and both members own partitions, long before the rebalance
 // timeout, without waiting for the handler. Then the first member goes on.
-func TestRebalanceDuringSlowHandler(t *testing.T) {
+func TestRebalanceDuringSlowHandler(t *testing.T) { brokertest.Run(t, testRebalanceDuringSlowHandler) }
+
+func testRebalanceDuringSlowHandler(t *testing.T, on *brokertest.Broker) {
 	const partitions = 4
-	b := newBroker(t, "rebalance", partitions)
+	b := newBrokerOn(t, on, "rebalance", partitions)
 	b.produceTx(t, b.wakes(t, topics.LaneNormal, 40, 8, "w")...)
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: "rebalance", MaxQueued: 4,
+	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: b.group, MaxQueued: 4,
 		// A rebalance that waited for the handler would take this long:
 		// far beyond the test's deadline.
 		ClientOpts: []kgo.Opt{kgo.RebalanceTimeout(5 * time.Minute), kgo.HeartbeatInterval(100 * time.Millisecond)}},
@@ -442,7 +457,7 @@ func TestRebalanceDuringSlowHandler(t *testing.T) {
 		t.Fatal("no wake delivered within 60s")
 	}
 
-	second, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup("rebalance"),
+	second, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup(b.group),
 		kgo.ConsumeTopics(b.names.PriorityWakes(), b.names.Wakes()), kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit())
 	if err != nil {
@@ -453,12 +468,12 @@ func TestRebalanceDuringSlowHandler(t *testing.T) {
 	defer cancel()
 	var state string
 	waitUntil(t, 45*time.Second, func() bool {
-		groups, err := b.adm.DescribeGroups(ctx, "rebalance")
+		groups, err := b.adm.DescribeGroups(ctx, b.group)
 		if err != nil {
 			state = err.Error()
 			return false
 		}
-		g := groups["rebalance"]
+		g := groups[b.group]
 		state = fmt.Sprintf("%s with %d members", g.State, len(g.Members))
 		if g.State != "Stable" || len(g.Members) != 2 {
 			return false
@@ -491,7 +506,7 @@ func TestRebalanceDuringSlowHandler(t *testing.T) {
 // gets its partitions long before the rebalance timeout.
 func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
 	b := newBroker(t, "idle", 2)
-	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: "idle",
+	r := start(t, Config{Brokers: b.brokers, Names: b.names, Group: b.group,
 		ClientOpts: []kgo.Opt{kgo.RebalanceTimeout(5 * time.Minute), kgo.HeartbeatInterval(100 * time.Millisecond)}},
 		func(context.Context, *topics.Wake, Received) error { return nil })
 	defer func() {
@@ -499,7 +514,7 @@ func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	waitUntil(t, 60*time.Second, func() bool { return len(b.members(t, "idle")) == 1 }, func() string { return "the consumer in the group" })
+	waitUntil(t, 60*time.Second, func() bool { return len(b.members(t, b.group)) == 1 }, func() string { return "the consumer in the group" })
 	b.transact(t, kgo.TryAbort, b.wakes(t, topics.LaneNormal, 3, 1, "aborted")...)
 	// The marker is consumed (and committed past) once it is polled.
 	end := b.end(t, b.names.Wakes(), topics.Partition([]byte("run-0"), 2))
@@ -507,7 +522,7 @@ func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
 		return r.c.cl.CommittedOffsets()[b.names.Wakes()][topics.Partition([]byte("run-0"), 2)].Offset == end
 	}, func() string { return "the abort marker marked and committed" })
 
-	second, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup("idle"),
+	second, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup(b.group),
 		kgo.ConsumeTopics(b.names.PriorityWakes(), b.names.Wakes()), kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit())
 	if err != nil {
@@ -515,9 +530,9 @@ func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
 	}
 	defer second.Close()
 	waitUntil(t, 45*time.Second, func() bool {
-		ms := b.members(t, "idle")
+		ms := b.members(t, b.group)
 		return len(ms) == 2 && ms[0] > 0 && ms[1] > 0
-	}, func() string { return fmt.Sprintf("both members own partitions; assigned %v", b.members(t, "idle")) })
+	}, func() string { return fmt.Sprintf("both members own partitions; assigned %v", b.members(t, b.group)) })
 	if got := r.c.Stats.Delivered.Load(); got != 0 {
 		t.Errorf("delivered %d wakes of an aborted transaction", got)
 	}

@@ -8,10 +8,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/internal/brokertest"
 )
 
-// TestMain fails the package's tests if any goroutine is left running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain fails the package's tests if any goroutine is left running, and
+// stops the Apache Kafka node of the broker-matrix tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.M(m)) }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
