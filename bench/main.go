@@ -7,6 +7,7 @@
 //	go run ./bench                          the standard set (make bench)
 //	go run ./bench -scenario steady         one scenario
 //	go run ./bench -scenario max -brokers kafka:9092
+//	go run ./bench -kafka real              against Apache Kafka, started here
 package main
 
 import (
@@ -31,7 +32,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c harness.Config
 	scenarios := fs.String("scenario", "standard", "comma-separated scenarios ("+strings.Join(harness.Scenarios, ", ")+"), or standard for all")
-	brokers := fs.String("brokers", "", "Kafka seed brokers, host:port,...; default an embedded broker on loopback")
+	brokers := fs.String("brokers", "", "Kafka seed brokers, host:port,...; default a broker on loopback that -kafka names")
+	fs.StringVar(&c.Kafka, "kafka", harness.KafkaEmbedded, "the broker the harness starts when -brokers is empty: kfake (embedded, in this process) or\n"+
+		"real (Apache Kafka from tools/kafka/lib, a KRaft node in a child JVM; make test installs it)")
+	projectorFlags := fs.String("projector-flags", "", "more flags for every projector instance, e.g. \"-group-protocol consumer\"")
 	fs.StringVar(&c.Projector, "projector", "bin/projector", "the projector binary (make build)")
 	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of every topic")
 	fs.DurationVar(&c.Duration, "duration", 30e9, "how long steady and priority measure")
@@ -46,7 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	instances := fs.String("instances", "1,2,3", "projector instance counts scale compares")
 	fs.IntVar(&c.FailoverInstances, "failover-instances", 2, "instances in failover, one of which is killed")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 6e9, "the projectors' group session timeout")
-	jsonOut := fs.String("json", "bench/results.json", "the JSON result file (empty: none)")
+	jsonOut := fs.String("json", "", "the JSON result file (default bench/results.json, with -kafka real bench/results-kafka.json; - : none)")
 	results := fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
@@ -55,6 +59,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	c.ProjectorArgs = strings.Fields(*projectorFlags)
+	switch *jsonOut {
+	case "":
+		*jsonOut = "bench/results.json"
+		if c.Kafka == harness.KafkaReal && len(c.Brokers) == 0 {
+			*jsonOut = "bench/results-kafka.json"
+		}
+	case "-":
+		*jsonOut = ""
 	}
 	if *scenarios != "standard" {
 		c.Scenarios = strings.Split(*scenarios, ",")
@@ -97,7 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		if *results != "" && err == nil {
-			if werr := harness.UpdateResults(*results, rep.Markdown()); werr != nil {
+			if werr := harness.UpdateResults(*results, rep.Kafka, rep.Markdown()); werr != nil {
 				fmt.Fprintf(stderr, "bench: %v\n", werr)
 				return 1
 			}

@@ -13,6 +13,12 @@ import (
 // max first, because steady runs at half the maximum it measured.
 var Scenarios = []string{"max", "steady", "grow", "priority", "scale", "failover"}
 
+// The brokers the harness can start (Config.Kafka).
+const (
+	KafkaEmbedded = "kfake" // franz-go's kfake, in the harness process
+	KafkaReal     = "real"  // Apache Kafka, a KRaft node in a child JVM
+)
+
 // Config configures a harness invocation. Zero fields take the default
 // their comment names.
 type Config struct {
@@ -20,8 +26,17 @@ type Config struct {
 	// set), in that order.
 	Scenarios []string
 	// Brokers are the seed brokers of the Kafka to run against; default
-	// none: an embedded broker (kfake) on loopback, in this process.
+	// none: a broker on loopback that the harness starts, of the kind
+	// Kafka names.
 	Brokers []string
+	// Kafka is the broker the harness starts when Brokers is empty:
+	// KafkaEmbedded (default), franz-go's kfake in this process; or
+	// KafkaReal, Apache Kafka (internal/apachekafka: a KRaft node in a
+	// child JVM, from tools/kafka/lib).
+	Kafka string
+	// ProjectorArgs are more flags for every projector instance, after
+	// the harness's own (e.g. -group-protocol consumer).
+	ProjectorArgs []string
 	// Projector is the projector binary each instance runs as; default
 	// "bin/projector" (make build).
 	Projector string
@@ -89,6 +104,9 @@ func (c Config) WithDefaults() Config {
 	if c.Projector == "" {
 		c.Projector = "bin/projector"
 	}
+	if c.Kafka == "" {
+		c.Kafka = KafkaEmbedded
+	}
 	if c.Partitions == 0 {
 		c.Partitions = 6
 	}
@@ -153,6 +171,9 @@ func (c Config) Validate() error {
 		if !strings.Contains(b, ":") {
 			ps = append(ps, fmt.Sprintf("broker %q: want host:port", b))
 		}
+	}
+	if c.Kafka != KafkaEmbedded && c.Kafka != KafkaReal {
+		ps = append(ps, fmt.Sprintf("kafka %q: want %s or %s", c.Kafka, KafkaEmbedded, KafkaReal))
 	}
 	check := func(ok bool, format string, args ...any) {
 		if !ok {

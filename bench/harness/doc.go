@@ -3,7 +3,8 @@
 // load-test canopy before they trust it with their agents.
 //
 // It runs scenarios against one broker: an embedded kfake broker on
-// loopback, in this process, unless Config.Brokers names a Kafka. Each
+// loopback, in this process, or (Config.Kafka "real") Apache Kafka started
+// as a child JVM on loopback, unless Config.Brokers names a Kafka. Each
 // scenario has topics and a consumer group of its own, and runs projector
 // instances as processes of the built binary (bin/projector run), so that
 // their CPU and memory come from /proc/<pid> and a SIGKILL is real. Human

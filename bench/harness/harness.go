@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,13 +19,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/canopy-dev/canopy/internal/apachekafka"
 )
 
 // Harness runs scenarios against one broker.
 type Harness struct {
 	cfg     Config
 	began   time.Time
-	cluster *kfake.Cluster // nil against an external Kafka
+	cluster *kfake.Cluster      // the embedded broker, or nil
+	apache  *apachekafka.Broker // Apache Kafka started here, or nil
 	brokers []string
 	tlsCfg  *tls.Config
 	sasl    sasl.Mechanism
@@ -57,8 +61,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := h.open(); err != nil {
 		return nil, err
 	}
-	rep.Broker = "embedded kfake (1 broker, loopback, in the harness process)"
-	if h.cluster == nil {
+	switch {
+	case h.cluster != nil:
+		rep.Broker, rep.Kafka = "embedded kfake (1 broker, loopback, in the harness process)", KafkaEmbedded
+	case h.apache != nil:
+		rep.Broker, rep.Kafka = "Apache Kafka "+apachekafka.Version()+" (1 KRaft node, broker and controller in one JVM with a 2 GiB heap, loopback, a child process of the harness)", KafkaReal
+	default:
 		rep.Broker = strings.Join(h.brokers, ",")
 	}
 	for _, name := range cfg.Scenarios {
@@ -120,6 +128,14 @@ func (h *Harness) open() error {
 		h.work, h.ownWork = dir, true
 	}
 	h.brokers = h.cfg.Brokers
+	if len(h.brokers) == 0 && h.cfg.Kafka == KafkaReal {
+		fmt.Fprintf(h.cfg.Progress, "starting Apache Kafka %s in %s\n", apachekafka.Version(), filepath.Join(h.work, "kafka"))
+		b, err := apachekafka.Start(context.Background(), apachekafka.Config{Dir: filepath.Join(h.work, "kafka"), Heap: "2g"})
+		if err != nil {
+			return fmt.Errorf("starting Apache Kafka: %w", err)
+		}
+		h.apache, h.brokers = b, []string{b.Addr()}
+	}
 	if len(h.brokers) == 0 {
 		// kfake listens on 127.0.0.1. The projectors' session timeout must
 		// be allowed by the broker;
@@ -159,6 +175,9 @@ func (h *Harness) close() {
 	}
 	if h.cluster != nil {
 		h.cluster.Close()
+	}
+	if h.apache != nil {
+		_ = h.apache.Stop()
 	}
 	if h.ownWork {
 		os.RemoveAll(h.work)

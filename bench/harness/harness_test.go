@@ -219,7 +219,7 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# Results\n\nhand-written\n\n"+BeginMarker+"\nold\n"+EndMarker+"\n\n## Later\n\nkept\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpdateResults(path, rep.Markdown()); err != nil {
+	if err := UpdateResults(path, rep.Kafka, rep.Markdown()); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)

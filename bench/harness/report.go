@@ -19,8 +19,12 @@ type Report struct {
 	Date    string  `json:"date"`
 	Command string  `json:"command"`
 	Machine Machine `json:"machine"`
-	// Broker is "embedded kfake" or the brokers given.
-	Broker    string            `json:"broker"`
+	// Broker is "embedded kfake", Apache Kafka's version, or the brokers
+	// given.
+	Broker string `json:"broker"`
+	// Kafka is the kind of broker the harness started: Config.Kafka, or
+	// "" when Config.Brokers were given.
+	Kafka     string            `json:"kafka,omitempty"`
 	Scenarios []*ScenarioResult `json:"scenarios"`
 	// Targets are every scenario's standing targets, for the summary.
 	Targets []Target `json:"targets"`

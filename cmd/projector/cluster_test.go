@@ -130,10 +130,21 @@ func testChaosKill(t *testing.T, b *brokertest.Broker) {
 // second and a third, then stops two of them with SIGTERM (each must stop
 // cleanly), ending with one that catches up with everything; what the
 // instances committed is then checked as in TestChaosKill.
-func TestScaleUpDown(t *testing.T) { brokertest.Run(t, testScaleUpDown, kfake.NumBrokers(3)) }
+//
+// On Apache Kafka it runs once more with KIP-848's consumer group protocol
+// (-group-protocol consumer), where the broker assigns the partitions.
+func TestScaleUpDown(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		testScaleUpDown(t, b)
+		if b.Kind == brokertest.Kafka {
+			t.Run("kip848", func(t *testing.T) { testScaleUpDown(t, b, "-group-protocol", "consumer") })
+		}
+	}, kfake.NumBrokers(3))
+}
 
-func testScaleUpDown(t *testing.T, b *brokertest.Broker) {
+func testScaleUpDown(t *testing.T, b *brokertest.Broker, args ...string) {
 	h := newHarness(t, b, "scale", 6)
+	h.args = args
 	h.generate(48, 30)
 	h.startProducer(24*time.Second, 0.80)
 	h.startReader()
@@ -183,6 +194,7 @@ type harness struct {
 	group      string
 	cl         *kgo.Client // producer and admin
 	kafka      projectortest.Kafka
+	args       []string // more flags of every instance
 
 	// The workload: the runs' events interleaved by time, then each run's
 	// marker, an event that wakes the run once everything before it is
@@ -423,6 +435,7 @@ func (h *harness) start(name, dir string) *child {
 	c.cmd = exec.Command(h.bin, "run", "-brokers", strings.Join(h.brokers, ","), "-topic-prefix", h.names.Prefix,
 		"-data-dir", filepath.Join(h.tmp, dir), "-group", h.group, "-session-timeout", "2s", "-transactions=true",
 		"-log-level", "info", "-http-addr", "127.0.0.1:0")
+	c.cmd.Args = append(c.cmd.Args, h.args...)
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 	if err := c.cmd.Start(); err != nil {
 		h.t.Fatal(err)
@@ -589,12 +602,8 @@ func (h *harness) waitFor(what string, d time.Duration, cond func() bool) {
 func (h *harness) stable(members int) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
 	defer cancel()
-	gs, err := kadm.NewClient(h.cl).DescribeGroups(ctx, h.group)
-	if err != nil {
-		return false
-	}
-	g := gs[h.group]
-	return g.Err == nil && g.State == "Stable" && len(g.Members) == members
+	g, err := projector.DescribeGroup(ctx, kadm.NewClient(h.cl), h.group, h.names)
+	return err == nil && g.State == "Stable" && len(g.Members) == members
 }
 
 // stacks makes every running child print its goroutines and exit
@@ -631,22 +640,16 @@ func (h *harness) dump() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	gs, err := kadm.NewClient(h.cl).DescribeGroups(ctx, h.group)
+	g, err := projector.DescribeGroup(ctx, kadm.NewClient(h.cl), h.group, h.names)
 	if err != nil {
 		h.t.Logf("describing group %s: %v", h.group, err)
 		return
 	}
-	g := gs[h.group]
 	var b strings.Builder
-	fmt.Fprintf(&b, "group %s at %s: state %s, protocol %s, %d members (err %v)", g.Group, time.Now().Format("15:04:05.000"),
-		g.State, g.Protocol, len(g.Members), g.Err)
+	fmt.Fprintf(&b, "group %s at %s: state %s, protocol %s, %d members", h.group, time.Now().Format("15:04:05.000"),
+		g.State, g.Protocol, len(g.Members))
 	for _, m := range g.Members {
-		fmt.Fprintf(&b, "\n  %s: ", m.MemberID)
-		if a, ok := m.Assigned.AsConsumer(); ok {
-			for _, t := range a.Topics {
-				fmt.Fprintf(&b, "%v", t.Partitions)
-			}
-		}
+		fmt.Fprintf(&b, "\n  %s (%s): %v", m.MemberID, m.ClientID, m.Partitions)
 	}
 	h.t.Log(b.String())
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/apachekafka"
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -48,12 +50,15 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8081", "the projector's query endpoint (loopback)")
 		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
 		memtableMB = fs.Float64("memtable-mb", 32, "size of each of the projector's Pebble memtables, in MiB")
+		kafka      = fs.String("kafka", "kfake", "the broker to start: kfake (embedded, instant) or real (Apache Kafka from tools/kafka/lib,\n"+
+			"a KRaft node in a child JVM; ./tools/install.sh installs it)")
+		brokers = fs.String("brokers", "", "use this Kafka (host:port,...) instead of starting one; the demo's topics get a prefix of their own")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *runs < 1 || *nodes < 2 || *rate <= 0 || *partitions < 1 {
-		fmt.Fprintln(stderr, "projector dev: want -runs >= 1, -nodes >= 2, -rate > 0, -partitions >= 1")
+	if *runs < 1 || *nodes < 2 || *rate <= 0 || *partitions < 1 || (*kafka != "kfake" && *kafka != "real") {
+		fmt.Fprintln(stderr, "projector dev: want -runs >= 1, -nodes >= 2, -rate > 0, -partitions >= 1, -kafka kfake or real")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -64,7 +69,8 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
-		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20))}, stdout, stderr); err != nil {
+		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), kafka: *kafka,
+		brokers: splitList(*brokers)}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "projector dev: %v\n", err)
 		return 1
 	}
@@ -78,6 +84,8 @@ type devOptions struct {
 	dataDir               string
 	httpAddr, gatewayAddr string
 	memTableSize          int
+	kafka                 string   // kfake or real: the broker to start
+	brokers               []string // a Kafka to use instead
 }
 
 // devToken is the bearer token of `make run`'s gateway: every run, on
@@ -90,13 +98,33 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	// .stale at info) and partition start-up lines would only bury the
 	// wake lines `make run` is for.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		return fmt.Errorf("starting the embedded broker: %w", err)
+	brokers, names, what := o.brokers, topics.DefaultNames(), "Kafka"
+	switch {
+	case len(brokers) > 0:
+		// Topics of this session's own: an earlier session's state and
+		// changelog would otherwise be restored into the demo.
+		names.Prefix = fmt.Sprintf("canopy-dev-%d", time.Now().Unix())
+	case o.kafka == "real":
+		dir, err := os.MkdirTemp("", "canopy-dev-kafka-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		fmt.Fprintf(stdout, "canopy dev: starting Apache Kafka %s (a few seconds)\n", apachekafka.Version())
+		b, err := apachekafka.Start(ctx, apachekafka.Config{Dir: dir})
+		if err != nil {
+			return fmt.Errorf("starting Apache Kafka: %w", err)
+		}
+		defer b.Stop()
+		brokers, what = []string{b.Addr()}, "Apache Kafka "+apachekafka.Version()
+	default:
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("starting the embedded broker: %w", err)
+		}
+		defer cluster.Close()
+		brokers, what = cluster.ListenAddrs(), "embedded Kafka"
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-	names := topics.DefaultNames()
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -113,8 +141,8 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		}
 		defer os.RemoveAll(dir)
 	}
-	fmt.Fprintf(stdout, "canopy dev: embedded Kafka on %s, topics %s.*.v1 with %d partitions, state in %s\n",
-		brokers[0], names.Prefix, o.partitions, dir)
+	fmt.Fprintf(stdout, "canopy dev: %s on %s, topics %s.*.v1 with %d partitions, state in %s\n",
+		what, brokers[0], names.Prefix, o.partitions, dir)
 	fmt.Fprintf(stdout, "canopy dev: waves of %d demo runs of %d nodes at %.0f events/s; a human types into the newest wave every 10s (WAKE! = priority lane). Ctrl-C stops.\n\n",
 		o.runs, o.nodes, o.rate)
 
@@ -135,7 +163,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(tokens, []byte(`{"`+devToken+`": {"sub": "dev", "runs": ["*"], "sessions": ["*"]}}`), 0o600); err != nil {
 		return err
 	}
-	const group = "canopy-dev"
+	group := names.Prefix + "-dev"
 	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
 		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
 	in, err := instrument(ctx, &pcfg)
@@ -286,4 +314,15 @@ func demoTraffic(ctx context.Context, cl *kgo.Client, names topics.Names, o devO
 			nextHuman = nextHuman.Add(10 * time.Second)
 		}
 	}
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -430,7 +430,9 @@ func kcatIn(t *testing.T, in, kcat string, args ...string) {
 // TestPythonConductorPriorityFirst: with wakes of both lanes waiting, and a
 // duplicate among them, the Python conductor prints the priority wake
 // first and every wake once.
-func TestPythonConductorPriorityFirst(t *testing.T) { brokertest.Run(t, testPythonConductorPriorityFirst) }
+func TestPythonConductorPriorityFirst(t *testing.T) {
+	brokertest.Run(t, testPythonConductorPriorityFirst)
+}
 
 func testPythonConductorPriorityFirst(t *testing.T, b *brokertest.Broker) {
 	python := testenv.Python(t)

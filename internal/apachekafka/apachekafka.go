@@ -323,6 +323,20 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// Version is the Apache Kafka version Start runs, from the jar's name in
+// the library directory it would use ("unknown" if none is installed).
+func Version() string {
+	lib, ok := Installed()
+	if !ok {
+		return "unknown"
+	}
+	jars, _ := filepath.Glob(filepath.Join(lib, "kafka_2.13-*.jar"))
+	if len(jars) == 0 {
+		return "unknown"
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(filepath.Base(jars[0]), "kafka_2.13-"), ".jar")
+}
+
 // Installed reports whether the broker's jars are where Start looks for
 // them, and where that is.
 func Installed() (string, bool) {

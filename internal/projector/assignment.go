@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -44,40 +45,115 @@ type Member struct {
 // cluster can ask: the gateway uses it to send a query about a run to the
 // instance that holds the run. A partition just assigned may still be
 // restoring on its new owner (Projector.Owned says which are served).
+//
+// It speaks both group protocols: the classic DescribeGroups, and for a
+// KIP-848 group (GroupProtocolConsumer), which Apache Kafka does not
+// describe through that API (GROUP_ID_NOT_FOUND), ConsumerGroupDescribe. A
+// group that exists under neither has no owners: an empty assignment.
 func Assignment(ctx context.Context, adm *kadm.Client, group string, names topics.Names) (map[int32]Member, error) {
+	g, err := DescribeGroup(ctx, adm, group, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int32]Member)
+	for _, m := range g.Members {
+		for _, part := range m.Partitions {
+			out[part] = m
+		}
+	}
+	return out, nil
+}
+
+// Group is a consumer group as its coordinator describes it, in either
+// protocol.
+type Group struct {
+	// Protocol is GroupProtocolClassic or GroupProtocolConsumer; empty for
+	// a group that does not exist.
+	Protocol string
+	// State is the coordinator's: Stable once no rebalance is under way (in
+	// both protocols); Dead or Empty for a group without members.
+	State string
+	// Members, each with the agent events partitions assigned to it.
+	Members []Member
+}
+
+// DescribeGroup describes the projector group group, of the topics names,
+// in whichever protocol it uses (see Assignment).
+func DescribeGroup(ctx context.Context, adm *kadm.Client, group string, names topics.Names) (Group, error) {
 	groups, err := adm.DescribeGroups(ctx, group)
 	if err == nil {
 		err = groups.Error()
 	}
-	if err != nil {
-		return nil, fmt.Errorf("projector: describing group %s: %w", group, err)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return describeConsumerGroup(ctx, adm, group, names)
 	}
-	out := make(map[int32]Member)
-	for _, g := range groups {
-		for _, m := range g.Members {
-			c, ok := m.Assigned.AsConsumer()
-			if !ok {
-				continue
-			}
-			mem := Member{MemberID: m.MemberID, ClientID: m.ClientID, Host: strings.TrimPrefix(m.ClientHost, "/")}
-			if m.InstanceID != nil {
-				mem.InstanceID = *m.InstanceID
-			}
-			if i := strings.LastIndex(m.ClientID, advertiseSep); i >= 0 {
-				mem.ClientID, mem.Addr = m.ClientID[:i], m.ClientID[i+len(advertiseSep):]
-			}
+	if err != nil {
+		return Group{}, fmt.Errorf("projector: describing group %s: %w", group, err)
+	}
+	g := groups[group]
+	if len(g.Members) == 0 {
+		// kfake describes a KIP-848 group through DescribeGroups too, as
+		// Stable without members, where KIP-848 and Apache Kafka answer
+		// GROUP_ID_NOT_FOUND (docs/ARCHITECTURE.md, "Brokers"): ask the
+		// other way.
+		if cg, err := describeConsumerGroup(ctx, adm, group, names); err == nil && len(cg.Members) > 0 {
+			return cg, nil
+		}
+	}
+	out := Group{Protocol: GroupProtocolClassic, State: g.State}
+	if g.State == "Dead" {
+		out.Protocol = ""
+	}
+	for _, m := range g.Members {
+		mem := member(m.MemberID, m.ClientID, m.ClientHost, m.InstanceID)
+		if c, ok := m.Assigned.AsConsumer(); ok {
 			for _, t := range c.Topics {
 				if t.Topic == names.AgentEvents() {
 					mem.Partitions = append(mem.Partitions, t.Partitions...)
 				}
 			}
-			slices.Sort(mem.Partitions)
-			for _, part := range mem.Partitions {
-				out[part] = mem
-			}
 		}
+		slices.Sort(mem.Partitions)
+		out.Members = append(out.Members, mem)
 	}
 	return out, nil
+}
+
+func describeConsumerGroup(ctx context.Context, adm *kadm.Client, group string, names topics.Names) (Group, error) {
+	groups, err := adm.DescribeConsumerGroups(ctx, group)
+	if err == nil {
+		err = groups.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return Group{State: "Dead"}, nil
+	}
+	if err != nil {
+		return Group{}, fmt.Errorf("projector: describing group %s (KIP-848): %w", group, err)
+	}
+	g := groups[group]
+	out := Group{Protocol: GroupProtocolConsumer, State: g.State}
+	for _, m := range g.Members {
+		mem := member(m.MemberID, m.ClientID, m.ClientHost, m.InstanceID)
+		for p := range m.Assignment[names.AgentEvents()] {
+			mem.Partitions = append(mem.Partitions, p)
+		}
+		slices.Sort(mem.Partitions)
+		out.Members = append(out.Members, mem)
+	}
+	return out, nil
+}
+
+// member makes a Member of what both protocols say of one: the advertised
+// address comes out of the client id.
+func member(memberID, clientID, host string, instanceID *string) Member {
+	m := Member{MemberID: memberID, ClientID: clientID, Host: strings.TrimPrefix(host, "/")}
+	if instanceID != nil {
+		m.InstanceID = *instanceID
+	}
+	if i := strings.LastIndex(clientID, advertiseSep); i >= 0 {
+		m.ClientID, m.Addr = clientID[:i], clientID[i+len(advertiseSep):]
+	}
+	return m
 }
 
 // Owner returns the member that owns run's partition in an assignment.

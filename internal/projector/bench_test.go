@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -67,7 +68,12 @@ func benchBroker(b *testing.B) (brokers []string, load func() topics.Names, even
 		b.Fatal(err)
 	}
 	b.Cleanup(c.Close)
-	brokers = c.ListenAddrs()
+	return benchLoad(b, c.ListenAddrs())
+}
+
+// benchLoad is benchBroker's topics and workload on the given brokers.
+func benchLoad(b *testing.B, brokers []string) ([]string, func() topics.Names, int, time.Time) {
+	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		b.Fatal(err)
@@ -75,9 +81,9 @@ func benchBroker(b *testing.B) (brokers []string, load func() topics.Names, even
 	b.Cleanup(cl.Close)
 	recs, end := benchData()
 	n := 0
-	load = func() topics.Names {
+	load := func() topics.Names {
 		n++
-		names := topics.Names{Prefix: fmt.Sprintf("bench%d", n), Version: 1}
+		names := topics.Names{Prefix: fmt.Sprintf("bench%d-%d", n, time.Now().UnixNano()), Version: 1}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := CreateTopics(ctx, kadm.NewClient(cl), names, benchPartitions, 1); err != nil {
@@ -193,11 +199,29 @@ func BenchmarkRawConsume(b *testing.B) {
 // changelog into an empty store, against reading the same changelog
 // partition with a plain consumer (BenchmarkRestore/read). The changelog is
 // what a projector wrote for the benchmark workload.
+//
+// It runs on both brokers of the matrix (CANOPY_TEST_BROKERS), each with its
+// own read baseline: BenchmarkRestore/kafka/restore against
+// BenchmarkRestore/kafka/read.
 func BenchmarkRestore(b *testing.B) {
-	brokers, load, events, end := benchBroker(b)
+	for _, kind := range brokertest.Kinds() {
+		b.Run(kind, func(b *testing.B) {
+			var brokers []string
+			if kind == brokertest.Kafka {
+				brokers = brokertest.SharedKafka(b).Addrs
+			} else {
+				brokers = brokertest.NewKfake(b).Addrs
+			}
+			benchRestore(b, brokers)
+		})
+	}
+}
+
+func benchRestore(b *testing.B, addrs []string) {
+	brokers, load, events, end := benchLoad(b, addrs)
 	names := load()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := Config{Brokers: brokers, Names: names, DataDir: filepath.Join(b.TempDir(), "data"), Group: "bench-restore",
+	cfg := Config{Brokers: brokers, Names: names, DataDir: filepath.Join(b.TempDir(), "data"), Group: "g-" + names.Prefix,
 		Logger: quiet, Now: func() time.Time { return end }}
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := New(ctx, cfg)

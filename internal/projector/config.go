@@ -59,8 +59,18 @@ type Config struct {
 	// partition's owner before that partition's fetching pauses; it resumes
 	// at half. Default 20000.
 	MaxPending int
-	// SessionTimeout is the group session timeout; default 6s.
+	// SessionTimeout is the group session timeout; default 6s. With
+	// GroupProtocol "consumer" the broker's group.consumer.session.timeout.ms
+	// applies instead.
 	SessionTimeout time.Duration
+	// GroupProtocol is the consumer group protocol: "classic" (default),
+	// the client-driven JoinGroup/SyncGroup protocol with the
+	// cooperative-sticky balancer; or "consumer", KIP-848's, where the
+	// broker's group coordinator assigns the partitions incrementally (the
+	// same sticky, cooperative result) and owns the session timeout and
+	// heartbeat interval (group.consumer.* broker or group configs). Needs
+	// Apache Kafka 4.0 or later. bench/RESULTS.md compares the two.
+	GroupProtocol string
 	// AtLeastOnce switches Kafka transactions off. By default (false) each
 	// partition's batch (its wakes, dead letters, changelog records and
 	// consumed offsets) is committed in one transaction of that partition's
@@ -127,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 20000
+	}
+	if c.GroupProtocol == "" {
+		c.GroupProtocol = GroupProtocolClassic
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 6 * time.Second
@@ -195,6 +208,11 @@ func (c Config) Validate() error {
 	if c.SessionTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("session timeout %v: want 1s or more", c.SessionTimeout))
 	}
+	switch c.GroupProtocol {
+	case "", GroupProtocolClassic, GroupProtocolConsumer:
+	default:
+		errs = append(errs, fmt.Sprintf("group protocol %q: want %s or %s (KIP-848)", c.GroupProtocol, GroupProtocolClassic, GroupProtocolConsumer))
+	}
 	if c.TransactionTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("transaction timeout %v: want 1s or more", c.TransactionTimeout))
 	}
@@ -209,3 +227,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// The consumer group protocols (Config.GroupProtocol).
+const (
+	GroupProtocolClassic  = "classic"  // JoinGroup/SyncGroup, client-side cooperative-sticky
+	GroupProtocolConsumer = "consumer" // KIP-848, broker-side assignment
+)

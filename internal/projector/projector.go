@@ -154,6 +154,13 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	if cfg.InstanceID != "" {
 		groupOpts = append(groupOpts, kgo.InstanceID(cfg.InstanceID))
 	}
+	if cfg.GroupProtocol == GroupProtocolConsumer {
+		// KIP-848: the cooperative-sticky balancer above is a sticky one,
+		// which franz-go requires to speak the new protocol; against a
+		// broker without it (before Kafka 4.0) the client falls back to
+		// the classic protocol.
+		groupOpts = append(groupOpts, kgo.ServerSideBalancer())
+	}
 	if cfg.AdvertiseAddr != "" {
 		// The member's client id carries where it answers: see Assignment.
 		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+advertiseSep+cfg.AdvertiseAddr))
