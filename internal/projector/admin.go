@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -17,9 +18,39 @@ import (
 // do not all exist with one partition count.
 var ErrNotCoPartitioned = errors.New("projector: topics are not co-partitioned")
 
+// errMissingTopics says some of canopy's topics do not exist (yet).
+var errMissingTopics = errors.New("missing")
+
 // CreateTopics creates every canopy topic with the given partition count and
-// replication factor; topics that exist are left alone.
+// replication factor; topics that exist are left alone. It returns once the
+// broker's metadata lists every co-partitioned topic (CheckTopics passes):
+// Apache Kafka acknowledges a creation when its controller has it, and its
+// brokers learn of it a moment later ("it may take several seconds after
+// CreateTopicsResult returns success for all the brokers to become aware
+// that the topics have been created", AdminClient's documentation), so a
+// projector started at once could otherwise find a topic missing. kfake's
+// metadata has it at once.
 func CreateTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16) error {
+	if err := createTopics(ctx, adm, names, partitions, replication); err != nil {
+		return err
+	}
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		// Topics that exist with other partition counts are left alone
+		// (the projector refuses them at start, saying what to fix).
+		if _, err := CheckTopics(ctx, adm, names); err == nil || !errors.Is(err, errMissingTopics) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("projector: created the topics, but the broker's metadata does not list them all yet: %w", ctx.Err())
+		case <-poll.C:
+		}
+	}
+}
+
+func createTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16) error {
 	for _, s := range names.Specs(partitions) {
 		cfg := make(map[string]*string, len(s.Configs))
 		for k, v := range s.Configs {
@@ -64,8 +95,8 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, names topics.Names) (int
 		counts[name] = int32(len(t.Partitions))
 	}
 	if len(missing) > 0 {
-		return 0, fmt.Errorf("%w: missing %s: create them with the same partition count as the others (projector create-topics -partitions N)",
-			ErrNotCoPartitioned, strings.Join(missing, ", "))
+		return 0, fmt.Errorf("%w: %w %s: create them with the same partition count as the others (projector create-topics -partitions N)",
+			ErrNotCoPartitioned, errMissingTopics, strings.Join(missing, ", "))
 	}
 	n := counts[names.AgentEvents()]
 	var bad []string
