@@ -8,8 +8,10 @@ BIN       := bin
 
 .PHONY: all build run test tools vet fmt-check unit priority fuzz bench microbench examples clean
 
-# Tools the tests need beyond Go's module cache land in bin/tools (helm) or
-# come from Debian (kcat, python3-confluent-kafka, prometheus): see tools/.
+# Tools the tests need beyond Go's module cache land in bin/tools (helm),
+# tools/kafka/lib (Apache Kafka's jars, from Maven Central) or come from
+# Debian (kcat, python3-confluent-kafka, prometheus, a JDK, Maven): see
+# tools/install.sh.
 export PATH := $(CURDIR)/$(BIN)/tools:$(PATH)
 
 all: build
@@ -25,8 +27,11 @@ run: build
 	$(BIN)/projector dev $(RUNFLAGS)
 
 # test is what CI runs (.ci/run): formatting, vet, and every test with the
-# race detector, the checked-in fuzz corpora included. tools installs what
-# the interop, dashboard and chart tests need, if it is missing.
+# race detector, the checked-in fuzz corpora included; the broker-matrix
+# tests run against kfake and against Apache Kafka, which they start
+# themselves (CANOPY_TEST_BROKERS=kfake or kafka narrows it). tools installs
+# what the interop, dashboard, chart and Apache Kafka tests need, if it is
+# missing.
 test: tools fmt-check vet unit priority
 
 tools:
@@ -62,8 +67,10 @@ fuzz:
 # bench runs the load harness's standard scenarios (bench/harness: max,
 # steady, grow, priority, scale, failover) against an embedded broker, with
 # the projectors as processes of bin/projector, and rewrites the harness's
-# section of bench/RESULTS.md and bench/results.json. One scenario, or
-# another Kafka: make bench BENCHFLAGS="-scenario steady -brokers host:9092".
+# section of bench/RESULTS.md and bench/results.json. Against Apache Kafka,
+# started by the harness: make bench BENCHFLAGS="-kafka real" (its own
+# section and bench/results-kafka.json). One scenario, or another Kafka:
+# make bench BENCHFLAGS="-scenario steady -brokers host:9092".
 bench: build
 	$(GO) run ./bench -results bench/RESULTS.md $(BENCHFLAGS)
 

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -27,9 +27,26 @@ import (
 // the group notices a dead member: the metric "x_session" is the failover
 // time over it. With -standby B keeps A's partitions warm; without, it
 // restores them from the changelog.
+//
+// It runs on each broker of the matrix (CANOPY_TEST_BROKERS), and on Apache
+// Kafka once more with KIP-848 groups (-group-protocol consumer, the
+// session timeout set as the group's consumer.session.timeout.ms).
 func BenchmarkFailover(b *testing.B) {
-	for _, standby := range []bool{false, true} {
-		b.Run(fmt.Sprintf("standby=%v", standby), func(b *testing.B) { benchFailover(b, standby) })
+	for _, kind := range brokertest.Kinds() {
+		b.Run(kind, func(b *testing.B) {
+			var brokers []string
+			if kind == brokertest.Kafka {
+				brokers = brokertest.SharedKafka(b).Addrs
+			} else {
+				brokers = brokertest.NewKfake(b).Addrs
+			}
+			for _, standby := range []bool{false, true} {
+				b.Run(fmt.Sprintf("standby=%v", standby), func(b *testing.B) { benchFailover(b, brokers, standby) })
+			}
+			if kind == brokertest.Kafka {
+				b.Run("kip848", func(b *testing.B) { benchFailover(b, brokers, false, "-group-protocol", "consumer") })
+			}
+		})
 	}
 }
 
@@ -39,18 +56,30 @@ const (
 	failoverSession = 2 * time.Second
 )
 
-func benchFailover(b *testing.B, standby bool) {
+func benchFailover(b *testing.B, brokers []string, standby bool, extra ...string) {
+	benchMove(b, brokers, false, standby, extra...)
+}
+
+// BenchmarkScaleOut measures a scale-out: A owns all 4 partitions and the
+// backlog's state; B starts, and the time is from B's start until B has
+// committed the wake of a probe produced to each partition the group moved
+// to it (the probes go out as soon as the group's assignment names B). It
+// runs on Apache Kafka only, with the classic protocol and with KIP-848:
+// the rebalance each protocol needs is what differs.
+func BenchmarkScaleOut(b *testing.B) {
+	brokers := brokertest.SharedKafka(b).Addrs
+	b.Run("classic", func(b *testing.B) { benchMove(b, brokers, true, false) })
+	b.Run("kip848", func(b *testing.B) { benchMove(b, brokers, true, false, "-group-protocol", "consumer") })
+}
+
+// benchMove is BenchmarkFailover (A is killed) and BenchmarkScaleOut (B
+// joins).
+func benchMove(b *testing.B, brokers []string, scaleOut, standby bool, extra ...string) {
 	tmp := b.TempDir()
 	bin := filepath.Join(tmp, "projector")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		b.Fatal(err)
@@ -66,8 +95,8 @@ func benchFailover(b *testing.B, standby bool) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		names := topics.Names{Prefix: fmt.Sprintf("failover%d", i), Version: 1}
-		group := fmt.Sprintf("failover-%v-%d-%d", standby, b.N, i)
+		names := topics.Names{Prefix: fmt.Sprintf("failover%d-%d", i, time.Now().UnixNano()), Version: 1}
+		group := "g-" + names.Prefix
 		if err := projector.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
 			b.Fatal(err)
 		}
@@ -132,6 +161,7 @@ func benchFailover(b *testing.B, standby bool) {
 			if standby {
 				args = append(args, "-standby")
 			}
+			args = append(args, extra...)
 			c.cmd = exec.Command(bin, args...)
 			c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 			if err := c.cmd.Start(); err != nil {
@@ -140,24 +170,46 @@ func benchFailover(b *testing.B, standby bool) {
 			go func() { c.err = c.cmd.Wait(); close(c.exited) }()
 			return c
 		}
-		a, bb := startChild("a"), startChild("b")
-		await("the backlog's markers")
-		// A's partitions, as the group says.
-		var mine []int32
-		for len(mine) == 0 {
-			assign, err := projector.Assignment(ctx, adm, group, names)
-			if err != nil {
-				b.Fatal(err)
-			}
-			mine = mine[:0]
-			for part, m := range assign {
-				if m.Addr == "a:1" {
-					mine = append(mine, part)
+		// owned returns the partitions the group has assigned to member,
+		// once every partition is assigned.
+		owned := func(member string) []int32 {
+			var mine []int32
+			for len(mine) == 0 {
+				assign, err := projector.Assignment(ctx, adm, group, names)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mine = mine[:0]
+				for part, m := range assign {
+					if m.Addr == member {
+						mine = append(mine, part)
+					}
+				}
+				if len(assign) != partitions {
+					mine = nil
+				}
+				if ctx.Err() != nil {
+					b.Fatalf("waiting for %s to own partitions: %v", member, ctx.Err())
 				}
 			}
-			if len(assign) != partitions {
-				mine = nil
-			}
+			return mine
+		}
+		a := startChild("a")
+		var bb *child
+		if !scaleOut {
+			bb = startChild("b")
+		}
+		await("the backlog's markers")
+		var began time.Time
+		var mine []int32
+		if scaleOut {
+			owned("a:1")
+			b.StartTimer()
+			began = time.Now()
+			bb = startChild("b")
+			mine = owned("b:1")
+		} else {
+			mine = owned("a:1") // A's partitions, as the group says
 		}
 		// The probes: one run per partition of A's.
 		recs = recs[:0]
@@ -172,9 +224,11 @@ func benchFailover(b *testing.B, standby bool) {
 			}
 		}
 
-		b.StartTimer()
-		began := time.Now()
-		a.kill()
+		if !scaleOut {
+			b.StartTimer()
+			began = time.Now()
+			a.kill()
+		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			b.Fatal(err)
 		}
@@ -184,6 +238,7 @@ func benchFailover(b *testing.B, standby bool) {
 
 		total += took
 		restored += len(mine)
+		a.kill()
 		bb.kill()
 		reader.Close()
 		cancel()

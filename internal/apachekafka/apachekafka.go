@@ -91,13 +91,14 @@ func Properties() map[string]string {
 		// A group rebalances as soon as its first member joins: the default
 		// 3 s delay would only slow every test's first assignment.
 		"group.initial.rebalance.delay.ms": "0",
-		// The tests and the bench run 1-6 s sessions (classic protocol) and
-		// KIP-848 groups with short heartbeats; the defaults' floors (6 s,
-		// 45 s) would refuse them.
+		// The tests and the bench run 1-6 s sessions, in both protocols
+		// (under KIP-848 as the group's consumer.session.timeout.ms, with
+		// heartbeats a sixth of it); the defaults' floors (6 s, 45 s, 5 s)
+		// would refuse them.
 		"group.min.session.timeout.ms":             "1000",
 		"group.consumer.min.session.timeout.ms":    "1000",
 		"group.consumer.session.timeout.ms":        "6000",
-		"group.consumer.min.heartbeat.interval.ms": "500",
+		"group.consumer.min.heartbeat.interval.ms": "100",
 		"group.consumer.heartbeat.interval.ms":     "1000",
 		// Compaction: the cleaner looks every second and cleans a segment
 		// as soon as a little of it is dirty; a segment rolls after 2 s, so

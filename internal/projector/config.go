@@ -60,16 +60,20 @@ type Config struct {
 	// at half. Default 20000.
 	MaxPending int
 	// SessionTimeout is the group session timeout; default 6s. With
-	// GroupProtocol "consumer" the broker's group.consumer.session.timeout.ms
-	// applies instead.
+	// GroupProtocol "consumer" the projector sets it as the group's
+	// consumer.session.timeout.ms (and a sixth of it as its heartbeat
+	// interval), within the broker's group.consumer.min/max bounds; where
+	// the broker refuses, its group.consumer.session.timeout.ms applies and
+	// a warning says so.
 	SessionTimeout time.Duration
 	// GroupProtocol is the consumer group protocol: "classic" (default),
 	// the client-driven JoinGroup/SyncGroup protocol with the
 	// cooperative-sticky balancer; or "consumer", KIP-848's, where the
 	// broker's group coordinator assigns the partitions incrementally (the
 	// same sticky, cooperative result) and owns the session timeout and
-	// heartbeat interval (group.consumer.* broker or group configs). Needs
-	// Apache Kafka 4.0 or later. bench/RESULTS.md compares the two.
+	// heartbeat interval (group.consumer.* broker or group configs; see
+	// SessionTimeout). Needs Apache Kafka 4.0 or later. bench/RESULTS.md
+	// compares the two.
 	GroupProtocol string
 	// AtLeastOnce switches Kafka transactions off. By default (false) each
 	// partition's batch (its wakes, dead letters, changelog records and

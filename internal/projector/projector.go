@@ -160,6 +160,10 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		// broker without it (before Kafka 4.0) the client falls back to
 		// the classic protocol.
 		groupOpts = append(groupOpts, kgo.ServerSideBalancer())
+		if err := setGroupSession(ctx, p.prod, cfg.Group, cfg.SessionTimeout); err != nil {
+			p.log.Warn("the group's session timeout is the broker's (group.consumer.session.timeout.ms), not -session-timeout",
+				"err", err)
+		}
 	}
 	if cfg.AdvertiseAddr != "" {
 		// The member's client id carries where it answers: see Assignment.
