@@ -18,8 +18,8 @@ const (
 )
 
 // Markers returns the begin and end markers of the section of a broker
-// kind: "" (the embedded kfake broker, or brokers given) or "kafka" (Apache
-// Kafka started by the harness).
+// kind: "" or KafkaEmbedded (the embedded kfake broker, or brokers given)
+// or KafkaReal (Apache Kafka started by the harness).
 func Markers(kind string) (begin, end string) {
 	if kind == "" || kind == KafkaEmbedded {
 		return BeginMarker, EndMarker
