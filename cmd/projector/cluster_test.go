@@ -49,10 +49,20 @@ import (
 // published after its partition has moved on. Without transactions
 // (-transactions=false) that gives triggering events in two committed wakes
 // (seen with this test); with them the zombie is fenced.
-func TestChaosKill(t *testing.T) { brokertest.Run(t, testChaosKill, kfake.NumBrokers(3)) }
+//
+// On Apache Kafka it runs once more with KIP-848's consumer group protocol.
+func TestChaosKill(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		testChaosKill(t, b)
+		if b.Kind == brokertest.Kafka {
+			t.Run("kip848", func(t *testing.T) { testChaosKill(t, b, "-group-protocol", "consumer") })
+		}
+	}, kfake.NumBrokers(3))
+}
 
-func testChaosKill(t *testing.T, b *brokertest.Broker) {
+func testChaosKill(t *testing.T, b *brokertest.Broker, args ...string) {
 	h := newHarness(t, b, "chaos", 6)
+	h.args = args
 	h.generate(48, 30)
 	// The rounds, rotating over the instances, fall at even shares of the
 	// first 75% of the load. The producer goes on at its pace up to 80% of

@@ -99,6 +99,10 @@ type Config struct {
 	// membership (host:port where it answers for the runs it owns), so that
 	// Assignment can route a run to its owner.
 	AdvertiseAddr string
+	// LockWait is how long Serve waits for a data directory that another
+	// process holds (ErrDataDirLocked) before it gives up with that error;
+	// default 10s.
+	LockWait time.Duration
 	// ReadyLag is how many records a partition may be behind its input for
 	// the instance to be ready (Ready, /readyz): restored and caught up.
 	// Default 10000.
@@ -156,6 +160,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.LockWait == 0 {
+		c.LockWait = 10 * time.Second
 	}
 	if c.ReadyLag == 0 {
 		c.ReadyLag = 10000

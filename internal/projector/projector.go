@@ -33,8 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -95,12 +93,9 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{})}
 
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("projector: data dir: %w", err)
-	}
-	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), pebbleOptions(cfg.Logger, cfg.MemTableSize))
+	db, err := openState(cfg, cfg.Now())
 	if err != nil {
-		return nil, fmt.Errorf("projector: opening state in %s: %w", cfg.DataDir, err)
+		return nil, err
 	}
 	p.db = db
 	fail := func(err error) (*Projector, error) { p.closeClients(); db.Close(); return nil, err }

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -12,7 +13,9 @@ import (
 // open, a storage error) is replaced by a new one after a backoff: the new
 // one resumes from what was committed, so nothing is lost or published
 // twice. A configuration error, or topics that are not co-partitioned, is
-// returned at once: no restart can fix it. started, when not nil, is called
+// returned at once: no restart can fix it; so is a data directory that
+// another process still holds after Config.LockWait (ErrDataDirLocked).
+// started, when not nil, is called
 // with each instance before it runs.
 func Serve(ctx context.Context, cfg Config, started func(*Projector)) error {
 	if err := cfg.Validate(); err != nil {
@@ -21,6 +24,7 @@ func Serve(ctx context.Context, cfg Config, started func(*Projector)) error {
 	cfg = cfg.withDefaults()
 	const minBackoff, maxBackoff = 500 * time.Millisecond, 30 * time.Second
 	backoff := minBackoff
+	var lockedSince time.Time // when the data directory was first found locked
 	for {
 		began := time.Now()
 		err := serveOnce(ctx, cfg, started)
@@ -29,6 +33,20 @@ func Serve(ctx context.Context, cfg Config, started func(*Projector)) error {
 		}
 		if errors.Is(err, ErrConfig) || errors.Is(err, ErrNotCoPartitioned) {
 			return err
+		}
+		// A locked data directory is waited for briefly (the previous
+		// process of a restart may still be closing it), then fatal: a
+		// second process on the same directory must exit, so that its
+		// supervisor notices, not retry for ever.
+		if errors.Is(err, ErrDataDirLocked) {
+			if lockedSince.IsZero() {
+				lockedSince = began
+			}
+			if time.Since(lockedSince) >= cfg.LockWait {
+				return fmt.Errorf("%w (waited %v)", err, cfg.LockWait.Round(time.Second))
+			}
+		} else {
+			lockedSince = time.Time{}
 		}
 		if time.Since(began) > time.Minute {
 			backoff = minBackoff // it ran a while: this is a new trouble

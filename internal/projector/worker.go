@@ -357,7 +357,11 @@ func (w *worker) apply(b batch) {
 		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
 		switch {
 		case errors.Is(err, topics.ErrUnknownType):
+			// A newer producer's type, or a typo: dead-lettered like any
+			// record this build cannot project, so that an operator sees
+			// it (the reason's code first), and counted apart.
 			st.UnknownType.Add(1)
+			w.deadLetter(r, DeadLetterUnknownType+": "+err.Error())
 			hooks.Consumed(r.Topic, "", OutcomeUnknownType)
 			continue
 		case err != nil:
@@ -602,6 +606,10 @@ func (w *worker) commit(changes projection.Changes) (err error) {
 
 // deadLetter sends a record that cannot be projected to the dead-letter
 // topic, with why and whence in its headers.
+// DeadLetterUnknownType starts the dead-letter reason of a record whose
+// event type this build does not know.
+const DeadLetterUnknownType = "unknown_type"
+
 func (w *worker) deadLetter(r *kgo.Record, reason string) {
 	if len(reason) > 1024 {
 		reason = reason[:1024]
