@@ -244,7 +244,11 @@ func benchMove(b *testing.B, brokers []string, scaleOut, standby bool, extra ...
 		cancel()
 		b.StartTimer()
 	}
-	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "failover_ms")
+	unit := "failover_ms"
+	if scaleOut {
+		unit = "scaleout_ms"
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), unit)
 	b.ReportMetric(total.Seconds()/float64(b.N)/failoverSession.Seconds(), "x_session")
 	b.ReportMetric(float64(restored)/float64(b.N), "partitions_moved")
 }
