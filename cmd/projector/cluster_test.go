@@ -51,14 +51,7 @@ import (
 // (seen with this test); with them the zombie is fenced.
 //
 // On Apache Kafka it runs once more with KIP-848's consumer group protocol.
-func TestChaosKill(t *testing.T) {
-	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
-		testChaosKill(t, b)
-		if b.Kind == brokertest.Kafka {
-			t.Run("kip848", func(t *testing.T) { testChaosKill(t, b, "-group-protocol", "consumer") })
-		}
-	}, kfake.NumBrokers(3))
-}
+func TestChaosKill(t *testing.T) { runBothProtocols(t, testChaosKill) }
 
 func testChaosKill(t *testing.T, b *brokertest.Broker, args ...string) {
 	h := newHarness(t, b, "chaos", 6)
@@ -143,11 +136,16 @@ func testChaosKill(t *testing.T, b *brokertest.Broker, args ...string) {
 //
 // On Apache Kafka it runs once more with KIP-848's consumer group protocol
 // (-group-protocol consumer), where the broker assigns the partitions.
-func TestScaleUpDown(t *testing.T) {
+func TestScaleUpDown(t *testing.T) { runBothProtocols(t, testScaleUpDown) }
+
+// runBothProtocols runs test on the broker matrix, kfake with three
+// brokers, and on Apache Kafka a second time with KIP-848 groups (the
+// instances' extra flags).
+func runBothProtocols(t *testing.T, test func(t *testing.T, b *brokertest.Broker, args ...string)) {
 	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
-		testScaleUpDown(t, b)
+		test(t, b)
 		if b.Kind == brokertest.Kafka {
-			t.Run("kip848", func(t *testing.T) { testScaleUpDown(t, b, "-group-protocol", "consumer") })
+			t.Run("kip848", func(t *testing.T) { test(t, b, "-group-protocol", "consumer") })
 		}
 	}, kfake.NumBrokers(3))
 }

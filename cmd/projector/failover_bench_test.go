@@ -34,12 +34,7 @@ import (
 func BenchmarkFailover(b *testing.B) {
 	for _, kind := range brokertest.Kinds() {
 		b.Run(kind, func(b *testing.B) {
-			var brokers []string
-			if kind == brokertest.Kafka {
-				brokers = brokertest.SharedKafka(b).Addrs
-			} else {
-				brokers = brokertest.NewKfake(b).Addrs
-			}
+			brokers := brokertest.New(b, kind).Addrs
 			for _, standby := range []bool{false, true} {
 				b.Run(fmt.Sprintf("standby=%v", standby), func(b *testing.B) { benchFailover(b, brokers, standby) })
 			}

@@ -44,7 +44,8 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
 	fs.StringVar(&cfg.GroupProtocol, "group-protocol", env("CANOPY_GROUP_PROTOCOL", projector.GroupProtocolClassic),
-		"consumer group protocol: classic, or consumer (KIP-848, Kafka 4.0+; the broker then owns the session timeout) (CANOPY_GROUP_PROTOCOL)")
+		"consumer group protocol: classic, or consumer (KIP-848, Apache Kafka 4.0+; -session-timeout is then set as the group's\n"+
+			"consumer.session.timeout.ms, within the broker's bounds) (CANOPY_GROUP_PROTOCOL)")
 	transactions := fs.Bool("transactions", env("CANOPY_TRANSACTIONS", "true") != "false",
 		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once (CANOPY_TRANSACTIONS)")
 	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", 60*time.Second, "how long a transaction may stay open before the broker aborts it")

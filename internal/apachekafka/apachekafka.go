@@ -174,36 +174,29 @@ func (b *Broker) Dir() string { return b.cfg.Dir }
 // flushed, its controller resigned), then SIGKILL if it has not exited in
 // 30 s. The directory is kept. Stopping a stopped broker does nothing.
 func (b *Broker) Stop() error {
-	b.mu.Lock()
-	cmd, done := b.cmd, b.done
-	b.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-	b.mu.Lock()
-	b.cmd = nil
-	b.mu.Unlock()
-	_ = b.out.Close()
+	b.end(syscall.SIGTERM, 30*time.Second)
 	return nil
 }
 
 // Kill stops the broker with SIGKILL, as a machine crash would.
-func (b *Broker) Kill() {
+func (b *Broker) Kill() { b.end(syscall.SIGKILL, 0) }
+
+// end sends the broker sig, waits up to grace for it to exit (then
+// SIGKILLs it) and releases its log file.
+func (b *Broker) end(sig syscall.Signal, grace time.Duration) {
 	b.mu.Lock()
 	cmd, done := b.cmd, b.done
 	b.mu.Unlock()
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Kill()
-	<-done
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 	b.mu.Lock()
 	b.cmd = nil
 	b.mu.Unlock()

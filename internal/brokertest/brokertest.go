@@ -148,17 +148,23 @@ func Kinds() []string {
 func Run(t *testing.T, test func(t *testing.T, b *Broker), opts ...kfake.Opt) {
 	t.Helper()
 	for _, kind := range Kinds() {
-		t.Run(kind, func(t *testing.T) {
-			switch kind {
-			case Kfake:
-				test(t, NewKfake(t, opts...))
-			case Kafka:
-				test(t, SharedKafka(t))
-			default:
-				t.Fatalf("brokertest: CANOPY_TEST_BROKERS names %q: want kfake or kafka", kind)
-			}
-		})
+		t.Run(kind, func(t *testing.T) { test(t, New(t, kind, opts...)) })
 	}
+}
+
+// New returns a broker of the kind for the test (or benchmark): for kfake
+// a fresh cluster of its own, started with opts; for Apache Kafka the test
+// binary's shared node.
+func New(tb testing.TB, kind string, opts ...kfake.Opt) *Broker {
+	tb.Helper()
+	switch kind {
+	case Kfake:
+		return NewKfake(tb, opts...)
+	case Kafka:
+		return SharedKafka(tb)
+	}
+	tb.Fatalf("brokertest: CANOPY_TEST_BROKERS names %q: want kfake or kafka", kind)
+	return nil
 }
 
 // NewKfake starts a kfake cluster of one broker on loopback for the test,

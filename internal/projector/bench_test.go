@@ -205,15 +205,7 @@ func BenchmarkRawConsume(b *testing.B) {
 // BenchmarkRestore/kafka/read.
 func BenchmarkRestore(b *testing.B) {
 	for _, kind := range brokertest.Kinds() {
-		b.Run(kind, func(b *testing.B) {
-			var brokers []string
-			if kind == brokertest.Kafka {
-				brokers = brokertest.SharedKafka(b).Addrs
-			} else {
-				brokers = brokertest.NewKfake(b).Addrs
-			}
-			benchRestore(b, brokers)
-		})
+		b.Run(kind, func(b *testing.B) { benchRestore(b, brokertest.New(b, kind).Addrs) })
 	}
 }
 

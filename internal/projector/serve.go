@@ -15,8 +15,7 @@ import (
 // twice. A configuration error, or topics that are not co-partitioned, is
 // returned at once: no restart can fix it; so is a data directory that
 // another process still holds after Config.LockWait (ErrDataDirLocked).
-// started, when not nil, is called
-// with each instance before it runs.
+// started, when not nil, is called with each instance before it runs.
 func Serve(ctx context.Context, cfg Config, started func(*Projector)) error {
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -604,12 +604,12 @@ func (w *worker) commit(changes projection.Changes) (err error) {
 	return nil
 }
 
-// deadLetter sends a record that cannot be projected to the dead-letter
-// topic, with why and whence in its headers.
 // DeadLetterUnknownType starts the dead-letter reason of a record whose
 // event type this build does not know.
 const DeadLetterUnknownType = "unknown_type"
 
+// deadLetter sends a record that cannot be projected to the dead-letter
+// topic, with why and whence in its headers.
 func (w *worker) deadLetter(r *kgo.Record, reason string) {
 	if len(reason) > 1024 {
 		reason = reason[:1024]
