@@ -57,6 +57,13 @@ kafka_stamp=$(sha256sum tools/kafka/pom.xml | cut -d' ' -f1)
 if [ "$(cat "$kafka_lib/.stamp" 2>/dev/null)" != "$kafka_stamp" ]; then
 	echo "tools: resolving Apache Kafka ($(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' tools/kafka/pom.xml)) from Maven Central into $kafka_lib"
 	rm -rf "$kafka_lib"
-	mvn -B -q -Dstyle.color=never -f tools/kafka/pom.xml dependency:copy-dependencies
+	# Maven's output only when it fails (quiet, it still prints colour resets).
+	mvn_log=$(mktemp)
+	if ! mvn -B -q -Dstyle.color=never -f tools/kafka/pom.xml dependency:copy-dependencies >"$mvn_log" 2>&1; then
+		cat "$mvn_log"
+		rm -f "$mvn_log"
+		exit 1
+	fi
+	rm -f "$mvn_log"
 	echo "$kafka_stamp" >"$kafka_lib/.stamp"
 fi

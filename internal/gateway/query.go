@@ -158,9 +158,10 @@ func (g *Gateway) read(what string) func(http.ResponseWriter, *http.Request, *Pr
 	}
 }
 
-// maxHistoryLimit bounds a history window: the projection's own bound, so
-// the gateway refuses exactly what the projector would.
-const maxHistoryLimit = projection.MaxHistoryLimit
+// maxHistoryLimit bounds a history page: the largest window any projector
+// can keep. The owner refuses a limit above its own window (-history-size,
+// default 256) with a 400 the gateway passes on.
+const maxHistoryLimit = projection.MaxHistorySize
 
 // history is GET /v1/runs/{run_id}/history?cursor=&limit=.
 func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, run string) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrDataDirLocked is wrapped by the error of New when another process holds
@@ -48,8 +49,18 @@ func openState(cfg Config, now time.Time) (*pebble.DB, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("projector: data dir: %w", err)
 	}
+	// The lock is tried first on its own: a pebble.Open that fails on it
+	// leaves its disk-health goroutine behind, once per attempt.
+	lock, err := vfs.Default.Lock(filepath.Join(cfg.DataDir, "pebble", "LOCK"))
+	switch {
+	case lockedByOther(err):
+		holder, _ := os.ReadFile(filepath.Join(cfg.DataDir, holderFile))
+		return nil, &LockedError{Dir: cfg.DataDir, Holder: strings.TrimSpace(string(holder))}
+	case err == nil:
+		_ = lock.Close()
+	}
 	db, err := pebble.Open(filepath.Join(cfg.DataDir, "pebble"), pebbleOptions(cfg.Logger, cfg.MemTableSize))
-	if lockedByOther(err) {
+	if lockedByOther(err) { // taken in the meantime
 		holder, _ := os.ReadFile(filepath.Join(cfg.DataDir, holderFile))
 		return nil, &LockedError{Dir: cfg.DataDir, Holder: strings.TrimSpace(string(holder))}
 	}

@@ -141,13 +141,13 @@ func (p *Projector) ReadModel(ctx context.Context, run string) (*projection.Read
 }
 
 // History returns a page of run's history window, newest first: up to
-// limit entries (0: projection.DefaultHistoryLimit, at most
-// projection.MaxHistoryLimit) older than cursor ("" for the newest).
+// limit entries (0: projection.DefaultHistoryLimit, at most the window,
+// -history-size: projection.MaxPage) older than cursor ("" for the newest).
 // A bad cursor or limit is projection.ErrBadCursor or ErrBadLimit, found
 // before the owner is asked.
 func (p *Projector) History(ctx context.Context, run, cursor string, limit int) (*projection.HistoryPage, error) {
-	if limit < 0 || limit > projection.MaxHistoryLimit {
-		return nil, fmt.Errorf("%w: %d, want 1 to %d", projection.ErrBadLimit, limit, projection.MaxHistoryLimit)
+	if most := projection.MaxPage(p.cfg.Projection.HistorySize); limit < 0 || limit > most {
+		return nil, fmt.Errorf("%w: %d, want 1 to %d", projection.ErrBadLimit, limit, most)
 	}
 	if _, err := projection.DecodeCursor(cursor); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,8 +143,12 @@ func TestQueries(t *testing.T) {
 	if _, err := a.History(ctx, runs[0], "not a cursor", 0); !errors.Is(err, projection.ErrBadCursor) {
 		t.Errorf("history with a bad cursor: %v, want ErrBadCursor", err)
 	}
-	if _, err := a.History(ctx, runs[0], "", 101); !errors.Is(err, projection.ErrBadLimit) {
-		t.Errorf("history with limit 101: %v, want ErrBadLimit", err)
+	most := projection.MaxPage(window) // the window, or 100 if it is smaller
+	if _, err := a.History(ctx, runs[0], "", most+1); !errors.Is(err, projection.ErrBadLimit) {
+		t.Errorf("history with limit %d: %v, want ErrBadLimit", most+1, err)
+	}
+	if _, err := a.History(ctx, runs[0], "", most); err != nil {
+		t.Errorf("history with limit %d (the largest page): %v", most, err)
 	}
 	done, cancelDone := context.WithCancel(ctx)
 	cancelDone()
@@ -254,7 +259,7 @@ func TestQueries(t *testing.T) {
 	}
 	wantProblem("/internal/v1/runs/"+unknown+"/read-model", http.StatusNotFound, problem.UnknownRun, false)
 	wantProblem("/internal/v1/runs/"+runOfA+"/history?cursor=%21%21", http.StatusBadRequest, problem.BadRequest, false)
-	for _, l := range []string{"0", "101", "-1", "x"} {
+	for _, l := range []string{"0", strconv.Itoa(projection.MaxPage(window) + 1), "-1", "x"} {
 		wantProblem("/internal/v1/runs/"+runOfA+"/history?limit="+l, http.StatusBadRequest, problem.BadRequest, false)
 	}
 	wantProblem("/internal/v1/nothing", http.StatusNotFound, problem.NotFound, false)

@@ -121,9 +121,10 @@ func (s *QueryServer) history(w http.ResponseWriter, r *http.Request) {
 	limit := 0
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > projection.MaxHistoryLimit {
+		// The instance's own window bounds it further (Projector.History).
+		if err != nil || n < 1 || n > projection.MaxHistorySize {
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
-				"limit %q: want a whole number from 1 to %d (default %d)", v, projection.MaxHistoryLimit, projection.DefaultHistoryLimit))
+				"limit %q: want a whole number from 1 to the history window, -history-size (default %d)", v, projection.DefaultHistoryLimit))
 			return
 		}
 		limit = n

@@ -43,9 +43,10 @@ const (
 	DefaultHistorySize      = 256
 )
 
-// maxHistorySize bounds Config.HistorySize: every entry is a key of state
-// per run, in memory and in the changelog.
-const maxHistorySize = 100_000
+// MaxHistorySize bounds Config.HistorySize: every entry is a key of state
+// per run, in memory and in the changelog. It is also the largest history
+// page any projection can serve (MaxPage).
+const MaxHistorySize = 100_000
 
 // ErrInvalidConfig is wrapped by Config.Validate's error.
 var ErrInvalidConfig = errors.New("projection: invalid config")
@@ -86,8 +87,8 @@ func (c Config) Validate() error {
 	if c.MaxHotNodes < 0 {
 		errs = append(errs, fmt.Sprintf("max hot nodes %d: must not be negative", c.MaxHotNodes))
 	}
-	if c.HistorySize < 0 || c.HistorySize > maxHistorySize {
-		errs = append(errs, fmt.Sprintf("history size %d: want 0 (default) to %d", c.HistorySize, maxHistorySize))
+	if c.HistorySize < 0 || c.HistorySize > MaxHistorySize {
+		errs = append(errs, fmt.Sprintf("history size %d: want 0 (default) to %d", c.HistorySize, MaxHistorySize))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))

@@ -53,12 +53,17 @@ type HistoryPage struct {
 	WindowSize int `json:"window_size"`
 }
 
-// History paging bounds: a page holds 1 to MaxHistoryLimit entries,
-// DefaultHistoryLimit when the limit is 0.
+// History paging bounds: a page holds DefaultHistoryLimit entries when the
+// limit is 0, and at most the whole window (Config.HistorySize), or
+// MaxHistoryLimit when the window is smaller (MaxPage).
 const (
 	DefaultHistoryLimit = 20
 	MaxHistoryLimit     = 100
 )
+
+// MaxPage is the largest history limit a projection with a window of size
+// entries accepts: the whole window, and never less than MaxHistoryLimit.
+func MaxPage(size int) int { return max(MaxHistoryLimit, size) }
 
 var (
 	// ErrUnknownRun is returned for a run of which no event was applied.
@@ -66,7 +71,7 @@ var (
 	// ErrBadCursor is returned for a history cursor this projection did not
 	// hand out.
 	ErrBadCursor = errors.New("projection: bad history cursor")
-	// ErrBadLimit is returned for a history limit outside 0..MaxHistoryLimit.
+	// ErrBadLimit is returned for a history limit outside 0..MaxPage.
 	ErrBadLimit = errors.New("projection: bad history limit")
 )
 
@@ -183,8 +188,8 @@ func (r *Run) History(cursor string, limit int, size int) (*HistoryPage, error) 
 	if limit == 0 {
 		limit = DefaultHistoryLimit
 	}
-	if limit < 1 || limit > MaxHistoryLimit {
-		return nil, fmt.Errorf("%w: %d, want 1 to %d", ErrBadLimit, limit, MaxHistoryLimit)
+	if limit < 1 || limit > MaxPage(size) {
+		return nil, fmt.Errorf("%w: %d, want 1 to %d", ErrBadLimit, limit, MaxPage(size))
 	}
 	below, err := DecodeCursor(cursor)
 	if err != nil {

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"go.uber.org/goleak"
 
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -382,4 +384,38 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// TestHistoryPageUpToWindow: a history page may hold the whole window
+// (-history-size, default 256), not only 100 entries: with the default
+// window, limit=256 was refused with a 400 while 256 entries were kept.
+func TestHistoryPageUpToWindow(t *testing.T) {
+	for _, window := range []int{DefaultHistorySize, 24} {
+		p, err := New(Config{HistorySize: window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := workload.Generate(workload.Spec{RunID: "run-h", Nodes: 80, Seed: 5})
+		for i := range evs {
+			p.Apply(&evs[i])
+		}
+		if len(evs) < window {
+			t.Fatalf("%d events do not fill a window of %d", len(evs), window)
+		}
+		most := MaxPage(window)
+		pg, err := p.History("run-h", "", most)
+		if err != nil || len(pg.Entries) != min(most, window) {
+			t.Errorf("window %d: a page of %d: %v entries, %v; want %d", window, most, pageLen(pg), err, min(most, window))
+		}
+		if _, err := p.History("run-h", "", most+1); !errors.Is(err, ErrBadLimit) {
+			t.Errorf("window %d: a page of %d: %v, want ErrBadLimit", window, most+1, err)
+		}
+	}
+}
+
+func pageLen(pg *HistoryPage) int {
+	if pg == nil {
+		return -1
+	}
+	return len(pg.Entries)
 }
