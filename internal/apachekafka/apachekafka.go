@@ -146,15 +146,13 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("apachekafka: finding free loopback ports: %w", err)
 	}
 	b := &Broker{cfg: cfg, addr: "127.0.0.1:" + strconv.Itoa(ports[0]), controller: "127.0.0.1:" + strconv.Itoa(ports[1])}
-	var id [16]byte
-	_, _ = rand.Read(id[:])
-	b.clusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	b.clusterID = clusterID()
 	if err := b.writeConfig(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	format := b.java(ctx, "kafka.tools.StorageTool", "format", "-t", b.clusterID, "-c", b.path("server.properties"), "--standalone")
+	format := b.java(ctx, "kafka.tools.StorageTool", "format", "--cluster-id="+b.clusterID, "--config="+b.path("server.properties"), "--standalone")
 	if out, err := format.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("apachekafka: formatting the storage in %s: %w\n%s", b.path("data"), err, out)
 	}
@@ -493,6 +491,20 @@ func (b *Broker) waitReady(ctx context.Context, exited <-chan struct{}) error {
 			last = errors.New("no broker or no controller in the metadata yet")
 		default:
 			return nil
+		}
+	}
+}
+
+// clusterID returns a new cluster id as Kafka makes them: 16 random bytes
+// in URL-safe base64, never starting with '-', which a command line would
+// take for an option (Kafka's Uuid.randomUuid has the same rule; one in 64
+// ids broke the storage tool's arguments before).
+func clusterID() string {
+	for {
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		if s := base64.RawURLEncoding.EncodeToString(id[:]); s[0] != '-' {
+			return s
 		}
 	}
 }

@@ -133,3 +133,14 @@ func readCommitted(ctx context.Context, addr, topic string) (map[string]string, 
 	}
 	return got, nil
 }
+
+// TestClusterIDs: no cluster id starts with '-', which the storage tool's
+// command line takes for an option (seen: "argument --cluster-id/-t:
+// expected one argument", once in 64 starts).
+func TestClusterIDs(t *testing.T) {
+	for range 10_000 {
+		if id := apachekafka.ClusterID(); id[0] == '-' || len(id) != 22 {
+			t.Fatalf("cluster id %q", id)
+		}
+	}
+}

@@ -1,0 +1,4 @@
+package apachekafka
+
+// ClusterID is clusterID, for the tests.
+var ClusterID = clusterID
