@@ -14,8 +14,10 @@ ARG GO_VERSION=1.26
 
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 WORKDIR /src
-# Modules first, so that a source change does not download them again.
+# Modules first, so that a source change does not download them again;
+# third_party holds the patched kfake that go.mod replaces.
 COPY go.mod go.sum ./
+COPY third_party/ third_party/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH

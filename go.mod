@@ -88,3 +88,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 )
+
+// kfake with canopy's patch: a classic group's rebalance deadline is not
+// extended by later joins, as in Kafka (third_party/kfake/README.md).
+replace github.com/twmb/franz-go/pkg/kfake => ./third_party/kfake

@@ -1,0 +1,193 @@
+package brokertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/internal/brokertest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.M(m)) }
+
+// TestRebalanceDeadlineHolds: a classic group's rebalance ends at its
+// deadline, the rebalance timeout after it began, even while members keep
+// rejoining; members that did not rejoin by then are dropped. This is
+// Kafka's (the coordinator's delayed join is not extended by later joins),
+// and what keeps a group live when members die: the liveness issue's wedge
+// was a coordinator that re-armed the deadline at every JoinGroup, so that
+// survivors whose JoinGroup timed out and was sent again pushed it forward
+// for ever while dead members held the rebalance open.
+//
+// Three members form a group; C dies (sends nothing more). A rejoins,
+// which starts a rebalance with a deadline T later; B rejoins at T*3/4.
+// A's JoinGroup must be answered by T plus a margin, without C.
+func TestRebalanceDeadlineHolds(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		const rebalance = 4 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		group := b.Prefix(t, "deadline")
+		m := map[string]*member{}
+		for _, name := range []string{"a", "b", "c"} {
+			cl, err := kgo.NewClient(b.Opts()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			m[name] = &member{cl: cl, group: group, rebalance: rebalance, topics: []string{"t1"}}
+		}
+		// The first generation with all three, formed as members join a
+		// live group: each newcomer's JoinGroup starts a rebalance, and
+		// once the coordinator says so the members already in rejoin.
+		// (A follower that rejoins a Stable group with unchanged metadata
+		// is answered at once with the current generation, in Kafka.)
+		adm := kadm.NewClient(m["a"].cl)
+		var in []*member
+		for _, name := range []string{"a", "b", "c"} {
+			x := m[name]
+			newcomer := make(chan error, 1)
+			go func() { newcomer <- x.join(ctx) }()
+			if len(in) > 0 {
+				for state := ""; state != "PreparingRebalance"; {
+					gs, err := adm.DescribeGroups(ctx, group)
+					if err != nil {
+						t.Fatal(err)
+					}
+					state = gs[group].State
+					select {
+					case <-ctx.Done():
+						t.Fatalf("the group never began rebalancing for %s: %s", name, state)
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+			}
+			if err := all(in, func(x *member) error { return x.join(ctx) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-newcomer; err != nil {
+				t.Fatal(err)
+			}
+			in = append(in, x)
+			if err := all(in, func(x *member) error { return x.sync(ctx) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gen := m["a"].generation
+
+		errs := make(chan error, 1)
+		// C is dead from here on. A rejoins with a new subscription (Kafka
+		// answers a follower's rejoin with unchanged metadata at once): the
+		// rebalance and its deadline begin.
+		m["a"].topics = []string{"t1", "t2"}
+		began := time.Now()
+		joined := make(chan error, 1)
+		go func() { joined <- m["a"].join(ctx) }()
+		// B rejoins three quarters of the way to the deadline: a wait on
+		// the clock, since the deadline is what is under test.
+		time.Sleep(rebalance * 3 / 4)
+		go func() { errs <- m["b"].join(ctx) }()
+		if err := <-joined; err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: the rebalance of generation %d ended %v after it began (rebalance timeout %v), with %d members",
+			b.Kind, gen, took.Round(10*time.Millisecond), rebalance, m["a"].members)
+		if limit := rebalance + 1500*time.Millisecond; took > limit {
+			t.Errorf("the rebalance ended %v after it began: the deadline (%v) was extended by B's rejoin", took, rebalance)
+		}
+		if m["a"].members != 0 && m["a"].members != 2 {
+			t.Errorf("the leader was given %d members, want A and B only", m["a"].members)
+		}
+	})
+}
+
+// all runs f for every member at once and returns the first error.
+func all(m []*member, f func(*member) error) error {
+	errs := make(chan error, len(m))
+	for _, x := range m {
+		go func() { errs <- f(x) }()
+	}
+	var first error
+	for range m {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// member speaks the classic group protocol with raw requests.
+type member struct {
+	cl         *kgo.Client
+	group      string
+	rebalance  time.Duration
+	id         string
+	generation int32
+	leader     string
+	members    int // as the leader was told; 0 if not the leader
+	protocol   string
+	topics     []string // subscribed: a change makes a rejoin rebalance
+}
+
+// join sends JoinGroup until it is answered: the first one only gets the
+// member id (MEMBER_ID_REQUIRED).
+func (m *member) join(ctx context.Context) error {
+	for {
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Group, req.MemberID, req.ProtocolType = m.group, m.id, "consumer"
+		req.SessionTimeoutMillis = 30_000 // no session expires during the test
+		req.RebalanceTimeoutMillis = int32(m.rebalance.Milliseconds())
+		p := kmsg.NewJoinGroupRequestProtocol()
+		p.Name, p.Metadata = "range", (&kmsg.ConsumerMemberMetadata{Version: 0, Topics: m.topics}).AppendTo(nil)
+		req.Protocols = append(req.Protocols, p)
+		resp, err := req.RequestWith(ctx, m.cl)
+		if err != nil {
+			return fmt.Errorf("JoinGroup: %w", err)
+		}
+		err = kerr.ErrorForCode(resp.ErrorCode)
+		if errors.Is(err, kerr.MemberIDRequired) {
+			m.id = resp.MemberID
+			continue
+		}
+		if errors.Is(err, kerr.UnknownMemberID) {
+			m.id = "" // dropped from the group: join as a new member
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("JoinGroup: %w", err)
+		}
+		m.generation, m.leader, m.members = resp.Generation, resp.LeaderID, len(resp.Members)
+		if resp.Protocol != nil {
+			m.protocol = *resp.Protocol
+		}
+		return nil
+	}
+}
+
+// sync sends SyncGroup for the current generation, with empty assignments.
+func (m *member) sync(ctx context.Context) error {
+	req := kmsg.NewPtrSyncGroupRequest()
+	req.Group, req.Generation, req.MemberID = m.group, m.generation, m.id
+	pt, proto := "consumer", m.protocol
+	req.ProtocolType, req.Protocol = &pt, &proto
+	resp, err := req.RequestWith(ctx, m.cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("SyncGroup: %w", err)
+	}
+	return nil
+}
