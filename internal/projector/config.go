@@ -99,6 +99,12 @@ type Config struct {
 	// membership (host:port where it answers for the runs it owns), so that
 	// Assignment can route a run to its owner.
 	AdvertiseAddr string
+	// StallTimeout is how long the consumer group may give this instance no
+	// generation (no assignment: it is joining) while the brokers answer,
+	// before the instance counts the group as stalled, stops, and lets
+	// Serve start a fresh member; default 2m, twice franz-go's rebalance
+	// timeout, the longest a healthy rebalance takes.
+	StallTimeout time.Duration
 	// LockWait is how long Serve waits for a data directory that another
 	// process holds (ErrDataDirLocked) before it gives up with that error;
 	// default 10s.
@@ -160,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = 2 * time.Minute
 	}
 	if c.LockWait == 0 {
 		c.LockWait = 10 * time.Second

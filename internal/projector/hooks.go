@@ -33,6 +33,10 @@ type Hooks interface {
 	Revoked(partitions []int32)
 	// Restored reports a finished (or failed) restore of a partition.
 	Restored(partition int32, res changelog.Result, err error)
+	// GroupStalled reports that the consumer group gave this instance no
+	// generation for stalled while the brokers answered: the instance
+	// stops, and Serve starts a fresh one, a new member of the group.
+	GroupStalled(stalled time.Duration)
 }
 
 // Outcome is what became of a consumed record.
@@ -86,6 +90,9 @@ func (NopHooks) Revoked([]int32) {}
 
 // Restored does nothing.
 func (NopHooks) Restored(int32, changelog.Result, error) {}
+
+// GroupStalled does nothing.
+func (NopHooks) GroupStalled(time.Duration) {}
 
 // KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
 // projector's Kafka clients, named by role: "group", "human", "producer",

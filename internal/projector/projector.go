@@ -46,6 +46,10 @@ import (
 // Stats count what the projector did since it started.
 type Stats struct {
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted, Wakes, PriorityWakes atomic.Int64
+	// GroupStalls is 1 once this instance found its group stalled and
+	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
+	// instances Serve runs.
+	GroupStalls atomic.Int64
 	// Transactions committed and aborted.
 	Commits, Aborts atomic.Int64
 	// Restoring is the number of partitions restoring from the changelog
@@ -209,9 +213,10 @@ func (p *Projector) Run(ctx context.Context) error {
 	p.running.Store(true)
 	defer p.running.Store(false)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); p.pollGroup(ctx) }()
 	go func() { defer wg.Done(); p.pollHuman(ctx) }()
+	go func() { defer wg.Done(); p.watchGroup(ctx) }()
 	if p.standby != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.standby.run(ctx) }()

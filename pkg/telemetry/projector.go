@@ -49,6 +49,7 @@ type ProjectorMetrics struct {
 	rebalances     *prometheus.CounterVec
 	restores       *prometheus.CounterVec
 	restoreTime    prometheus.Histogram
+	groupStalls    prometheus.Counter
 }
 
 // NewProjectorMetrics registers the projector's metrics on reg. events
@@ -99,6 +100,9 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 				"by change: one per assignment or revocation, however many partitions it moved."}, []string{"change"}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restores_total",
 			Help: "Partition restores from the changelog, by result: ok or failed."}, []string{"result"}),
+		groupStalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "group_stalls_total",
+			Help: "Times the consumer group gave this process's instance no assignment for the stall timeout while the brokers answered, " +
+				"so that the instance stopped and a fresh one rejoined as a new member."}),
 		restoreTime: prometheus.NewHistogram(histogram(sub, "restore_seconds",
 			"Time to restore one partition from the changelog.", []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
 	}
@@ -119,7 +123,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, gauges{m})
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, gauges{m})
 	return m, err
 }
 
@@ -223,6 +227,9 @@ func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
 	m.restores.WithLabelValues("ok").Inc()
 	m.restoreTime.Observe(res.Elapsed.Seconds())
 }
+
+// GroupStalled counts a stalled group.
+func (m *ProjectorMetrics) GroupStalled(time.Duration) { m.groupStalls.Inc() }
 
 // gauges reads, at scrape time, what only the running instance knows.
 type gauges struct{ m *ProjectorMetrics }

@@ -1,0 +1,91 @@
+package projector
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/canopy-dev/canopy/internal/testenv"
+)
+
+// TestStalledGroupRejoinsFresh: an instance whose group gives it no
+// generation while the broker answers (here the coordinator never answers
+// its JoinGroup, as in the liveness issue's wedge, where restarted
+// instances said "joining the group" for minutes) stops after
+// StallTimeout with ErrGroupStalled, counted and logged, and Serve's next
+// instance, a fresh member, joins and owns the partitions once the
+// coordinator answers again.
+func TestStalledGroupRejoinsFresh(t *testing.T) {
+	e := newEnv(t, 2)
+	var blocking atomic.Bool
+	blocking.Store(true)
+	c := e.broker.Cluster
+	c.ControlKey(int16(kmsg.JoinGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !blocking.Load() {
+			return nil, nil, false // the coordinator answers again
+		}
+		c.KeepControl()
+		return nil, nil, true // no answer: the JoinGroup hangs
+	})
+	var logs testenv.Buffer
+	cfg := e.config(t.TempDir())
+	cfg.StallTimeout = 2 * time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	stalls := &stallHooks{}
+	cfg.Hooks = stalls
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var instances []*Projector
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, cfg, func(p *Projector) {
+			mu.Lock()
+			defer mu.Unlock()
+			instances = append(instances, p)
+			if len(instances) == 2 {
+				blocking.Store(false) // the fresh member may join
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	latest := func() *Projector {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(instances) == 0 {
+			return nil
+		}
+		return instances[len(instances)-1]
+	}
+	waitFor(t, 60*time.Second, nil, "a fresh instance to own both partitions", func() bool {
+		p := latest()
+		return p != nil && len(p.Owned()) == 2
+	})
+	mu.Lock()
+	first, n := instances[0], len(instances)
+	mu.Unlock()
+	if n < 2 || first.Stats.GroupStalls.Load() != 1 || stalls.n.Load() < 1 {
+		t.Errorf("%d instances, the first counted %d stalls, the hook %d; want a stalled first instance replaced",
+			n, first.Stats.GroupStalls.Load(), stalls.n.Load())
+	}
+	if !strings.Contains(logs.String(), "rejoining as a fresh member") {
+		t.Errorf("no log line says the group stalled:\n%s", logs.String())
+	}
+}
+
+type stallHooks struct {
+	NopHooks
+	n atomic.Int64
+}
+
+func (h *stallHooks) GroupStalled(time.Duration) { h.n.Add(1) }
