@@ -99,11 +99,16 @@ type Config struct {
 	// membership (host:port where it answers for the runs it owns), so that
 	// Assignment can route a run to its owner.
 	AdvertiseAddr string
+	// RebalanceTimeout is how long the group's coordinator waits for the
+	// members to rejoin in a rebalance (classic protocol); default 60s,
+	// franz-go's and Kafka's.
+	RebalanceTimeout time.Duration
 	// StallTimeout is how long the consumer group may give this instance no
-	// generation (no assignment: it is joining) while the brokers answer,
-	// before the instance counts the group as stalled, stops, and lets
-	// Serve start a fresh member; default 2m, twice franz-go's rebalance
-	// timeout, the longest a healthy rebalance takes.
+	// generation (it is joining: never joined, or rejoining after its
+	// session was lost) while the brokers answer, before the instance
+	// counts the group as stalled, stops, and lets Serve start a fresh
+	// member; default twice RebalanceTimeout, the longest a healthy
+	// rebalance takes.
 	StallTimeout time.Duration
 	// LockWait is how long Serve waits for a data directory that another
 	// process holds (ErrDataDirLocked) before it gives up with that error;
@@ -167,8 +172,11 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = 60 * time.Second
+	}
 	if c.StallTimeout == 0 {
-		c.StallTimeout = 2 * time.Minute
+		c.StallTimeout = 2 * c.RebalanceTimeout
 	}
 	if c.LockWait == 0 {
 		c.LockWait = 10 * time.Second

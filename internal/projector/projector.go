@@ -82,6 +82,13 @@ type Projector struct {
 	ready chan struct{}
 	// running is true while Run consumes, for Ready.
 	running atomic.Bool
+	// lost is set when the group client lost its session at generation
+	// lostGen, until a later generation (watchGroup).
+	lost    atomic.Bool
+	lostGen atomic.Int64
+	// groupClosed is closed once the group client has closed, which may
+	// go on in the background after Run returned (closeClients).
+	groupClosed chan struct{}
 
 	// Stats are live counters, for tests and the metrics adapter.
 	Stats Stats
@@ -134,6 +141,8 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		kgo.ConsumeTopics(cfg.Names.AgentEvents()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
+		kgo.WithHooks(groupHook{p}),
 		kgo.HeartbeatInterval(cfg.SessionTimeout/6),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
@@ -257,6 +266,9 @@ func (p *Projector) closeClients() {
 		// session timeout the close goes on in the background (the group
 		// drops the member by its session timeout anyway).
 		closed := make(chan struct{})
+		p.mu.Lock()
+		p.groupClosed = closed
+		p.mu.Unlock()
 		go func() { defer close(closed); p.group.Close() }()
 		t := time.NewTimer(p.cfg.SessionTimeout + 2*time.Second)
 		select {

@@ -180,7 +180,7 @@ func (p *Projector) Ready() (ok bool, why string) {
 	if closing {
 		return false, "stopping"
 	}
-	if _, gen := p.group.GroupMetadata(); gen < 0 {
+	if p.joining() {
 		return false, "joining the group"
 	}
 	owned := len(p.Owned())

@@ -14,6 +14,35 @@ import (
 // answered: Serve replaces it with a fresh instance, a new member.
 var ErrGroupStalled = errors.New("projector: the consumer group made no progress")
 
+// groupHook notes when the group client loses its session (a JoinGroup
+// that timed out, a coordinator that forgot the member): franz-go reports
+// the partitions lost and rejoins, keeping the generation it had.
+type groupHook struct{ p *Projector }
+
+// OnGroupManageError implements kgo.HookGroupManageError.
+func (h groupHook) OnGroupManageError(error) {
+	_, gen := h.p.group.GroupMetadata()
+	h.p.lostGen.Store(int64(gen))
+	h.p.lost.Store(true)
+}
+
+// joining reports whether the member is without a generation: it never
+// joined, or lost its session and has not been answered a JoinGroup since
+// (the classic protocol's client keeps its old generation until then).
+func (p *Projector) joining() bool {
+	_, gen := p.group.GroupMetadata()
+	if gen < 0 {
+		return true
+	}
+	if p.lost.Load() {
+		if int64(gen) == p.lostGen.Load() {
+			return true
+		}
+		p.lost.Store(false) // a JoinGroup was answered since
+	}
+	return false
+}
+
 // watchGroup is the instance's liveness check of its group: a member that
 // has no generation (it is joining) for Config.StallTimeout while the
 // brokers answer a metadata request fails the instance with
@@ -34,7 +63,7 @@ func (p *Projector) watchGroup(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if _, gen := p.group.GroupMetadata(); gen >= 0 {
+		if !p.joining() {
 			since = time.Time{}
 			continue
 		}

@@ -89,3 +89,100 @@ type stallHooks struct {
 }
 
 func (h *stallHooks) GroupStalled(time.Duration) { h.n.Add(1) }
+
+// TestLostSessionRejoinsFresh: a member that lost its session and whose
+// JoinGroup is never answered again keeps its old generation (franz-go
+// stores one only from an answer), so a missing generation alone does not
+// show it. Another member joins, the coordinator rebalances, the
+// instance's JoinGroup goes unanswered, times out (the rebalance timeout
+// plus franz-go's overhead), and the instance rejoins, unanswered again:
+// it must stop after StallTimeout, and a fresh instance take the
+// partitions back.
+func TestLostSessionRejoinsFresh(t *testing.T) {
+	e := newEnv(t, 2)
+	var blocking atomic.Bool
+	c := e.broker.Cluster
+	c.ControlKey(int16(kmsg.JoinGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		if !blocking.Load() {
+			return nil, nil, false
+		}
+		c.KeepControl()
+		if j := r.(*kmsg.JoinGroupRequest); j.InstanceID != nil && *j.InstanceID == "intruder" {
+			return nil, nil, false // the other member joins
+		}
+		return nil, nil, true // the instance's JoinGroup goes unanswered
+	})
+	var logs testenv.Buffer
+	cfg := e.config(t.TempDir())
+	cfg.RebalanceTimeout, cfg.StallTimeout = 2*time.Second, 2*time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var instances []*Projector
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, cfg, func(p *Projector) {
+			mu.Lock()
+			defer mu.Unlock()
+			instances = append(instances, p)
+			if len(instances) == 2 {
+				blocking.Store(false)
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	latest := func() (*Projector, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(instances) == 0 {
+			return nil, 0
+		}
+		return instances[len(instances)-1], len(instances)
+	}
+	waitFor(t, 60*time.Second, nil, "the first instance to own both partitions", func() bool {
+		p, _ := latest()
+		return p != nil && len(p.Owned()) == 2
+	})
+	blocking.Store(true)
+	// The other member: a raw JoinGroup of the group's protocol.
+	join := kmsg.NewPtrJoinGroupRequest()
+	intruder := "intruder"
+	join.Group, join.InstanceID, join.ProtocolType = e.group, &intruder, "consumer"
+	join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = 2000, 2000
+	proto := kmsg.NewJoinGroupRequestProtocol()
+	proto.Name = "cooperative-sticky"
+	proto.Metadata = (&kmsg.ConsumerMemberMetadata{Version: 0, Topics: []string{e.names.AgentEvents()}}).AppendTo(nil)
+	join.Protocols = append(join.Protocols, proto)
+	jctx, jcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer jcancel()
+	go func() { _, _ = join.RequestWith(jctx, e.client) }() // its answer does not matter
+	waitFor(t, 90*time.Second, nil, "a fresh instance to own both partitions", func() bool {
+		p, n := latest()
+		return n >= 2 && len(p.Owned()) == 2
+	})
+	mu.Lock()
+	first := instances[0]
+	mu.Unlock()
+	if first.Stats.GroupStalls.Load() != 1 {
+		t.Errorf("the first instance counted %d stalls, want 1", first.Stats.GroupStalls.Load())
+	}
+	// Its group client leaves in the background once its unanswered
+	// JoinGroup times out (closeClients): wait for it, so that no
+	// goroutine outlives the test.
+	first.mu.Lock()
+	closed := first.groupClosed
+	first.mu.Unlock()
+	select {
+	case <-closed:
+	case <-time.After(60 * time.Second):
+		t.Error("the stalled instance's group client did not close within 60s")
+	}
+	if !strings.Contains(logs.String(), "rejoining as a fresh member") {
+		t.Errorf("no log line says the group stalled:\n%s", logs.String())
+	}
+}
