@@ -43,6 +43,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	memtableMB := fs.Float64("memtable-mb", 32, "size of each of Pebble's two memtables, in MiB")
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
+	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 60*time.Second, "how long the group's coordinator waits for members to rejoin in a rebalance")
+	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0,
+		"how long the group may give this instance no assignment while the brokers answer before it rejoins as a fresh member\n"+
+			"(default twice -rebalance-timeout)")
 	fs.StringVar(&cfg.GroupProtocol, "group-protocol", env("CANOPY_GROUP_PROTOCOL", projector.GroupProtocolClassic),
 		"consumer group protocol: classic, or consumer (KIP-848, Apache Kafka 4.0+; -session-timeout is then set as the group's\n"+
 			"consumer.session.timeout.ms, within the broker's bounds) (CANOPY_GROUP_PROTOCOL)")

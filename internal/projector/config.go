@@ -236,6 +236,12 @@ func (c Config) Validate() error {
 	if c.SessionTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("session timeout %v: want 1s or more", c.SessionTimeout))
 	}
+	if c.RebalanceTimeout < 0 {
+		errs = append(errs, fmt.Sprintf("rebalance timeout %v: want 0 (default 60s) or more", c.RebalanceTimeout))
+	}
+	if c.StallTimeout < 0 {
+		errs = append(errs, fmt.Sprintf("stall timeout %v: want 0 (default twice the rebalance timeout) or more", c.StallTimeout))
+	}
 	switch c.GroupProtocol {
 	case "", GroupProtocolClassic, GroupProtocolConsumer:
 	default:
