@@ -39,41 +39,16 @@ func TestStalledGroupRejoinsFresh(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	stalls := &stallHooks{}
 	cfg.Hooks = stalls
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var instances []*Projector
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, cfg, func(p *Projector) {
-			mu.Lock()
-			defer mu.Unlock()
-			instances = append(instances, p)
-			if len(instances) == 2 {
-				blocking.Store(false) // the fresh member may join
-			}
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+	served := serveInstances(t, cfg, func(n int) {
+		if n == 2 {
+			blocking.Store(false) // the fresh member may join
 		}
-	}()
-	latest := func() *Projector {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(instances) == 0 {
-			return nil
-		}
-		return instances[len(instances)-1]
-	}
+	})
 	waitFor(t, 60*time.Second, nil, "a fresh instance to own both partitions", func() bool {
-		p := latest()
+		p, _ := served.latest()
 		return p != nil && len(p.Owned()) == 2
 	})
-	mu.Lock()
-	first, n := instances[0], len(instances)
-	mu.Unlock()
+	first, n := served.first(), served.count()
 	if n < 2 || first.Stats.GroupStalls.Load() != 1 || stalls.n.Load() < 1 {
 		t.Errorf("%d instances, the first counted %d stalls, the hook %d; want a stalled first instance replaced",
 			n, first.Stats.GroupStalls.Load(), stalls.n.Load())
@@ -116,36 +91,13 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 	cfg := e.config(t.TempDir())
 	cfg.RebalanceTimeout, cfg.StallTimeout = 2*time.Second, 2*time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var instances []*Projector
-	done := make(chan error, 1)
-	go func() {
-		done <- Serve(ctx, cfg, func(p *Projector) {
-			mu.Lock()
-			defer mu.Unlock()
-			instances = append(instances, p)
-			if len(instances) == 2 {
-				blocking.Store(false)
-			}
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
+	served := serveInstances(t, cfg, func(n int) {
+		if n == 2 {
+			blocking.Store(false)
 		}
-	}()
-	latest := func() (*Projector, int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(instances) == 0 {
-			return nil, 0
-		}
-		return instances[len(instances)-1], len(instances)
-	}
+	})
 	waitFor(t, 60*time.Second, nil, "the first instance to own both partitions", func() bool {
-		p, _ := latest()
+		p, _ := served.latest()
 		return p != nil && len(p.Owned()) == 2
 	})
 	blocking.Store(true)
@@ -162,12 +114,10 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 	defer jcancel()
 	go func() { _, _ = join.RequestWith(jctx, e.client) }() // its answer does not matter
 	waitFor(t, 90*time.Second, nil, "a fresh instance to own both partitions", func() bool {
-		p, n := latest()
+		p, n := served.latest()
 		return n >= 2 && len(p.Owned()) == 2
 	})
-	mu.Lock()
-	first := instances[0]
-	mu.Unlock()
+	first := served.first()
 	if first.Stats.GroupStalls.Load() != 1 {
 		t.Errorf("the first instance counted %d stalls, want 1", first.Stats.GroupStalls.Load())
 	}
@@ -185,4 +135,58 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 	if !strings.Contains(logs.String(), "rejoining as a fresh member") {
 		t.Errorf("no log line says the group stalled:\n%s", logs.String())
 	}
+}
+
+// served is what Serve started in a test.
+type served struct {
+	mu        sync.Mutex
+	instances []*Projector
+}
+
+// serveInstances runs Serve with cfg until the test ends (it must then
+// return nil), noting each instance it starts; started is told how many
+// there have been.
+func serveInstances(t *testing.T, cfg Config, started func(n int)) *served {
+	t.Helper()
+	s := &served{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, cfg, func(p *Projector) {
+			s.mu.Lock()
+			s.instances = append(s.instances, p)
+			n := len(s.instances)
+			s.mu.Unlock()
+			started(n)
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s
+}
+
+// latest is the newest instance (nil if none yet) and how many there were.
+func (s *served) latest() (*Projector, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.instances) == 0 {
+		return nil, 0
+	}
+	return s.instances[len(s.instances)-1], len(s.instances)
+}
+
+func (s *served) first() *Projector {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.instances[0]
+}
+
+func (s *served) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.instances)
 }
