@@ -86,6 +86,10 @@ type Projector struct {
 	// lostGen, until a later generation (watchGroup).
 	lost    atomic.Bool
 	lostGen atomic.Int64
+	// alive is when watchGroup last ran (unix nanoseconds), and
+	// uncertainUntil until when reads are refused after a pause of the
+	// process (sessionUncertain).
+	alive, uncertainUntil atomic.Int64
 	// groupClosed is closed once the group client has closed, which may
 	// go on in the background after Run returned (closeClients).
 	groupClosed chan struct{}

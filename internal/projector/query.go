@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -74,6 +75,8 @@ func (p *Projector) ask(ctx context.Context, run string, fn func(w *worker) erro
 		return ErrStopped
 	case w == nil:
 		return fmt.Errorf("%w: partition %d of run %q", ErrNotOwner, part, run)
+	case p.sessionUncertain(time.Now()):
+		return fmt.Errorf("%w (partition %d of run %q)", ErrSessionUncertain, part, run)
 	}
 	notOwner := func() error {
 		return fmt.Errorf("%w: partition %d of run %q was revoked", ErrNotOwner, part, run)

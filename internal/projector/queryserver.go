@@ -162,6 +162,9 @@ func queryProblem(err error) *problem.Problem {
 		pr = problem.New(http.StatusNotFound, problem.UnknownRun, "%v", err)
 	case errors.Is(err, ErrNotOwner):
 		pr = problem.New(http.StatusMisdirectedRequest, problem.NotOwner, "%v: ask the group's assignment for the owner", err)
+	case errors.Is(err, ErrSessionUncertain):
+		pr = problem.New(http.StatusServiceUnavailable, problem.Unavailable, "%v: retry shortly", err)
+		pr.RetryAfter = retryRestoring
 	case errors.Is(err, ErrRestoring):
 		pr = problem.New(http.StatusServiceUnavailable, problem.Restoring, "%v: retry shortly", err)
 		pr.RetryAfter = retryRestoring

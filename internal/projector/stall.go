@@ -14,6 +14,39 @@ import (
 // answered: Serve replaces it with a fresh instance, a new member.
 var ErrGroupStalled = errors.New("projector: the consumer group made no progress")
 
+// ErrSessionUncertain is returned for reads while this instance cannot
+// know that it still owns its partitions: the process was paused (SIGSTOP,
+// a stalled VM, extreme starvation) for long enough that its group session
+// may have expired and another instance may own them now.
+var ErrSessionUncertain = errors.New("projector: this instance was paused; it may no longer own its partitions")
+
+// notePause records that the process runs at now. A gap since the last
+// note of more than the session timeout means the process was paused long
+// enough for the group to have given its partitions away (a shorter pause
+// cannot have expired the session): reads are
+// refused until two heartbeat intervals (and a second) later, by when the
+// group client has heard from the coordinator and revoked what it lost.
+func (p *Projector) notePause(now time.Time) {
+	last := p.alive.Swap(now.UnixNano())
+	if last != 0 && now.UnixNano()-last > int64(p.cfg.SessionTimeout) {
+		until := now.Add(p.cfg.SessionTimeout/3 + time.Second)
+		p.uncertainUntil.Store(until.UnixNano())
+		p.log.Warn("the process was paused: refusing reads until the group confirms what this instance owns",
+			"paused", time.Duration(now.UnixNano()-last).Round(time.Millisecond), "until", until)
+	}
+}
+
+// sessionUncertain reports whether reads must be refused: the process
+// was paused lately (notePause), or is only now running again and
+// watchGroup has not seen it yet.
+func (p *Projector) sessionUncertain(now time.Time) bool {
+	last := p.alive.Load()
+	if last == 0 {
+		return false // not running yet: nothing is owned
+	}
+	return now.UnixNano()-last > int64(p.cfg.SessionTimeout) || now.UnixNano() < p.uncertainUntil.Load()
+}
+
 // groupHook notes when the group client loses its session (a JoinGroup
 // that timed out, a coordinator that forgot the member): franz-go reports
 // the partitions lost and rejoins, keeping the generation it had.
@@ -53,16 +86,18 @@ func (p *Projector) joining() bool {
 // starts again: that is an outage, which the clients' retries and the
 // transaction timeout handle.
 func (p *Projector) watchGroup(ctx context.Context) {
-	every := min(time.Second, p.cfg.StallTimeout/10)
+	every := min(time.Second, p.cfg.StallTimeout/10, p.cfg.SessionTimeout/6)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var since time.Time // joining since, by the wall clock
+	p.alive.Store(time.Now().UnixNano())
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		p.notePause(time.Now())
 		if !p.joining() {
 			since = time.Time{}
 			continue
