@@ -25,21 +25,9 @@ import (
 func TestSecondProcessOnLockedDataDir(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "projector")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	tmp, bin := buildProjector(ctx, t)
 	b := brokertest.NewKfake(t)
-	names := topics.Names{Prefix: b.Prefix(t, "locked"), Version: 1}
-	cl, err := kgo.NewClient(b.Opts()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	names, _ := freshTopics(ctx, t, b, "locked", 2)
 	dir := filepath.Join(tmp, "data")
 	start := func(name string) *child {
 		c := &child{name: name, exited: make(chan struct{})}
@@ -81,4 +69,34 @@ func TestSecondProcessOnLockedDataDir(t *testing.T) {
 		t.Fatalf("the first instance exited: %v\n%s", first.err, first.out.String())
 	default:
 	}
+}
+
+// buildProjector builds the projector binary (not race-built: the child is
+// under test, not the harness) into a temporary directory of the test,
+// which it returns too.
+func buildProjector(ctx context.Context, t *testing.T) (tmp, bin string) {
+	t.Helper()
+	tmp = t.TempDir()
+	bin = filepath.Join(tmp, "projector")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return tmp, bin
+}
+
+// freshTopics creates canopy's topics, of the test's own, on b, and
+// returns them with a client (closed when the test ends) that produces to
+// partitions it names.
+func freshTopics(ctx context.Context, t *testing.T, b *brokertest.Broker, stem string, partitions int32) (topics.Names, *kgo.Client) {
+	t.Helper()
+	names := topics.Names{Prefix: b.Prefix(t, stem), Version: 1}
+	cl, err := kgo.NewClient(append(b.Opts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+		t.Fatal(err)
+	}
+	return names, cl
 }

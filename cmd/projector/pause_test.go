@@ -12,11 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -30,21 +26,9 @@ import (
 func TestPausedInstanceRefusesReads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "projector")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	tmp, bin := buildProjector(ctx, t)
 	b := brokertest.NewKfake(t)
-	names := topics.Names{Prefix: b.Prefix(t, "paused"), Version: 1}
-	cl, err := kgo.NewClient(append(b.Opts(), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	names, cl := freshTopics(ctx, t, b, "paused", 2)
 	evs := workload.Generate(workload.Spec{RunID: "run-paused", Nodes: 10, Seed: 9})
 	for i := range evs {
 		r, err := topics.EventRecord(names.AgentEvents(), &evs[i], "")
