@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -43,13 +42,7 @@ func TestRunServesQueries(t *testing.T) {
 	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
-	// A free port: listen, note it, close. Nothing else in the test takes it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 
 	var out testenv.Buffer
 	code := make(chan int, 1)
