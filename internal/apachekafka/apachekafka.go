@@ -330,9 +330,9 @@ func Version() string {
 }
 
 // Installed reports whether the broker's jars are where Start looks for
-// them, and where that is.
+// them (and a Java runtime is there to run them), and where that is.
 func Installed() (string, bool) {
-	c := Config{Dir: "-"}
+	var c Config
 	err := c.defaults()
 	return c.Lib, err == nil
 }
