@@ -89,6 +89,8 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 )
 
-// kfake with canopy's patch: a classic group's rebalance deadline is not
-// extended by later joins, as in Kafka (third_party/kfake/README.md).
+// kfake with canopy's patches, each as in Kafka: a classic group's
+// rebalance deadline is not extended by later joins, and a member whose
+// join answer could not be sent still has a session that expires
+// (third_party/kfake/README.md).
 replace github.com/twmb/franz-go/pkg/kfake => ./third_party/kfake

@@ -113,6 +113,99 @@ func TestRebalanceDeadlineHolds(t *testing.T) {
 	})
 }
 
+// TestDeadJoinerExpires: a new member that dies while its JoinGroup waits
+// is dropped from the group one session timeout after the join is
+// answered, though the answer never reaches it. Kafka reschedules every
+// member's heartbeat when a join completes; upstream kfake armed no timer
+// for a member whose answer could not be sent, so such a member stayed for
+// good, and every rebalance after it waited for it until its deadline: the
+// dead members of the liveness issue's wedged group (cmd/projector's
+// TestKillStorm reproduces it end to end).
+//
+// A forms the group; B, new, sends its JoinGroup (2 s session), which
+// starts a rebalance, and dies; A rejoins, which completes it, and syncs
+// as the leader. B must be gone from the group within its session and a
+// margin.
+func TestDeadJoinerExpires(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		const session = 2 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		group := b.Prefix(t, "deadjoiner")
+		newMember := func(session time.Duration) *member {
+			cl, err := kgo.NewClient(b.Opts()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			return &member{cl: cl, group: group, rebalance: 10 * time.Second, topics: []string{"t1"}, session: session}
+		}
+		a, bm := newMember(0), newMember(session)
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		adm := kadm.NewClient(a.cl)
+		describe := func() kadm.DescribedGroup {
+			gs, err := adm.DescribeGroups(ctx, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return gs[group]
+		}
+
+		// B gets its member id, then joins with it and dies while the
+		// coordinator holds its JoinGroup: its client closes once the
+		// group is rebalancing for it.
+		bctx, bcancel := context.WithCancel(ctx)
+		bdone := make(chan error, 1)
+		go func() { bdone <- bm.join(bctx) }()
+		for describe().State != "PreparingRebalance" {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the group never began rebalancing for B")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		bcancel()
+		bm.cl.Close()
+		<-bdone
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if a.members != 2 {
+			t.Fatalf("the leader was given %d members, want A and the dead B", a.members)
+		}
+		if err := a.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		answered := time.Now()
+
+		// B must go within its session (and a margin for the broker's
+		// expiry check); A's own session is 30 s.
+		limit := session + 3*time.Second
+		for {
+			g := describe()
+			if len(g.Members) == 1 {
+				t.Logf("%s: the dead joiner was dropped %v after its join was answered (session %v); group %s",
+					b.Kind, time.Since(answered).Round(10*time.Millisecond), session, g.State)
+				return
+			}
+			if time.Since(answered) > limit {
+				t.Fatalf("the dead joiner is still in the group %v after its join was answered (session %v): %d members, %s",
+					time.Since(answered).Round(10*time.Millisecond), session, len(g.Members), g.State)
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+}
+
 // all runs f for every member at once and returns the first error.
 func all(m []*member, f func(*member) error) error {
 	errs := make(chan error, len(m))
@@ -138,7 +231,8 @@ type member struct {
 	leader     string
 	members    int // as the leader was told; 0 if not the leader
 	protocol   string
-	topics     []string // subscribed: a change makes a rejoin rebalance
+	topics     []string      // subscribed: a change makes a rejoin rebalance
+	session    time.Duration // 0: 30 s, so that no session expires during a test
 }
 
 // join sends JoinGroup until it is answered: the first one only gets the
@@ -147,7 +241,10 @@ func (m *member) join(ctx context.Context) error {
 	for {
 		req := kmsg.NewPtrJoinGroupRequest()
 		req.Group, req.MemberID, req.ProtocolType = m.group, m.id, "consumer"
-		req.SessionTimeoutMillis = 30_000 // no session expires during the test
+		req.SessionTimeoutMillis = 30_000
+		if m.session > 0 {
+			req.SessionTimeoutMillis = int32(m.session.Milliseconds())
+		}
 		req.RebalanceTimeoutMillis = int32(m.rebalance.Milliseconds())
 		p := kmsg.NewJoinGroupRequestProtocol()
 		p.Name, p.Metadata = "range", (&kmsg.ConsumerMemberMetadata{Version: 0, Topics: m.topics}).AppendTo(nil)

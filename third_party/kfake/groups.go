@@ -1715,8 +1715,18 @@ func (g *group) reply(creq *clientReq, kresp kmsg.Response, m *groupMember) {
 	if m != nil {
 		m.waitingReply = nil
 	}
+	// canopy patch (see ../README.md): the member's session is re-armed
+	// even when the reply cannot be sent, as Kafka's completed join
+	// reschedules every member's heartbeat. Upstream returned first, so
+	// a new member that died inside its JoinGroup (its session timer
+	// stopped while it waited) stayed in the group with no timer at all,
+	// and only a rebalance deadline could ever drop it.
 	if !creq.reply(kresp) {
-		return
+		select {
+		case <-g.c.die:
+			return // the cluster is shutting down: no timer to arm
+		default:
+		}
 	}
 	if m != nil {
 		g.updateHeartbeat(m)
