@@ -219,19 +219,26 @@ type harness struct {
 
 	mu          sync.Mutex
 	children    []*child
-	expectExit  map[*child]bool // killed or terminated on purpose
-	wakes       int             // committed wake records read
+	expectExit  map[*child]bool       // killed or terminated on purpose
+	wakes       int                   // committed wake records read
+	wakeTimes   map[int32][]time.Time // each partition's committed wakes' timestamps, as read
 	markersSeen map[string]bool
 	readErr     error
 }
 
 func newHarness(t *testing.T, b *brokertest.Broker, name string, partitions int32) *harness {
 	t.Helper()
+	return newHarnessWithin(t, b, name, partitions, 105*time.Second)
+}
+
+// newHarnessWithin is newHarness for a test that may take up to limit.
+func newHarnessWithin(t *testing.T, b *brokertest.Broker, name string, partitions int32, limit time.Duration) *harness {
+	t.Helper()
 	started := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 105*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	h := &harness{t: t, name: name, began: started, ctx: ctx, cancel: cancel, tmp: t.TempDir(), partitions: partitions,
-		expectExit: map[*child]bool{}, markersSeen: map[string]bool{}, tail: make(chan struct{})}
+		expectExit: map[*child]bool{}, markersSeen: map[string]bool{}, wakeTimes: map[int32][]time.Time{}, tail: make(chan struct{})}
 	t.Cleanup(func() { t.Logf("%s: %v in all", t.Name(), time.Since(started).Round(100*time.Millisecond)) })
 
 	// The binary, not race-built: the children are under test, not the harness.
@@ -398,6 +405,7 @@ func (h *harness) startReader() {
 			h.mu.Lock()
 			fs.EachRecord(func(r *kgo.Record) {
 				h.wakes++
+				h.wakeTimes[r.Partition] = append(h.wakeTimes[r.Partition], r.Timestamp)
 				// Only a wake that may name a marker is decoded: decoding
 				// every wake's snapshot here would take the CPU the
 				// instances under test need (CheckWakes decodes them all).

@@ -125,6 +125,7 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 func (w *worker) init() error {
 	p := w.p
 	fail := func(err error) error { return fmt.Errorf("projector: partition %d: %w", w.part, err) }
+	began := time.Now() // for the log only: how long taking a partition over takes
 	if w.txn {
 		// Initialising the partition's transactional id bumps its epoch:
 		// the previous owner, alive or not, can commit nothing more, and
@@ -169,6 +170,10 @@ func (w *worker) init() error {
 		off = kgo.NewOffset().At(next)
 	}
 	p.human.AddConsumePartitions(map[string]map[int32]kgo.Offset{p.cfg.Names.HumanInput(): {w.part: off}})
+	// Operators (and the kill-storm test's recovery bound) read how long
+	// fencing and restoring took.
+	p.log.Info("partition restored", "partition", w.part, "records", res.Records,
+		"took", time.Since(began).Round(time.Millisecond))
 	return nil
 }
 
