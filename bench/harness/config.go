@@ -77,8 +77,11 @@ type Config struct {
 	// after the session timeout has passed; default 10s.
 	FailoverWarmup time.Duration
 	// SessionTimeout is the projector group's session timeout: a killed
-	// instance's partitions move once it has passed. Default 6s, the
-	// projector's own default.
+	// instance's partitions move once it has passed. Default 3s, below the
+	// projector's own 6 s default (which stock Kafka's
+	// group.min.session.timeout.ms allows): the harness's brokers allow
+	// 1 s, and every scenario reports its rebalances (Reassignments), so
+	// a session too short for the load shows.
 	SessionTimeout time.Duration
 	// WorkDir holds the projectors' data directories; default a new
 	// temporary directory, removed at the end.
@@ -144,7 +147,7 @@ func (c Config) WithDefaults() Config {
 		c.FailoverWarmup = 10 * time.Second
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 6 * time.Second
+		c.SessionTimeout = 3 * time.Second
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard

@@ -71,6 +71,7 @@ func (r *Report) Markdown() string {
 			}
 			p("%s.\n", strings.Join(parts, ", "))
 		}
+		p("\nRebalances after the first full assignment: %d partition assignments.\n", s.Reassignments)
 		if s.Mode == "open-loop" && s.PublishDelayLatency != nil {
 			p("\nSender: %d sends late by more than 10 ms; send delay p99 %s ms, max %s ms.\n", s.LateSends,
 				num(s.PublishDelayLatency.P99), num(s.PublishDelayLatency.Max))

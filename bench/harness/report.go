@@ -82,6 +82,13 @@ type ScenarioResult struct {
 	EndToEndLatencyFromSchedule map[string]*Latency `json:"endToEndLatencyFromSchedule"`
 	// WakesMissing counts waking events whose wake was not read by the end.
 	WakesMissing int `json:"wakesMissing"`
+	// Reassignments counts the partition assignments the projector
+	// instances logged after the scenario's first full assignment: each is
+	// a rebalance that moved partitions. With a fixed set of instances
+	// (max, steady, grow, priority) anything above 0 is a spurious
+	// rebalance, a session that expired under load; scale and failover
+	// move partitions on purpose.
+	Reassignments int `json:"reassignments"`
 	// SnapshotBytes is the distribution of agent_tree_snapshot sizes.
 	SnapshotBytes  *Sizes  `json:"snapshotBytes"`
 	TruncationRate float64 `json:"truncationRate"`

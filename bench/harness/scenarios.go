@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -70,6 +71,9 @@ func (s *stage) result(name, desc, mode string, instances int, st samplerStats) 
 	}
 	r.WakesMissing = len(s.tr.pending)
 	s.tr.mu.Unlock()
+	if s.assignedAtReady > 0 {
+		r.Reassignments = s.assignments() - s.assignedAtReady
+	}
 	s.reader.mu.Lock()
 	r.SnapshotBytes = sizes(s.reader.snapBytes)
 	if n := rs.wakes[0] + rs.wakes[1]; n > 0 {
@@ -603,6 +607,14 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 	r.Baselines["sessionTimeoutSeconds"] = h.cfg.SessionTimeout.Seconds()
 	r.Baselines["failoverSeconds"] = worst.Seconds()
 	r.Baselines["failoverToSessionTimeout"] = worst.Seconds() / h.cfg.SessionTimeout.Seconds()
+	// The liveness target is a p90 over kills; one kill's worst moved
+	// partition is at least its p90. A partition that never resumed misses.
+	measured := worst.Seconds()
+	if len(resumed) < len(victim) {
+		measured = math.Inf(1)
+	}
+	r.Targets = append(r.Targets, atMost("failover", "SIGKILL to wakes flowing again, worst moved partition", measured, 5, " s",
+		fmt.Sprintf("session timeout %v", h.cfg.SessionTimeout)))
 	return r, nil
 }
 

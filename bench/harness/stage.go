@@ -55,6 +55,10 @@ type stage struct {
 	humanErrs    int64
 
 	sampler *sampler
+	// assignedAtReady is how many partition assignments the instances had
+	// logged once the stage's first instances were ready: those after it
+	// are rebalances (ScenarioResult.Reassignments).
+	assignedAtReady int
 	// latency makes send track every waking event's latency to its wake
 	// (open-loop scenarios); closed-loop scenarios, whose latency is the
 	// queue they build on purpose, track only what they wait for.
@@ -95,7 +99,7 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 		name := fmt.Sprintf("%s-i%d", s.name, i)
 		args := []string{"run", "-brokers", strings.Join(s.h.brokers, ","), "-topic-prefix", s.names.Prefix,
 			"-data-dir", filepath.Join(s.h.work, name), "-group", s.group, "-session-timeout", s.h.cfg.SessionTimeout.String(),
-			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "", "-log-level", "warn"}
+			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "", "-log-level", "info"}
 		args = append(args, s.h.cfg.ProjectorArgs...)
 		p, err := startProc(name, s.h.cfg.Projector, args)
 		if err != nil {
@@ -109,7 +113,24 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 	if err := s.waitAssigned(ctx, n); err != nil {
 		return err
 	}
-	return s.probe(ctx, s.names.AgentEvents())
+	if err := s.probe(ctx, s.names.AgentEvents()); err != nil {
+		return err
+	}
+	if s.assignedAtReady == 0 {
+		s.assignedAtReady = s.assignments()
+	}
+	return nil
+}
+
+// assignments counts the partition assignments the stage's instances have
+// logged ("partitions assigned", at info level): each rebalance that moves
+// anything logs one on the instance that gains.
+func (s *stage) assignments() int {
+	n := 0
+	for _, p := range s.procs {
+		n += strings.Count(p.out.String(), `msg="partitions assigned"`)
+	}
+	return n
 }
 
 // waitAssigned waits until the group has n members with every partition

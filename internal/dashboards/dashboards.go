@@ -142,10 +142,11 @@ var All = []Dashboard{
 				Question: "Is any instance restoring state from the changelog now?",
 				Queries:  []Query{q(`sum by (instance) (canopy_projector_partitions_restoring)`, "{{instance}}")}},
 			{Title: "Rebalances", Unit: "short",
-				Question: "How often does the group rebalance, and how many partitions move each time? (assignments and revocations, and the partitions they moved, per window)",
+				Question: "How often does the group rebalance, and how many partitions move each time? Did it stall? (assignments and revocations, the partitions they moved, and instances that got no assignment for the stall timeout and rejoined as fresh members, per window)",
 				Queries: []Query{
 					q(`sum by (change) (increase(canopy_projector_rebalances_total[RATE]))`, "{{change}}"),
 					q(`sum by (change) (increase(canopy_projector_partition_changes_total[RATE]))`, "partitions {{change}}"),
+					q(`sum(increase(canopy_projector_group_stalls_total[RATE]))`, "group stalls (rejoined fresh)"),
 				}},
 			{Title: "Restore progress", Unit: "ops",
 				Question: "Is a restore under way moving, and how fast? (changelog records written to the state store per second, per instance, counted as the restore goes)",

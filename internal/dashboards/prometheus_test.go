@@ -233,6 +233,8 @@ var allowedZero = map[string]string{
 	"rule canopy:projector_consumer_lag_records:max":    "as the Consumer lag panel",
 	"rule canopy:snapshot_stale:ratio_rate5m":           "as the Stale snapshots panels",
 	"rule canopy:projector_restores_failed:increase15m": "as failed restores",
+	"canopy-scale-out / Rebalances / C":                 "group stalls: the demo's group never stalls (internal/projector TestStalledGroupRejoinsFresh makes one; pkg/telemetry TestGroupStallsCount counts it)",
+	"rule canopy:projector_group_stalls:increase15m":    "as the group stalls of the Rebalances panel",
 }
 
 // check evaluates expr now: "" when it returned real data, else what is

@@ -71,7 +71,9 @@ type Config struct {
 	// keep it open; default 15s.
 	Heartbeat time.Duration
 	// AssignmentTTL is how long the projector group's assignment is cached
-	// for routing reads; a 421 from a projector refreshes it. Default 5s.
+	// for routing reads; a 421 from a projector refreshes it, and so does a
+	// 503 or no answer (the read then goes to the new owner, if the group
+	// names another). Default 5s.
 	AssignmentTTL time.Duration
 	// ProjectorClient calls the projectors' query endpoint; default a client
 	// with a 10s timeout.

@@ -75,15 +75,18 @@ func (g *Gateway) owner(ctx context.Context, run string, refresh bool) (string, 
 }
 
 // ask sends GET /internal/v1/runs/{run}/{what}?query to the run's owner and
-// returns the response, refreshing the assignment and retrying once when the
-// instance asked says it is not the owner (421): ownership moved.
+// returns the response. Once, it asks the group for the owner again and
+// retries: when the instance asked says it is not the owner (421:
+// ownership moved), and when it cannot answer (503: paused and unsure of its
+// session, restoring, or stopping) or cannot be reached, if the group now
+// names another owner. Otherwise the answer (a 503 with its Retry-After) is
+// the client's.
 func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (*http.Response, *problem.Problem) {
-	refresh := false
+	addr, prob := g.owner(ctx, run, false)
+	if prob != nil {
+		return nil, prob
+	}
 	for attempt := 0; ; attempt++ {
-		addr, prob := g.owner(ctx, run, refresh)
-		if prob != nil {
-			return nil, prob
-		}
 		u := url.URL{Scheme: g.cfg.ProjectorScheme, Host: addr, Path: "/internal/v1/runs/" + run + "/" + what,
 			RawPath: "/internal/v1/runs/" + url.PathEscape(run) + "/" + what, RawQuery: query.Encode()}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -91,13 +94,20 @@ func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (
 			return nil, problem.New(http.StatusInternalServerError, problem.Internal, "building the query: %v", err)
 		}
 		resp, err := g.cfg.ProjectorClient.Do(req)
+		misdirected := err == nil && resp.StatusCode == http.StatusMisdirectedRequest
+		unable := err != nil || resp.StatusCode == http.StatusServiceUnavailable
+		if attempt == 0 && (misdirected || unable) {
+			next, prob := g.owner(ctx, run, true)
+			if prob == nil && (misdirected || next != addr) {
+				if resp != nil {
+					drain(resp)
+				}
+				addr = next
+				continue
+			}
+		}
 		if err != nil {
 			return nil, g.unavailable(problem.Unavailable, "the projector that owns run %q (%s) cannot be reached: %v", run, addr, err)
-		}
-		if resp.StatusCode == http.StatusMisdirectedRequest && attempt == 0 {
-			drain(resp)
-			refresh = true
-			continue
 		}
 		return resp, nil
 	}

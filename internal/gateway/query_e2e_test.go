@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,5 +84,77 @@ func testQueryRealProjectors(t *testing.T, broker *brokertest.Broker) {
 	r := call(t, "GET", srv.URL+"/v1/runs/never-seen/snapshot", tokAll, nil)
 	if p := r.problem(t); r.status != 404 || p.Type != problem.UnknownRun {
 		t.Errorf("unknown run: %d %+v", r.status, p)
+	}
+}
+
+// TestQueryRetriesNewOwner: when the owner the gateway has cached cannot
+// answer (503: here its process runs no projector instance any more, as
+// after a stop, or while a paused instance is unsure of its session), the
+// gateway asks the group again and reads from the new owner, instead of
+// passing the 503 on until its cached assignment expires.
+func TestQueryRetriesNewOwner(t *testing.T) { brokertest.Run(t, testQueryRetriesNewOwner) }
+
+func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
+	e := newEnvOn(t, broker, 2)
+	var qs [2]*projector.QueryServer
+	var addrs [2]string
+	var ps [2]*projector.Projector
+	var stops [2]func()
+	for i := range qs {
+		qs[i] = projector.NewQueryServer()
+		srv := httptest.NewServer(qs[i])
+		t.Cleanup(srv.Close)
+		addrs[i] = srv.Listener.Addr().String()
+	}
+	for i := range qs {
+		ps[i], stops[i] = e.projector(addrs[i])
+		qs[i].Set(ps[i])
+		t.Cleanup(func() { qs[i].Set(nil) })
+	}
+	waitFor(t, 30*time.Second, "each instance owns one partition", func() bool {
+		return len(ps[0].Owned()) == 1 && len(ps[1].Owned()) == 1
+	})
+	run := runOn(0, 2, "-moved")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ev := &topics.Event{ID: "01JM00000000000000000000B0", Source: "/test", Type: topics.TypeNodeCreated,
+		Time: topics.NewTime(e.clock.Now()), RunID: run, AgentID: "root", SchemaVersion: 1, SessionID: "s1",
+		Data: &topics.NodeCreated{Role: topics.RoleConductor}}
+	rec, err := topics.EventRecord(e.names.AgentEvents(), ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Partition = 0
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The assignment is cached for a minute: only the retry can find the
+	// new owner within the test.
+	cfg := e.config()
+	cfg.AssignmentTTL = time.Minute
+	_, srv := e.gateway(cfg)
+	waitFor(t, 30*time.Second, run+" is projected", func() bool {
+		return call(t, "GET", srv.URL+"/v1/runs/"+run+"/snapshot", tokAll, nil).status == 200
+	})
+
+	// The owner of partition 0 stops (leaving the group); its process's
+	// query server stays up with no instance, answering 503.
+	old := 0
+	if slices.Contains(ps[1].Owned(), 0) {
+		old = 1
+	}
+	qs[old].Set(nil)
+	stops[old]()
+	other := ps[1-old]
+	waitFor(t, 30*time.Second, "the other instance owns both partitions", func() bool { return len(other.Owned()) == 2 })
+	r := call(t, "GET", srv.URL+"/v1/runs/"+run+"/snapshot", tokAll, nil)
+	var snap topics.AgentTreeSnapshot
+	if r.status != 200 || json.Unmarshal(r.body, &snap) != nil || snap.Scope.RunID != run {
+		t.Fatalf("snapshot of %s after its owner stopped: %d %s; want 200 from the new owner", run, r.status, r.body)
 	}
 }

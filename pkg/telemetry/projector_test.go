@@ -355,3 +355,22 @@ func TestRestoreProgressIsLive(t *testing.T) {
 		return value(f, "canopy_projector_restores_total", "result", "ok") == 2 && value(f, "canopy_projector_restored_records_total") == 2*total
 	})
 }
+
+// TestGroupStallsCount: the projector's GroupStalled hook (a stall
+// detected by watchGroup, internal/projector's TestStalledGroupRejoinsFresh)
+// is what the Rebalances panel's group stalls and the
+// CanopyConsumerGroupStalled alert count.
+func TestGroupStallsCount(t *testing.T) {
+	reg := telemetry.NewRegistry()
+	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := value(metrics(t, reg), "canopy_projector_group_stalls_total"); got != 0 {
+		t.Fatalf("group_stalls_total = %g before any stall, want 0 (and the series present)", got)
+	}
+	pm.GroupStalled(2 * time.Minute)
+	if got := value(metrics(t, reg), "canopy_projector_group_stalls_total"); got != 1 {
+		t.Errorf("group_stalls_total = %g after one stall, want 1", got)
+	}
+}
