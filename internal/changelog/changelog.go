@@ -38,9 +38,13 @@ var ErrRestore = errors.New("changelog: restore")
 // Records returns the changelog records of a commit's changes, in order: a
 // deleted key is a tombstone (nil value).
 func Records(topic string, partition int32, changes projection.Changes) []*kgo.Record {
+	// One allocation for the commit's records, not one each: they live
+	// and die together, with the commit's transaction.
+	slab := make([]kgo.Record, len(changes))
 	out := make([]*kgo.Record, len(changes))
 	for i, c := range changes {
-		r := &kgo.Record{Topic: topic, Partition: partition, Key: c.Key}
+		r := &slab[i]
+		r.Topic, r.Partition, r.Key = topic, partition, c.Key
 		if !c.Delete {
 			r.Value = c.Value
 		}

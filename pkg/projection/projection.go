@@ -38,6 +38,9 @@ type Projection struct {
 	dueDirty map[string]struct{}
 	hotNodes int
 	tick     uint64
+	// lastChanges is how many changes the last Prepare gathered: the next
+	// one's starting capacity.
+	lastChanges int
 }
 
 // New returns an empty projection held in memory only.
@@ -233,7 +236,10 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 	if p.store == nil {
 		return nil, nil
 	}
-	var c Changes
+	// Sized like the last commit's: appending a large commit's changes one
+	// by one reallocated the slice a dozen times.
+	c := make(Changes, 0, p.lastChanges)
+	defer func() { p.lastChanges = len(c) }()
 	for _, r := range p.runs {
 		if err := p.store.write(&c, r); err != nil {
 			p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)

@@ -159,14 +159,22 @@ func (s *Store) Empty() (bool, error) {
 // Pebble batch; sync makes it durable before Write returns. Restoring from
 // the changelog and committing a processed batch both come here.
 func (s *Store) Write(changes Changes, cp *Checkpoint, sync bool) error {
-	b := s.db.NewBatch()
-	defer b.Close()
+	// Sized up front: growing a commit's batch as it fills was a tenth of
+	// the projector's allocated bytes (BenchmarkEventPath).
+	size := 64
 	for _, c := range changes {
+		size += len(s.prefix) + len(c.Key) + len(c.Value) + 16 // a record's kind and varints
+	}
+	b := s.db.NewBatchWithSize(size)
+	defer b.Close()
+	var key []byte // the batch copies keys: one buffer serves them all
+	for _, c := range changes {
+		key = append(append(key[:0], s.prefix...), c.Key...)
 		var err error
 		if c.Delete {
-			err = b.Delete(s.abs(c.Key), nil)
+			err = b.Delete(key, nil)
 		} else {
-			err = b.Set(s.abs(c.Key), c.Value, nil)
+			err = b.Set(key, c.Value, nil)
 		}
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrStore, err)
