@@ -23,43 +23,10 @@ func TestQueryRealProjectors(t *testing.T) { brokertest.Run(t, testQueryRealProj
 
 func testQueryRealProjectors(t *testing.T, broker *brokertest.Broker) {
 	e := newEnvOn(t, broker, 2)
-	var qs [2]*projector.QueryServer
-	var addrs [2]string
-	var ps [2]*projector.Projector
-	for i := range qs {
-		qs[i] = projector.NewQueryServer()
-		srv := httptest.NewServer(qs[i])
-		t.Cleanup(srv.Close)
-		addrs[i] = srv.Listener.Addr().String()
-	}
-	for i := range qs {
-		ps[i], _ = e.projector(addrs[i])
-		qs[i].Set(ps[i])
-		t.Cleanup(func() { qs[i].Set(nil) })
-	}
-	waitFor(t, 30*time.Second, "each instance owns one partition", func() bool {
-		return len(ps[0].Owned()) == 1 && len(ps[1].Owned()) == 1
-	})
+	e.twoOwners(t)
 	runs := []string{runOn(0, 2, "-q"), runOn(1, 2, "-q")}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for i, run := range runs {
-		ev := &topics.Event{ID: "01JM00000000000000000000A" + string(rune('0'+i)), Source: "/test", Type: topics.TypeNodeCreated,
-			Time: topics.NewTime(e.clock.Now()), RunID: run, AgentID: "root", SchemaVersion: 1, SessionID: "s1",
-			Data: &topics.NodeCreated{Role: topics.RoleConductor}}
-		rec, err := topics.EventRecord(e.names.AgentEvents(), ev, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec.Partition = topics.Partition(rec.Key, 2)
-		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		e.produceRoot(t, "01JM00000000000000000000A"+string(rune('0'+i)), run)
 	}
 	_, srv := e.gateway(e.config())
 	for _, run := range runs {
@@ -96,43 +63,10 @@ func TestQueryRetriesNewOwner(t *testing.T) { brokertest.Run(t, testQueryRetries
 
 func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 	e := newEnvOn(t, broker, 2)
-	var qs [2]*projector.QueryServer
-	var addrs [2]string
-	var ps [2]*projector.Projector
-	var stops [2]func()
-	for i := range qs {
-		qs[i] = projector.NewQueryServer()
-		srv := httptest.NewServer(qs[i])
-		t.Cleanup(srv.Close)
-		addrs[i] = srv.Listener.Addr().String()
-	}
-	for i := range qs {
-		ps[i], stops[i] = e.projector(addrs[i])
-		qs[i].Set(ps[i])
-		t.Cleanup(func() { qs[i].Set(nil) })
-	}
-	waitFor(t, 30*time.Second, "each instance owns one partition", func() bool {
-		return len(ps[0].Owned()) == 1 && len(ps[1].Owned()) == 1
-	})
+	two := e.twoOwners(t)
+	ps, qs, stops := two.ps, two.qs, two.stops
 	run := runOn(0, 2, "-moved")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ev := &topics.Event{ID: "01JM00000000000000000000B0", Source: "/test", Type: topics.TypeNodeCreated,
-		Time: topics.NewTime(e.clock.Now()), RunID: run, AgentID: "root", SchemaVersion: 1, SessionID: "s1",
-		Data: &topics.NodeCreated{Role: topics.RoleConductor}}
-	rec, err := topics.EventRecord(e.names.AgentEvents(), ev, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Partition = 0
-	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	e.produceRoot(t, "01JM00000000000000000000B0", run)
 	// The assignment is cached for a minute: only the retry can find the
 	// new owner within the test.
 	cfg := e.config()
@@ -156,5 +90,59 @@ func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 	var snap topics.AgentTreeSnapshot
 	if r.status != 200 || json.Unmarshal(r.body, &snap) != nil || snap.Scope.RunID != run {
 		t.Fatalf("snapshot of %s after its owner stopped: %d %s; want 200 from the new owner", run, r.status, r.body)
+	}
+}
+
+// owners are two projector instances of the env's group (two partitions),
+// each behind its own query server, as two projector processes are.
+type owners struct {
+	qs    [2]*projector.QueryServer
+	ps    [2]*projector.Projector
+	stops [2]func()
+}
+
+// twoOwners starts two instances and waits until each owns one partition.
+func (e *env) twoOwners(t *testing.T) *owners {
+	t.Helper()
+	o := &owners{}
+	var addrs [2]string
+	for i := range o.qs {
+		o.qs[i] = projector.NewQueryServer()
+		srv := httptest.NewServer(o.qs[i])
+		t.Cleanup(srv.Close)
+		addrs[i] = srv.Listener.Addr().String()
+	}
+	for i := range o.qs {
+		o.ps[i], o.stops[i] = e.projector(addrs[i])
+		o.qs[i].Set(o.ps[i])
+		t.Cleanup(func() { o.qs[i].Set(nil) })
+	}
+	waitFor(t, 30*time.Second, "each instance owns one partition", func() bool {
+		return len(o.ps[0].Owned()) == 1 && len(o.ps[1].Owned()) == 1
+	})
+	return o
+}
+
+// produceRoot produces run's conductor (a node.created of agent root, event
+// id id) to the run's partition of the agent events.
+func (e *env) produceRoot(t *testing.T, id, run string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ev := &topics.Event{ID: id, Source: "/test", Type: topics.TypeNodeCreated,
+		Time: topics.NewTime(e.clock.Now()), RunID: run, AgentID: "root", SchemaVersion: 1, SessionID: "s1",
+		Data: &topics.NodeCreated{Role: topics.RoleConductor}}
+	rec, err := topics.EventRecord(e.names.AgentEvents(), ev, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Partition = topics.Partition(rec.Key, e.parts)
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }
