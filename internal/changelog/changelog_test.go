@@ -138,6 +138,32 @@ func (w *writer) produce(rs []*kgo.Record, commit bool) {
 		if err := w.cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
 			w.t.Fatal(err)
 		}
+		if commit && len(rs) > 0 {
+			w.visible(rs[len(rs)-1])
+		}
+	}
+}
+
+// visible waits until a read_committed reader sees r: Apache Kafka writes a
+// transaction's commit markers after EndTransaction returns, so the last
+// stable offset moves a moment later (kfake moves it at once). A restore
+// started before would not see the commit yet.
+func (w *writer) visible(r *kgo.Record) {
+	w.t.Helper()
+	adm := kadm.NewClient(w.cl)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		offs, err := adm.ListCommittedOffsets(context.Background(), r.Topic)
+		if err == nil {
+			if o, ok := offs.Lookup(r.Topic, r.Partition); ok && o.Err == nil && o.Offset > r.Offset {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the committed transaction ending at offset %d of %s/%d is not visible to read_committed readers after 10s (%v)",
+				r.Offset, r.Topic, r.Partition, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the broker: it offers nothing to wait on
 	}
 }
 
