@@ -125,4 +125,6 @@ func addProjectionFlags(fs *flag.FlagSet, c *projection.Config) {
 	fs.IntVar(&c.MaxDepth, "max-depth", projection.DefaultMaxDepth, "tree depth budget; deeper nodes raise guard:maxDepth (negative: off)")
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", projection.DefaultProgressInterval, "progress signals wake a run at most once per interval")
 	fs.DurationVar(&c.ForwardGrace, "forward-grace", projection.DefaultForwardGrace, "time after a completion before the watchdog reports done_but_not_forwarded")
+	fs.IntVar(&c.DedupeWindow, "dedupe-window", projection.DefaultDedupeWindow,
+		"applied event ids each run keeps: an event sent again with one of them is a duplicate (state: give every instance the same)")
 }

@@ -70,7 +70,7 @@ func BenchmarkEventPath(b *testing.B) {
 			offsets := map[string]int64{}
 			var pending projection.Pending
 			var out []*kgo.Record
-			next, n := 0, 0
+			next, n, records := 0, 0, 0
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			now := start.Add(time.Hour)
@@ -120,6 +120,7 @@ func BenchmarkEventPath(b *testing.B) {
 					b.Fatal(err)
 				}
 				out = append(out, changelog.Records("changelog", 0, changes)...)
+				records += len(changes)
 				if full {
 					if err := proj.Finish(changes, &projection.Checkpoint{Next: int64(n), At: 1}); err != nil {
 						b.Fatal(err)
@@ -135,6 +136,7 @@ func BenchmarkEventPath(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(n), "allocs/event")
 			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), "B/event")
+			b.ReportMetric(float64(records)/float64(n), "changelog-records/event")
 		})
 	}
 }

@@ -1,9 +1,7 @@
 package projectortest
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -331,7 +329,7 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 		rep.add("consumed offsets not at the end", "partition %d: restored next offset of %s is %d (present: %v), want the end of the partition, %d",
 			part, k.Names.AgentEvents(), got, ok, end)
 	}
-	checkHistoryKeys(rep, db, ref, part)
+	checkJournal(rep, store, ref, part)
 	live, err := projection.Open(ref.cfg, store)
 	if err != nil {
 		rep.add("restored projections unreadable", "partition %d: opening the restored projection: %v", part, err)
@@ -340,32 +338,41 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 	ref.comparePartition(rep, part, live)
 }
 
-// checkHistoryKeys checks that the changelog holds no more history entries
-// per run than the window: entries that left it must have left the
-// changelog too (a later load would trim them, hiding the leak from
-// CompareRun). Key layout: pkg/projection Store.
-func checkHistoryKeys(rep *report, db *pebble.DB, ref *Reference, part int32) {
-	window := ref.cfg.WithDefaults().HistorySize
+// checkJournal checks what the changelog holds of each run's journal (its
+// history entries and dedupe ids, pkg/projection journal.go): every entry
+// the windows hold, no chunk wholly older than them (entries that left the
+// windows must have left the changelog too: a later load would ignore them,
+// hiding the leak from CompareRun), and no key of the earlier encoding.
+func checkJournal(rep *report, store *projection.Store, ref *Reference, part int32) {
+	cfg := ref.cfg.WithDefaults()
+	keep := int64(max(cfg.HistorySize, cfg.DedupeWindow))
 	for _, run := range ref.Runs() {
 		if topics.Partition([]byte(run), ref.partitions) != part {
 			continue
 		}
-		prefix := []byte{'p', 0, 0, 0, 0}
-		binary.BigEndian.PutUint32(prefix[1:], uint32(part))
-		prefix = append(append(append(prefix, 'r'), run...), 0, 'h')
-		upper := append(bytes.Clone(prefix[:len(prefix)-1]), 'h'+1)
-		it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: upper})
+		spans, legacy, err := store.Journal(run)
 		if err != nil {
-			rep.add("history keys unreadable", "run %s: %v", run, err)
+			rep.add("journal unreadable", "run %s: %v", run, err)
 			continue
 		}
-		n := 0
-		for it.First(); it.Valid(); it.Next() {
-			n++
+		if legacy > 0 {
+			rep.add("keys of the earlier encoding", "run %s: %d applied-id or history keys in the changelog", run, legacy)
 		}
-		_ = it.Close()
-		if want := min(ref.Events(run), window); n != want {
-			rep.add("history keys beyond the window", "run %s: %d history entries in the changelog, want %d (window %d)", run, n, want, window)
+		seq := int64(ref.Events(run))
+		covered := map[int64]bool{}
+		for _, sp := range spans {
+			if sp.Last <= seq-keep {
+				rep.add("journal beyond the windows", "run %s: a chunk of seqs %d-%d is kept at seq %d (windows %d)", run, sp.First, sp.Last, seq, keep)
+			}
+			for s := sp.First; s <= sp.Last; s++ {
+				covered[s] = true
+			}
+		}
+		for s := max(1, seq-keep+1); s <= seq; s++ {
+			if !covered[s] {
+				rep.add("journal entries missing", "run %s: no entry of seq %d in the changelog (seq %d, windows %d)", run, s, seq, keep)
+				break
+			}
 		}
 	}
 }

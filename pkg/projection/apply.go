@@ -65,18 +65,12 @@ const (
 // apply applies ev to the run and returns the triggers it raises, timers that
 // fell due before it included. dup is true when ev.ID was already applied.
 func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
-	if _, ok := r.applied[ev.ID]; ok {
+	if r.ids.has(ev.ID) {
 		return nil, true, nil
 	}
-	if r.seen != nil {
-		if ok, err := r.seen(ev.ID); err != nil || ok {
-			return nil, ok, err
-		}
-	}
-	r.applied[ev.ID] = struct{}{}
+	r.ids.push(ev.ID, cfg.DedupeWindow)
 	if r.dirty != nil {
 		r.dirty.meta = true
-		r.dirty.applied = append(r.dirty.applied, ev.ID)
 	}
 	// Fire what fell due before this event. Also when the event is late
 	// (older than the clock): a late event may have left a timer due in the

@@ -32,6 +32,14 @@ type Config struct {
 	// compact history entries (ids, enums, times) for history windows;
 	// they are state, persisted and carried by the changelog. Default 256.
 	HistorySize int
+	// DedupeWindow is how many of its last applied event ids each run
+	// keeps to recognise an event sent again (a producer's retry): an
+	// event whose id is among them is a duplicate, ignored. An event sent
+	// again after DedupeWindow other events of its run is applied again.
+	// Records delivered again (after a crash or a rebalance) are
+	// recognised by the committed offsets instead, however old. The ids
+	// are state, persisted with the history entries. Default 1024.
+	DedupeWindow int
 }
 
 // Defaults of Config.
@@ -41,10 +49,15 @@ const (
 	DefaultForwardGrace     = 30 * time.Second
 	DefaultMaxHotNodes      = 1_000_000
 	DefaultHistorySize      = 256
+	DefaultDedupeWindow     = 1024
 )
 
-// MaxHistorySize bounds Config.HistorySize: every entry is a key of state
-// per run, in memory and in the changelog. It is also the largest history
+// MaxDedupeWindow bounds Config.DedupeWindow: the ids are kept in memory
+// for every run loaded, and in its state.
+const MaxDedupeWindow = 1_000_000
+
+// MaxHistorySize bounds Config.HistorySize: every entry is state of its
+// run, in memory, in its journal and in the changelog. It is also the largest history
 // page any projection can serve (MaxPage).
 const MaxHistorySize = 100_000
 
@@ -69,6 +82,9 @@ func (c Config) WithDefaults() Config {
 	if c.HistorySize == 0 {
 		c.HistorySize = DefaultHistorySize
 	}
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = DefaultDedupeWindow
+	}
 	return c
 }
 
@@ -89,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.HistorySize < 0 || c.HistorySize > MaxHistorySize {
 		errs = append(errs, fmt.Sprintf("history size %d: want 0 (default) to %d", c.HistorySize, MaxHistorySize))
+	}
+	if c.DedupeWindow < 0 || c.DedupeWindow > MaxDedupeWindow {
+		errs = append(errs, fmt.Sprintf("dedupe window %d: want 0 (default) to %d", c.DedupeWindow, MaxDedupeWindow))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(errs, "; "))

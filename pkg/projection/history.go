@@ -116,9 +116,8 @@ func (h *history) at(i int) *HistoryEntry {
 	return &h.entries[(h.head+n-1-i)%n]
 }
 
-// push appends e, dropping the oldest entry when size are held; it returns
-// the dropped entry's seq (0 when none was dropped).
-func (h *history) push(e HistoryEntry, size int) (dropped int64) {
+// push appends e, dropping the oldest entry when size are held.
+func (h *history) push(e HistoryEntry, size int) {
 	if len(h.entries) < size {
 		if h.entries == nil {
 			// Most runs are small: grow as needed rather than reserving the
@@ -126,21 +125,15 @@ func (h *history) push(e HistoryEntry, size int) (dropped int64) {
 			h.entries = make([]HistoryEntry, 0, min(size, 16))
 		}
 		h.entries = append(h.entries, e)
-		return 0
+		return
 	}
-	old := &h.entries[h.head]
-	dropped = old.Seq
-	*old = e
+	h.entries[h.head] = e
 	h.head = (h.head + 1) % len(h.entries)
-	return dropped
 }
 
 // record adds ev, just applied to node n as the run's seq-th event, to the
 // run's history window.
 func (r *Run) record(ev *topics.Event, n *node, before topics.Status, cfg *Config) {
-	if cfg.HistorySize <= 0 {
-		return
-	}
 	e := HistoryEntry{Seq: r.seq, EventID: ev.ID, Type: string(ev.Type), AgentID: ev.AgentID, At: ev.Time,
 		CorrelationID: strPtr(ev.CorrelationID)}
 	switch ev.Data.(type) {
@@ -153,33 +146,12 @@ func (r *Run) record(ev *topics.Event, n *node, before topics.Status, cfg *Confi
 			e.Status = &s
 		}
 	}
-	dropped := r.hist.push(e, cfg.HistorySize)
+	if cfg.HistorySize > 0 {
+		r.hist.push(e, cfg.HistorySize)
+	}
 	if r.dirty != nil {
-		r.dirty.history = append(r.dirty.history, e.Seq)
-		if dropped != 0 {
-			r.dirty.historyDropped = append(r.dirty.historyDropped, dropped)
-		}
+		r.dirty.journal = append(r.dirty.journal, e)
 	}
-}
-
-// trimHistory drops the oldest entries beyond size (after a restart with a
-// smaller Config.HistorySize), deleting them from the store too.
-func (r *Run) trimHistory(size int) {
-	size = max(size, 0)
-	n := r.hist.len()
-	if n <= size {
-		return
-	}
-	all := make([]HistoryEntry, n)
-	for i := range n {
-		all[n-1-i] = *r.hist.at(i)
-	}
-	for _, e := range all[:n-size] {
-		if r.dirty != nil {
-			r.dirty.historyDropped = append(r.dirty.historyDropped, e.Seq)
-		}
-	}
-	r.hist = history{entries: append([]HistoryEntry(nil), all[n-size:]...)}
 }
 
 // History returns a page of the run's history window: up to limit entries
@@ -260,10 +232,4 @@ func (r historyRecord) entry(seq int64) HistoryEntry {
 		e.Status = &s
 	}
 	return e
-}
-
-func historyKey(run string, seq int64) []byte {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(seq))
-	return runKey(run, 'h', string(b[:]))
 }

@@ -97,7 +97,7 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 	}
 	var r *Run
 	if p.store != nil {
-		loaded, ok, err := p.store.loadRun(id)
+		loaded, ok, err := p.store.loadRun(id, &p.cfg)
 		if err != nil {
 			p.err = fmt.Errorf("projection: loading run %q: %w", id, err)
 			return nil, p.err
@@ -113,17 +113,8 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 		}
 		r = newRun(id)
 	}
-	if p.store != nil {
+	if p.store != nil && r.dirty == nil {
 		r.dirty = newDirt()
-		st := p.store
-		r.lookup = func(ev string) (bool, error) { return st.applied(id, ev) }
-		if !fresh {
-			// Its earlier ids are in the store only: look them up there.
-			r.seen = r.lookup
-			// A smaller window than when it was stored: the surplus goes,
-			// from the store too, with the next commit.
-			r.trimHistory(p.cfg.HistorySize)
-		}
 	}
 	r.lastUsed = p.tick
 	p.runs[id] = r
@@ -241,7 +232,7 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 	c := make(Changes, 0, p.lastChanges)
 	defer func() { p.lastChanges = len(c) }()
 	for _, r := range p.runs {
-		if err := p.store.write(&c, r); err != nil {
+		if err := p.store.write(&c, r, p.cfg.journalKeep()); err != nil {
 			p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
 			return nil, p.err
 		}

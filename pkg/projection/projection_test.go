@@ -86,6 +86,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if v := arg("history-size", ""); v != "" {
 			c.HistorySize, _ = strconv.Atoi(v)
 		}
+		if v := arg("dedupe-window", ""); v != "" {
+			c.DedupeWindow, _ = strconv.Atoi(v)
+		}
 		h.reset(c)
 		return "ok"
 	case "apply":

@@ -90,8 +90,9 @@ type Run struct {
 	nodes                   map[string]*node
 	seq                     int64
 	clock                   topics.Time
-	applied                 map[string]struct{}
-	stats                   snapshot.Stats
+	// ids are the last Config.DedupeWindow applied event ids.
+	ids   idWindow
+	stats snapshot.Stats
 
 	// Indexes for the snapshot's inclusion order.
 	urgent  *btree.BTreeG[timed] // blocked/failed nodes, newest status change first
@@ -120,14 +121,10 @@ type Run struct {
 	wdCount map[topics.WatchdogStatus]int
 
 	// Persistence, when the run belongs to a Store: what changed since the
-	// last commit (nil when nothing persists the run), where to look up event
-	// ids applied before it was loaded, and when it was last used (for
-	// eviction).
-	dirty *dirt
-	seen  func(eventID string) (bool, error)
-	// lookup is the store's answer; seen is set to it once applied stops
-	// holding every id the run ever applied.
-	lookup   func(eventID string) (bool, error)
+	// last commit (nil when nothing persists the run), the journal chunks
+	// stored, oldest first, and when it was last used (for eviction).
+	dirty    *dirt
+	chunks   []chunkRef
 	lastUsed uint64
 }
 
@@ -153,7 +150,7 @@ func newRun(id string) *Run {
 	return &Run{
 		id:          id,
 		nodes:       make(map[string]*node),
-		applied:     make(map[string]struct{}),
+		ids:         idWindow{set: make(map[string]struct{})},
 		urgent:      btree.NewG(btreeDegree, newestFirst),
 		leases:      btree.NewG(btreeDegree, soonestFirst),
 		signals:     btree.NewG(btreeDegree, newestFirst),

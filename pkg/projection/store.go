@@ -21,9 +21,14 @@ import (
 //	'r' run 0x00 'q' request   open request (JSON)
 //	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
 //	'r' run 0x00 'p' plan      plan (JSON)
-//	'r' run 0x00 'e' event     an applied event id (empty value)
-//	'r' run 0x00 'h' seq       history entry of the run's seq-th event (8 bytes big endian, JSON);
-//	                           only the last Config.HistorySize are kept, older ones deleted
+//	'r' run 0x00 'j' seq       a journal chunk: the entries (event id, history fields) of the
+//	                           run's events applied by one commit, from its seq-th (8 bytes
+//	                           big endian), binary and versioned (journal.go); deleted once
+//	                           older than Config.HistorySize and Config.DedupeWindow
+//	'r' run 0x00 'e' event     (earlier encoding) an applied event id; deleted when its run
+//	                           is next committed
+//	'r' run 0x00 'h' seq       (earlier encoding) one history entry, JSON; turned into a
+//	                           journal chunk when its run is next committed
 //	'k'                        changelog checkpoint (Pebble only, see Checkpoint)
 //
 // Identifiers never contain 0x00 (the contract forbids control characters),
@@ -220,7 +225,7 @@ func (s *Store) scan(prefix []byte, f func(k, v []byte) error) error {
 		}
 		if err != nil {
 			it.Close()
-			return fmt.Errorf("%w: %v", ErrStore, err)
+			return fmt.Errorf("%w: %w", ErrStore, err) // the callback's error stays matchable
 		}
 	}
 	if err := it.Close(); err != nil {
@@ -240,19 +245,6 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
-// applied reports whether event id was applied to run.
-func (s *Store) applied(run, id string) (bool, error) {
-	_, closer, err := s.db.Get(s.abs(runKey(run, 'e', id)))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	closer.Close()
-	return true, nil
-}
-
 // dues returns every run's next timer.
 func (s *Store) dues() (map[string]int64, error) {
 	out := make(map[string]int64)
@@ -266,12 +258,17 @@ func (s *Store) dues() (map[string]int64, error) {
 	return out, err
 }
 
-// loadRun reads a run; ok is false when the store has none.
-func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
+// loadRun reads a run; ok is false when the store has none. A run stored in
+// the earlier encoding (an 'e' key per applied id, an 'h' key per history
+// entry) comes back with those keys to delete and its history entries as
+// its journal to write, at its next commit.
+func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	r = newRun(id)
+	r.dirty = newDirt()
 	prefix := s.abs(rel([]byte{'r'}, []byte(id), []byte{0}))
 	var meta *metaRecord
 	var nodes []*node
+	var entries, legacy []HistoryEntry
 	err = s.scan(prefix, func(k, v []byte) error {
 		if len(k) == 0 {
 			return fmt.Errorf("empty run key")
@@ -312,9 +309,23 @@ func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
 				pl.Bands[b.Index] = &b
 			}
 			r.plans[rest] = pl
-		case 'e':
-			// Applied ids stay in the store; they are looked up, not loaded.
-		case 'h':
+		case 'j':
+			if len(rest) != 8 {
+				return fmt.Errorf("journal key of %d bytes", len(rest))
+			}
+			first := int64(binary.BigEndian.Uint64([]byte(rest)))
+			es, err := decodeJournal(v, first)
+			if err != nil {
+				return fmt.Errorf("run %q: %w", id, err)
+			}
+			if len(es) > 0 {
+				// Keys come in seq order: chunks are oldest first.
+				entries = append(entries, es...)
+				r.chunks = append(r.chunks, chunkRef{first, es[len(es)-1].Seq})
+			}
+		case 'e': // earlier encoding: dedupe now keeps ids in the journal
+			r.dirty.legacy = append(r.dirty.legacy, runKey(id, 'e', rest))
+		case 'h': // earlier encoding: one JSON history entry per key
 			if len(rest) != 8 {
 				return fmt.Errorf("history key of %d bytes", len(rest))
 			}
@@ -322,8 +333,8 @@ func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
 			if err := json.Unmarshal(v, &hr); err != nil {
 				return fmt.Errorf("history %x: %v", rest, err)
 			}
-			// Keys come in seq order: the ring is oldest first.
-			r.hist.entries = append(r.hist.entries, hr.entry(int64(binary.BigEndian.Uint64([]byte(rest)))))
+			legacy = append(legacy, hr.entry(int64(binary.BigEndian.Uint64([]byte(rest)))))
+			r.dirty.legacy = append(r.dirty.legacy, runKey(id, 'h', rest))
 		}
 		return nil
 	})
@@ -337,6 +348,12 @@ func (s *Store) loadRun(id string) (r *Run, ok bool, err error) {
 	for _, n := range nodes {
 		r.restore(n)
 	}
+	// The scan gave the earlier encoding's entries ('h') before the
+	// journal's ('j'): both in seq order, and the former all older.
+	entries = append(legacy, entries...)
+	r.loadJournal(entries, cfg)
+	// An earlier encoding's entries become the run's first journal chunk.
+	r.dirty.journal = legacy
 	return r, true, nil
 }
 
@@ -379,10 +396,6 @@ func (r *Run) restore(n *node) {
 	}
 }
 
-// maxAppliedInMemory bounds the event ids a persisted run keeps in memory
-// (about 80 bytes each) to skip store lookups for duplicates.
-const maxAppliedInMemory = 8192
-
 // dirt records what changed in a run since its last commit.
 type dirt struct {
 	meta     bool
@@ -390,10 +403,10 @@ type dirt struct {
 	requests map[string]struct{}
 	handles  map[string]struct{}
 	plans    map[string]struct{}
-	applied  []string
-	// history are the seqs of history entries added, historyDropped those
-	// that fell out of the window, since the last commit.
-	history, historyDropped []int64
+	// journal are the entries applied since the last commit (journal.go);
+	// legacy the keys of the earlier encoding to delete.
+	journal []HistoryEntry
+	legacy  [][]byte
 }
 
 func newDirt() *dirt {
@@ -401,12 +414,13 @@ func newDirt() *dirt {
 }
 
 func (d *dirt) empty() bool {
-	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 && len(d.applied) == 0 &&
-		len(d.history) == 0 && len(d.historyDropped) == 0
+	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 &&
+		len(d.journal) == 0 && len(d.legacy) == 0
 }
 
-// write adds the run's changes to c and clears them.
-func (s *Store) write(c *Changes, r *Run) error {
+// write adds the run's changes to c and clears them; keep is how many
+// journal entries the run's windows need (Config.journalKeep).
+func (s *Store) write(c *Changes, r *Run, keep int64) error {
 	d := r.dirty
 	if d == nil || d.empty() {
 		return nil
@@ -466,20 +480,8 @@ func (s *Store) write(c *Changes, r *Run) error {
 			}
 		}
 	}
-	for _, id := range d.applied {
-		c.set(runKey(r.id, 'e', id), nil)
-	}
-	if err := writeHistory(c, r, d); err != nil {
-		return err
-	}
+	writeJournal(c, r, d, keep)
 	r.dirty = newDirt()
-	// A run created in this process has every id it applied in memory, so
-	// duplicates need no store lookup, until the set grows past its bound;
-	// from then on (and for runs loaded from the store) ids are looked up.
-	if r.seen != nil || len(r.applied) > maxAppliedInMemory {
-		clear(r.applied)
-		r.seen = r.lookup
-	}
 	return nil
 }
 
@@ -500,41 +502,4 @@ func putDue(c *Changes, run string, due int64, ok bool) {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(due))
 	c.set(dueKey(run), v[:])
-}
-
-// writeHistory adds the run's history changes to c: the entries added since
-// the last commit that are still in the window, and deletes of the entries
-// that left it, unless they never reached the store.
-func writeHistory(c *Changes, r *Run, d *dirt) error {
-	if len(d.history) == 0 && len(d.historyDropped) == 0 {
-		return nil
-	}
-	added := make(map[int64]bool, len(d.history))
-	for _, seq := range d.history {
-		added[seq] = true
-	}
-	for _, seq := range d.historyDropped {
-		if added[seq] {
-			delete(added, seq) // added and dropped in one commit: never stored
-			continue
-		}
-		c.del(historyKey(r.id, seq))
-	}
-	n := r.hist.len()
-	for _, seq := range d.history {
-		if !added[seq] {
-			continue
-		}
-		// The window holds consecutive seqs up to the run's newest.
-		i := int(r.seq - seq)
-		if i < 0 || i >= n || r.hist.at(i).Seq != seq {
-			return fmt.Errorf("history entry %d of run %q not in its window", seq, r.id)
-		}
-		enc, err := json.Marshal(r.hist.at(i).record())
-		if err != nil {
-			return err
-		}
-		c.set(historyKey(r.id, seq), enc)
-	}
-	return nil
 }

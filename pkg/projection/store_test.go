@@ -1,8 +1,12 @@
 package projection
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -42,7 +47,10 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 	})
 	// Few hot nodes force eviction and reloads; a small history window makes
 	// entries leave it (and the store) across commits and reloads.
-	cfg := Config{MaxHotNodes: 100, HistorySize: 16}
+	// A dedupe window smaller than the runs: events sent again both within
+	// it (duplicates) and beyond it (applied again, in memory and with the
+	// store alike).
+	cfg := Config{MaxHotNodes: 100, HistorySize: 16, DedupeWindow: 40}
 
 	mem, _ := New(cfg)
 	db := openDB(t, dir)
@@ -64,8 +72,11 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 	}
 	var mp, sp Pending
 	next := int64(0)
+	applied := map[string][]int{} // each run's events, in the order applied
+	var caught, reapplied int     // events sent again: duplicates, and applied again
 	for i := range events {
 		ev := &events[i]
+		applied[ev.RunID] = append(applied[ev.RunID], i)
 		trigs, _ := mem.Apply(ev)
 		mp.Add(ev.RunID, trigs)
 		collect(mem, &mp, &memWakes)
@@ -96,14 +107,41 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 			if err != nil || offs["agent-events"] != next {
 				t.Fatalf("offsets after reopen: %v %v, want %d", offs, err, next)
 			}
-			// Everything before the restart is a duplicate now.
-			if _, dup := store.Apply(&events[rng.IntN(i+1)]); !dup {
-				t.Fatal("an event applied before the restart was applied again")
+			// An event sent again is a duplicate when it is among the last
+			// DedupeWindow of its run, across the restart too; an older one
+			// is applied again, the same in memory and with the store.
+			again := &events[rng.IntN(i+1)]
+			seq := applied[again.RunID]
+			mt, mdup := mem.Apply(again)
+			st, sdup := store.Apply(again)
+			within := false
+			for _, j := range seq[max(0, len(seq)-cfg.DedupeWindow):] {
+				within = within || events[j].ID == again.ID
+			}
+			if sdup != within || mdup != sdup {
+				t.Fatalf("event %s sent again after the restart: duplicate %v with the store, %v in memory; want %v (within the last %d of its run: %v)",
+					again.ID, sdup, mdup, within, cfg.DedupeWindow, within)
+			}
+			if sdup {
+				caught++
+			} else {
+				reapplied++
+			}
+			if !sdup {
+				applied[again.RunID] = append(applied[again.RunID], slices.IndexFunc(events, func(e topics.Event) bool { return e.ID == again.ID }))
+				mp.Add(again.RunID, mt)
+				collect(mem, &mp, &memWakes)
+				sp.Add(again.RunID, st)
+				collect(store, &sp, &storeWakes)
 			}
 		}
 	}
 	if err := store.Commit(nil); err != nil {
 		t.Fatal(err)
+	}
+	t.Logf("events sent again after a restart: %d duplicates, %d applied again (older than the dedupe window)", caught, reapplied)
+	if caught == 0 || reapplied == 0 {
+		t.Errorf("the restarts sent %d duplicates and %d older events again: want some of each (change the seed)", caught, reapplied)
 	}
 	if len(memWakes) != len(storeWakes) {
 		t.Fatalf("%d wakes in memory, %d with the store", len(memWakes), len(storeWakes))
@@ -153,10 +191,33 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 		if a, b := historyDump(t, mem, run), historyDump(t, store, run); a != b {
 			t.Fatalf("%s: history differs after reload:\nmemory:\n%s\nstore:\n%s", run, a, b)
 		}
-		n := 0
-		_ = store.store.scan(store.store.abs(rel([]byte{'r'}, []byte(run), []byte{0, 'h'})), func(k, v []byte) error { n++; return nil })
-		if want := min(int(r.Seq()), cfg.HistorySize); n != want {
-			t.Fatalf("%s: %d history keys in the store, want %d", run, n, want)
+		// The journal chunks in the store cover the windows' entries, and
+		// no chunk is wholly older than them.
+		keep := int64(max(cfg.HistorySize, cfg.DedupeWindow))
+		covered := map[int64]bool{}
+		_ = store.store.scan(store.store.abs(rel([]byte{'r'}, []byte(run), []byte{0, 'j'})), func(k, v []byte) error {
+			es, err := decodeJournal(v, int64(binary.BigEndian.Uint64(k)))
+			if err != nil {
+				t.Fatalf("%s: journal chunk %x: %v", run, k, err)
+			}
+			if last := es[len(es)-1].Seq; last <= r.Seq()-keep {
+				t.Fatalf("%s: a journal chunk ending at seq %d is kept, older than the windows (seq %d, keep %d)", run, last, r.Seq(), keep)
+			}
+			for _, e := range es {
+				covered[e.Seq] = true
+			}
+			return nil
+		})
+		for seq := max(1, r.Seq()-keep+1); seq <= r.Seq(); seq++ {
+			if !covered[seq] {
+				t.Fatalf("%s: no journal entry of seq %d in the store (seq %d, keep %d)", run, seq, r.Seq(), keep)
+			}
+		}
+		for _, kind := range []byte{'e', 'h'} {
+			_ = store.store.scan(store.store.abs(rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error {
+				t.Fatalf("%s: a key of the earlier encoding (%c) was written", run, kind)
+				return nil
+			})
 		}
 	}
 }
@@ -178,5 +239,87 @@ func historyDump(t *testing.T, p *Projection, run string) string {
 			return b.String()
 		}
 		cursor = pg.NextCursor
+	}
+}
+
+// TestEarlierEncodingMigrates: a store written by the earlier encoding (an
+// 'e' key per applied id, an 'h' JSON key per history entry) still loads:
+// its history is served and its recent ids are duplicates; the run's next
+// commit deletes those keys and writes them as a journal chunk, which loads
+// the same.
+func TestEarlierEncodingMigrates(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	st := NewStore(db, 1)
+	run := "run-old"
+	// The earlier encoding of a run of three events.
+	meta, _ := json.Marshal(metaRecord{Seq: 3, Clock: 3000, SessionID: "s", Root: "root"})
+	node, _ := json.Marshal((&node{Node: snapshot.Node{AgentID: "root", Role: topics.RoleConductor, Status: topics.StatusRunning}, created: true}).record())
+	old := Changes{{Key: runKey(run, 'm', ""), Value: meta}, {Key: runKey(run, 'n', "root"), Value: node}}
+	for i := int64(1); i <= 3; i++ {
+		id := fmt.Sprintf("ev-%d", i)
+		old = append(old, Change{Key: runKey(run, 'e', id), Value: []byte{}})
+		v, _ := json.Marshal(historyRecord{EventID: id, Type: string(topics.TypeNodeStatus), AgentID: "root", At: 1000 * i, Status: "running"})
+		var seq [8]byte
+		binary.BigEndian.PutUint64(seq[:], uint64(i))
+		old = append(old, Change{Key: runKey(run, 'h', string(seq[:])), Value: v})
+	}
+	if err := st.Write(old, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(kind byte) int {
+		n := 0
+		_ = st.scan(st.abs(rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error { n++; return nil })
+		return n
+	}
+	open := func() *Projection {
+		p, err := Open(Config{}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	check := func(when string, p *Projection) {
+		t.Helper()
+		pg, err := p.History(run, "", 0)
+		if err != nil || len(pg.Entries) != 3 || pg.Entries[0].EventID != "ev-3" || pg.Entries[2].Seq != 1 || *pg.Entries[0].Status != topics.StatusRunning {
+			t.Fatalf("%s: history %+v, %v: want ev-3 to ev-1", when, pg, err)
+		}
+		dup := &topics.Event{ID: "ev-2", Source: "/t", Type: topics.TypeHeartbeat, Time: topics.NewTime(time.UnixMilli(4000)),
+			RunID: run, AgentID: "root", SchemaVersion: 1, Data: &topics.Heartbeat{}}
+		if _, isDup := p.Apply(dup); !isDup {
+			t.Fatalf("%s: ev-2, applied before, is not a duplicate", when)
+		}
+	}
+	p := open()
+	check("loaded from the earlier encoding", p)
+	if err := p.Commit(map[string]int64{"t": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if e, h, j := keys('e'), keys('h'), keys('j'); e != 0 || h != 0 || j != 1 {
+		t.Fatalf("after the run's next commit: %d 'e' keys, %d 'h' keys, %d journal chunks; want 0, 0 and 1", e, h, j)
+	}
+	check("reloaded from the journal", open())
+}
+
+// TestJournalOfANewerVersion: a journal chunk of an encoding this build does
+// not read stops the run's load with an error that names the version.
+func TestJournalOfANewerVersion(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	st := NewStore(db, 1)
+	meta, _ := json.Marshal(metaRecord{Seq: 1, Clock: 1000})
+	chunk := encodeJournal([]HistoryEntry{{Seq: 1, EventID: "e1", Type: "x", AgentID: "a"}})
+	chunk[0] = 9
+	if err := st.Write(Changes{{Key: runKey("r", 'm', ""), Value: meta}, {Key: journalKey("r", 1), Value: chunk}}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Open(Config{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.History("r", "", 0)
+	if !errors.Is(err, errJournalVersion) || !strings.Contains(err.Error(), "version 9, this build reads 1") {
+		t.Fatalf("loading a run with a version 9 journal chunk: %v; want an error naming the version", err)
 	}
 }

@@ -1,0 +1,242 @@
+package projection
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// A run's journal is what it keeps of its last applied events: each event's
+// id (for Config.DedupeWindow) and its history entry (for
+// Config.HistorySize). It is persisted as one chunk per run per commit,
+// under 'r' run 0x00 'j' seq (8 bytes, big endian: the seq of the chunk's
+// first entry), holding the entries of consecutive seqs that commit
+// applied. A chunk is deleted once every entry of it is older than both
+// windows; loading a run reads its chunks and keeps what the windows still
+// hold. One key per run per commit, not one per event (an applied-id key
+// and a history key each, before): a commit of 5,000 events now writes as
+// many journal records as it has runs, to Pebble and to the changelog.
+
+// journalVersion is the first byte of every chunk: a build reads only the
+// versions it knows, and says which it found otherwise.
+const journalVersion = 1
+
+// errJournalVersion is wrapped when a chunk has an encoding this build does
+// not read (a newer canopy wrote it).
+var errJournalVersion = errors.New("journal chunk of an unknown encoding version")
+
+// chunkRef is a stored chunk: the seqs of its first and last entries.
+type chunkRef struct{ first, last int64 }
+
+func journalKey(run string, first int64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(first))
+	return runKey(run, 'j', string(b[:]))
+}
+
+// encodeJournal encodes entries (consecutive seqs, oldest first) as a chunk:
+// the version, the count, then each entry's event id, type, agent id, time
+// (Unix ms, zigzag varint), correlation id and status ("" for none), each
+// string a uvarint length and its bytes.
+func encodeJournal(entries []HistoryEntry) []byte {
+	size := 1 + binary.MaxVarintLen64
+	for i := range entries {
+		size += 6*binary.MaxVarintLen64 + len(entries[i].EventID) + len(entries[i].Type) + len(entries[i].AgentID) + 32
+	}
+	b := make([]byte, 0, size)
+	b = append(b, journalVersion)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for i := range entries {
+		e := &entries[i]
+		str(e.EventID)
+		str(e.Type)
+		str(e.AgentID)
+		b = binary.AppendVarint(b, ms(e.At))
+		corr, status := "", ""
+		if e.CorrelationID != nil {
+			corr = *e.CorrelationID
+		}
+		if e.Status != nil {
+			status = string(*e.Status)
+		}
+		str(corr)
+		str(status)
+	}
+	return b
+}
+
+// decodeJournal decodes a chunk whose first entry has seq first.
+func decodeJournal(v []byte, first int64) ([]HistoryEntry, error) {
+	if len(v) == 0 {
+		return nil, fmt.Errorf("empty journal chunk")
+	}
+	if v[0] != journalVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d (was the state written by a newer canopy?)",
+			errJournalVersion, v[0], journalVersion)
+	}
+	v = v[1:]
+	bad := func(what string) error {
+		return fmt.Errorf("journal chunk at seq %d: truncated or corrupt %s", first, what)
+	}
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n > uint64(len(v)) {
+		return nil, bad("count")
+	}
+	v = v[k:]
+	str := func() (string, bool) {
+		l, k := binary.Uvarint(v)
+		if k <= 0 || l > uint64(len(v)-k) {
+			return "", false
+		}
+		s := string(v[k : k+int(l)])
+		v = v[k+int(l):]
+		return s, true
+	}
+	out := make([]HistoryEntry, 0, n)
+	for i := range int64(n) {
+		e := HistoryEntry{Seq: first + i}
+		var ok bool
+		if e.EventID, ok = str(); !ok {
+			return nil, bad("event id")
+		}
+		if e.Type, ok = str(); !ok {
+			return nil, bad("type")
+		}
+		if e.AgentID, ok = str(); !ok {
+			return nil, bad("agent id")
+		}
+		at, k := binary.Varint(v)
+		if k <= 0 {
+			return nil, bad("time")
+		}
+		v = v[k:]
+		e.At = fromMs(at)
+		corr, ok := str()
+		if !ok {
+			return nil, bad("correlation id")
+		}
+		status, ok := str()
+		if !ok {
+			return nil, bad("status")
+		}
+		e.CorrelationID = strPtr(corr)
+		if status != "" {
+			s := topics.Status(status)
+			e.Status = &s
+		}
+		out = append(out, e)
+	}
+	if len(v) != 0 {
+		return nil, bad("end (trailing bytes)")
+	}
+	return out, nil
+}
+
+// idWindow is a run's last applied event ids, oldest first from head once
+// full: an event whose id is here is a duplicate (Config.DedupeWindow).
+type idWindow struct {
+	set  map[string]struct{}
+	ring []string
+	head int
+}
+
+func (w *idWindow) has(id string) bool { _, ok := w.set[id]; return ok }
+
+// push adds id, forgetting the oldest when size are held.
+func (w *idWindow) push(id string, size int) {
+	if w.set == nil {
+		w.set = make(map[string]struct{})
+	}
+	if size <= 0 {
+		return
+	}
+	if len(w.ring) < size {
+		if w.ring == nil {
+			w.ring = make([]string, 0, min(size, 16)) // most runs are small
+		}
+		w.ring = append(w.ring, id)
+		w.set[id] = struct{}{}
+		return
+	}
+	delete(w.set, w.ring[w.head])
+	w.ring[w.head] = id
+	w.head = (w.head + 1) % len(w.ring)
+	w.set[id] = struct{}{}
+}
+
+// journalKeep is how many of its last entries a run's journal must keep:
+// enough for both windows.
+func (c *Config) journalKeep() int64 { return int64(max(c.HistorySize, c.DedupeWindow)) }
+
+// writeJournal adds the run's journal changes to c: the entries applied
+// since the last commit (those still within the windows) as one chunk, and
+// deletes of the chunks now wholly older than the windows, and of the keys
+// of the earlier encoding (one per applied id and per history entry) a
+// run loaded from it still had.
+func writeJournal(c *Changes, r *Run, d *dirt, keep int64) {
+	for _, k := range d.legacy {
+		c.del(k)
+	}
+	if j := d.journal; len(j) > 0 {
+		if int64(len(j)) > keep {
+			j = j[int64(len(j))-keep:]
+		}
+		first, last := j[0].Seq, j[len(j)-1].Seq
+		c.set(journalKey(r.id, first), encodeJournal(j))
+		r.chunks = append(r.chunks, chunkRef{first, last})
+	}
+	for len(r.chunks) > 0 && r.chunks[0].last <= r.seq-keep {
+		c.del(journalKey(r.id, r.chunks[0].first))
+		r.chunks = r.chunks[1:]
+	}
+}
+
+// loadJournal fills a loaded run's windows from its journal entries (seq
+// order, oldest first), keeping what the windows hold.
+func (r *Run) loadJournal(entries []HistoryEntry, cfg *Config) {
+	n := len(entries)
+	for _, e := range entries[max(0, n-cfg.DedupeWindow):] {
+		r.ids.push(e.EventID, cfg.DedupeWindow)
+	}
+	if cfg.HistorySize > 0 {
+		for _, e := range entries[max(0, n-cfg.HistorySize):] {
+			r.hist.push(e, cfg.HistorySize)
+		}
+	}
+}
+
+// JournalSpan is a stored journal chunk of a run: the seqs of its first and
+// last entries.
+type JournalSpan struct{ First, Last int64 }
+
+// Journal returns the spans of run's stored journal chunks, oldest first,
+// and how many keys of the earlier encoding (per applied id, per history
+// entry) the run still has: for checks and tools that look at a store.
+func (s *Store) Journal(run string) (spans []JournalSpan, legacy int, err error) {
+	err = s.scan(s.abs(rel([]byte{'r'}, []byte(run), []byte{0})), func(k, v []byte) error {
+		switch k[0] {
+		case 'e', 'h':
+			legacy++
+		case 'j':
+			if len(k) != 9 {
+				return fmt.Errorf("journal key of %d bytes", len(k)-1)
+			}
+			first := int64(binary.BigEndian.Uint64(k[1:]))
+			es, err := decodeJournal(v, first)
+			if err != nil {
+				return err
+			}
+			if len(es) > 0 {
+				spans = append(spans, JournalSpan{first, es[len(es)-1].Seq})
+			}
+		}
+		return nil
+	})
+	return spans, legacy, err
+}
