@@ -268,7 +268,12 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 				return
 			}
 			// data is one valid JSON object whose every key names a field:
-			// Unmarshal decodes it as the strict decoder below would.
+			// the fast path sets plain values (fastpayload.go); Unmarshal
+			// decodes the rest as the strict decoder below would.
+			if decodeFast(p, keys) {
+				p.validate(ps)
+				return
+			}
 			if err := json.Unmarshal(data, p); err != nil {
 				addPayloadError(p, err, ps)
 				return

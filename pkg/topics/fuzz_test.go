@@ -228,3 +228,70 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeDifferential: the decoder with the payload fast path and the
+// decoder before it (every payload through encoding/json, the oracle) agree
+// on every input: the same accept or reject, the same decoded event, the
+// same error, problems and fields included. Its corpus starts from
+// FuzzDecodeEvent's seeds and payloads aimed at the edges of the fast path
+// (nulls, wrong JSON types, numbers it leaves to encoding/json, escapes,
+// repeated names).
+func FuzzDecodeDifferential(f *testing.F) {
+	for _, s := range fuzzSeedEvents(f) {
+		f.Add(s)
+	}
+	for _, d := range []struct {
+		typ  topics.EventType
+		data string
+	}{
+		{topics.TypeNodeCreated, `{"role":null}`},
+		{topics.TypeNodeCreated, `{"role":"worker","capability":1}`},
+		{topics.TypeNodeCreated, `{"role":"w\"orker","task_id":"t\u00e9"}`},
+		{topics.TypeNodeCreated, `{"role":"worker","role":"app_agent"}`},
+		{topics.TypeNodeDelegated, `{"expected_by":null}`},
+		{topics.TypeNodeDelegated, `{"expected_by":"2026-02-14T10:10:00Z","expected_by":"2026-02-14T10:11:00+01:00"}`},
+		{topics.TypeNodeDelegated, `{"expected_by":12}`},
+		{topics.TypeNodeResult, `{"success":null,"artifact_ids":["a",null]}`},
+		{topics.TypeNodeResult, `{"success":"true","artifact_ids":[1]}`},
+		{topics.TypeNodeResult, `{"success":true,"artifact_ids":["a","b"],"artifact_ids":[]}`},
+		{topics.TypePlanCreated, `{"plan_id":"p","band_count":1.0}`},
+		{topics.TypePlanCreated, `{"plan_id":"p","band_count":1e2}`},
+		{topics.TypePlanCreated, `{"plan_id":"p","band_count":-0}`},
+		{topics.TypePlanCreated, `{"plan_id":"p","band_count":99999999999999999999}`},
+		{topics.TypePlanCreated, `{"plan_id":"p","band_count":"2"}`},
+		{topics.TypeProgress, `{"fraction":1e400}`},
+		{topics.TypeProgress, `{"fraction":0.5,"fraction":null}`},
+		{topics.TypeProgress, `{"fraction":"0.5"}`},
+		{topics.TypeScratchpadUpdated, `{"scratchpad_id":"s","appended_bytes":9223372036854775808}`},
+		{topics.TypeLeaseAcquired, `{"owner":"o","expires_at":null}`},
+		{topics.TypeFailed, `{"error_code":"e","retryable":1}`},
+		{topics.TypeWakeReceived, `{"wake_id":"w","agent_ids":{}}`},
+		{topics.TypeHeartbeat, `{}`},
+	} {
+		f.Add(structured(f, data(d.typ, d.data)))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		ev, err := topics.DecodeEvent(value)
+		want, wantErr := topics.DecodeEventOracle(value)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("the fast path %s what the oracle %s:\nfast: %v\noracle: %v", verdict(err), verdict(wantErr), err, wantErr)
+		}
+		if err != nil {
+			var de, we *topics.DecodeError
+			if !errors.As(err, &de) || !errors.As(wantErr, &we) || !reflect.DeepEqual(de, we) || err.Error() != wantErr.Error() {
+				t.Fatalf("errors differ:\nfast:   %#v\noracle: %#v", err, wantErr)
+			}
+			return
+		}
+		if !reflect.DeepEqual(ev, want) {
+			t.Fatalf("decoded events differ:\nfast:   %+v %+v\noracle: %+v %+v", ev, ev.Data, want, want.Data)
+		}
+	})
+}
+
+func verdict(err error) string {
+	if err == nil {
+		return "accepts"
+	}
+	return "rejects"
+}
