@@ -430,7 +430,7 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 // baseline beside each.
 func (h *Harness) runScale(ctx context.Context) (*ScenarioResult, error) {
 	var out *ScenarioResult
-	rates := map[int]float64{}
+	rates, cpuPerEvent := map[int]float64{}, map[int]float64{}
 	var busiest samplerStats
 	for _, n := range h.cfg.Instances {
 		s, err := h.newStage(ctx, fmt.Sprintf("scale%d", n))
@@ -464,6 +464,11 @@ func (h *Harness) runScale(ctx context.Context) (*ScenarioResult, error) {
 			return nil, err
 		}
 		rates[n] = res.AggregatedConsumeRate
+		// CPU per event: the form of "scales linearly" that a machine
+		// with fewer cores than instances can show.
+		if res.Events > 0 {
+			cpuPerEvent[n] = res.ProjectorCPU * res.DurationSeconds / float64(res.Events)
+		}
 		if out == nil {
 			out = res
 		}
@@ -473,7 +478,8 @@ func (h *Harness) runScale(ctx context.Context) (*ScenarioResult, error) {
 		out.Steps = append(out.Steps, map[string]any{"instances": n, "consumeRate": res.AggregatedConsumeRate,
 			"rawConsumeRate": res.Baselines["rawConsumeRate"], "projectorToRaw": res.AggregatedConsumeRate / res.Baselines["rawConsumeRate"],
 			"toOneInstance": res.AggregatedConsumeRate / rates[h.cfg.Instances[0]], "projectorCpuCores": res.ProjectorCPU,
-			"harnessCpuCores": res.HarnessCPU, "machineBusy": res.MachineBusy, "projectorRssBytes": res.ProjectorRSSBytes})
+			"harnessCpuCores": res.HarnessCPU, "machineBusy": res.MachineBusy, "projectorRssBytes": res.ProjectorRSSBytes,
+			"projectorCpuMicrosPerEvent": 1e6 * cpuPerEvent[n]})
 		for _, note := range res.Notes {
 			if !slices.Contains(out.Notes, note) && !strings.HasPrefix(note, "the machine was") {
 				out.Notes = append(out.Notes, fmt.Sprintf("%d instances: %s", n, note))
@@ -492,6 +498,10 @@ func (h *Harness) runScale(ctx context.Context) (*ScenarioResult, error) {
 		}
 		out.Targets = append(out.Targets, atLeast("scale", fmt.Sprintf("throughput with %d instances / with %d", hi, lo),
 			rates[hi]/rates[lo], 2*float64(hi)/(3*float64(lo)), "x", note))
+		if cpuPerEvent[lo] > 0 {
+			out.Targets = append(out.Targets, atMost("scale", fmt.Sprintf("projector CPU per event with %d instances / with %d", hi, lo),
+				cpuPerEvent[hi]/cpuPerEvent[lo], 1.15, "x", fmt.Sprintf("%.1f µs vs %.1f µs of CPU per event", 1e6*cpuPerEvent[hi], 1e6*cpuPerEvent[lo])))
+		}
 	}
 	return out, nil
 }

@@ -510,7 +510,10 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		}
 	}()
 	for i, b := range built {
-		enc, err := topics.Marshal(b.Wake)
+		// The snapshot as the builder encoded it, spliced in: one encoding
+		// of its 24 KB fewer per wake.
+		enc, err := topics.AppendWakeJSON(nil, b.Wake, b.Info.Encoded)
+		built[i].Info.Encoded = nil // the wake's own bytes outlive it
 		if err != nil {
 			w.p.fail(err)
 			return false

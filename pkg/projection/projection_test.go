@@ -228,6 +228,15 @@ func (h *harness) flush(t *testing.T, out *strings.Builder, pending *Pending) {
 	}
 	for _, b := range built {
 		w := b.Wake
+		// The snapshot's encoding the builder kept, spliced into the wake,
+		// gives the bytes Marshal does.
+		want, err := topics.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := topics.AppendWakeJSON(nil, w, b.Info.Encoded); err != nil || string(got) != string(want) {
+			t.Fatalf("the wake with its snapshot's kept encoding is not Marshal's (%v):\n%s\n%s", err, got, want)
+		}
 		s := &w.AgentTreeSnapshot
 		fmt.Fprintf(out, "wake %s seq=%d nodes=%d/%d\n", w.Lane, s.AsOfEventSeq, s.Summary.NodeCountIncluded, s.Summary.NodeCountTotal)
 		for _, tr := range w.Triggers {

@@ -92,6 +92,23 @@ type builder struct {
 	// candidate digest and each envelope the binary search tries are
 	// appended to it in turn rather than each allocated anew.
 	buf []byte
+	// strs, times and ints back the digests' optional fields: a digest
+	// has up to a dozen pointers, and allocating each on its own was most
+	// of a build's allocations (BenchmarkBuild).
+	strs  []string
+	times []topics.Time
+	ints  []int64
+}
+
+// slabbed returns a pointer to v in *slab, starting a new slab of n when it
+// is full: pointers into a full slab stay valid (it stays reachable through
+// them).
+func slabbed[T any](slab *[]T, v T, n int) *T {
+	if len(*slab) == cap(*slab) {
+		*slab = make([]T, 0, n)
+	}
+	*slab = append(*slab, v)
+	return &(*slab)[len(*slab)-1]
 }
 
 // fit builds the snapshot with as many candidates as the byte budget allows.
@@ -278,6 +295,7 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	}
 	return s, Info{
 		Bytes:         len(enc),
+		Encoded:       enc,
 		NodesIncluded: len(s.Nodes),
 		NodesOmitted:  s.TruncationMeta.OmittedCountTotal,
 		Truncated:     s.Truncated,
@@ -292,11 +310,11 @@ func (b *builder) digest(n Node, at topics.Time) topics.NodeDigest {
 		Role:              n.Role,
 		ParentAgentID:     b.ptr(n.ParentAgentID),
 		Status:            statusOf(n),
-		StatusUpdatedAt:   timePtr(n.StatusUpdatedAt),
+		StatusUpdatedAt:   b.timePtr(n.StatusUpdatedAt),
 		ActiveRunID:       b.ptr(n.ActiveRunID),
 		ActiveTaskID:      b.ptr(n.ActiveTaskID),
 		Capability:        b.ptr(n.Capability),
-		LastSignalAt:      timePtr(n.LastSignalAt),
+		LastSignalAt:      b.timePtr(n.LastSignalAt),
 		LastCorrelationID: b.ptr(n.LastCorrelationID),
 		OpenRequestCount:  max(n.OpenRequestCount, 0),
 		LastRequestKind:   b.ptr(n.LastRequestKind),
@@ -306,22 +324,28 @@ func (b *builder) digest(n Node, at topics.Time) topics.NodeDigest {
 	}
 	if n.LastSignalKind != "" {
 		k := n.LastSignalKind
-		d.LastSignalKind = &k
+		d.LastSignalKind = &k // a few kinds: not worth a slab of its own type
 	}
 	if !n.LeaseExpiresAt.IsZero() {
 		d.LeaseOwner = b.ptr(n.LeaseOwner)
-		d.LeaseExpiresAt = timePtr(n.LeaseExpiresAt)
-		rem := n.LeaseExpiresAt.Sub(at).Milliseconds()
-		d.LeaseRemainingMs = &rem
+		d.LeaseExpiresAt = b.timePtr(n.LeaseExpiresAt)
+		d.LeaseRemainingMs = slabbed(&b.ints, n.LeaseExpiresAt.Sub(at).Milliseconds(), b.limits.MaxNodes)
 	}
 	keys := n.RecentDedupeKeys
 	if len(keys) > b.limits.MaxDedupeKeys {
 		keys = keys[:b.limits.MaxDedupeKeys]
 	}
-	d.RecentRequestDedupeKeys = make([]string, len(keys))
-	for i, k := range keys {
-		d.RecentRequestDedupeKeys[i] = b.str(k)
+	// The keys share the string slab too: a slice of it, full length and
+	// capacity, so that nothing appended to one digest's keys can reach
+	// another's.
+	if b.strs == nil || len(b.strs)+len(keys) > cap(b.strs) { // never nil: no keys encode as []
+		b.strs = make([]string, 0, max(len(keys), 8*b.limits.MaxNodes))
 	}
+	start := len(b.strs)
+	for _, k := range keys {
+		b.strs = append(b.strs, b.str(k))
+	}
+	d.RecentRequestDedupeKeys = b.strs[start:len(b.strs):len(b.strs)]
 	return d
 }
 
@@ -351,13 +375,12 @@ func (b *builder) ptr(s string) *string {
 	if s == "" {
 		return nil
 	}
-	c := b.str(s)
-	return &c
+	return slabbed(&b.strs, b.str(s), 8*b.limits.MaxNodes)
 }
 
-func timePtr(t topics.Time) *topics.Time {
+func (b *builder) timePtr(t topics.Time) *topics.Time {
 	if t.IsZero() {
 		return nil
 	}
-	return &t
+	return slabbed(&b.times, t, 3*b.limits.MaxNodes)
 }

@@ -196,7 +196,12 @@ func (l Limits) Validate() error {
 // Info describes a built snapshot for telemetry: metadata only.
 type Info struct {
 	// Bytes is the size of the encoded snapshot.
-	Bytes         int
+	Bytes int
+	// Encoded is the snapshot's JSON encoding, exactly topics.Marshal's:
+	// Build encodes it to check its byte accounting, and a wake's encoder
+	// can splice it in (topics.AppendWakeJSON) rather than encode it again.
+	// It belongs to the caller; nil when the snapshot was not built.
+	Encoded       []byte
 	NodesIncluded int
 	NodesOmitted  int
 	Truncated     bool

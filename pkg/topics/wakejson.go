@@ -174,7 +174,25 @@ func pooled[T any](p *T, appendJSON func(*T, []byte) ([]byte, bool)) ([]byte, bo
 	return out, ok
 }
 
-func (w *Wake) appendJSON(dst []byte) ([]byte, bool) {
+// AppendWakeJSON appends w's JSON encoding to dst, exactly the bytes
+// Marshal(w) returns, with snapshotJSON, when not nil, as the encoding of
+// w.AgentTreeSnapshot (snapshot.Info.Encoded: the builder has encoded it
+// already). The caller vouches that snapshotJSON is that encoding.
+func AppendWakeJSON(dst []byte, w *Wake, snapshotJSON []byte) ([]byte, error) {
+	if w == nil || snapshotJSON == nil {
+		return w.AppendJSON(dst)
+	}
+	if out, ok := w.appendJSONWith(dst, snapshotJSON); ok {
+		return out, nil
+	}
+	return appendReflect(dst, w)
+}
+
+func (w *Wake) appendJSON(dst []byte) ([]byte, bool) { return w.appendJSONWith(dst, nil) }
+
+// appendJSONWith is appendJSON with the snapshot's encoding given, or
+// encoded here when snap is nil.
+func (w *Wake) appendJSONWith(dst, snap []byte) ([]byte, bool) {
 	dst = append(dst, `{"wake_id":`...)
 	dst = appendJSONString(dst, w.WakeID)
 	dst = append(dst, `,"schema_version":`...)
@@ -200,6 +218,9 @@ func (w *Wake) appendJSON(dst []byte) ([]byte, bool) {
 		dst = append(dst, ']')
 	}
 	dst = append(dst, `,"agent_tree_snapshot":`...)
+	if snap != nil {
+		return append(append(dst, snap...), '}'), true
+	}
 	dst, ok := w.AgentTreeSnapshot.appendJSON(dst)
 	return append(dst, '}'), ok
 }
