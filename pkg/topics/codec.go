@@ -310,6 +310,78 @@ func addPayloadError(p Payload, err error, ps *problems) {
 // but faster: once validJSON has checked b, a simple scan splits it into
 // members without reflection, and the values are slices of b, not copies.
 func decodeObject(b []byte) (members, error) {
+	if !oracle.Load() {
+		if ms, ok := splitObject(b); ok {
+			return ms, nil
+		}
+	}
+	return decodeObjectTwoPass(b)
+}
+
+// splitObject validates b and splits it into members in one pass, when b
+// is a JSON object (with whitespace around it): ok is false when it is not
+// one, or not valid, and decodeObjectTwoPass says what it is.
+func splitObject(b []byte) (members, bool) {
+	v := validator{b: b}
+	v.space()
+	if v.i >= len(b) || b[v.i] != '{' {
+		return nil, false
+	}
+	ms := (*membersPool.Get().(*members))[:0]
+	v.i++ // {
+	v.space()
+	if v.i < len(b) && b[v.i] == '}' {
+		v.i++
+	} else {
+		for {
+			start := v.i
+			if v.i >= len(b) || b[v.i] != '"' || !v.string() {
+				ms.free()
+				return nil, false
+			}
+			name, _ := unquote(b[start:v.i])
+			v.space()
+			if v.i >= len(b) || b[v.i] != ':' {
+				ms.free()
+				return nil, false
+			}
+			v.i++
+			v.space()
+			vs := v.i
+			if !v.value(1) {
+				ms.free()
+				return nil, false
+			}
+			ms = append(ms, member{name, b[vs:v.i]})
+			v.space()
+			if v.i >= len(b) {
+				ms.free()
+				return nil, false
+			}
+			if b[v.i] == '}' {
+				v.i++
+				break
+			}
+			if b[v.i] != ',' {
+				ms.free()
+				return nil, false
+			}
+			v.i++
+			v.space()
+		}
+	}
+	v.space()
+	if v.i != len(b) {
+		ms.free()
+		return nil, false
+	}
+	return ms, true
+}
+
+// decodeObjectTwoPass is decodeObject as it was: validJSON first, then a
+// scan of the valid text (the differential fuzz test's oracle, and the
+// path that reports what is wrong with an invalid object).
+func decodeObjectTwoPass(b []byte) (members, error) {
 	s := jsonScanner{b: b}
 	s.skipSpace()
 	if !validJSON(b) || s.peek() != '{' {

@@ -1,10 +1,11 @@
 package topics
 
-// DecodeEventOracle decodes value as DecodeEvent did before the payload fast
-// path (fastpayload.go): every payload through encoding/json. The
+// DecodeEventOracle decodes value as DecodeEvent did before the throughput
+// work: every payload through encoding/json (not fastpayload.go), every
+// object validated and then split in a second pass (not splitObject). The
 // differential fuzz test compares the two.
 func DecodeEventOracle(value []byte) (*Event, error) {
-	slowPayloads.Store(true)
-	defer slowPayloads.Store(false)
+	oracle.Store(true)
+	defer oracle.Store(false)
 	return DecodeEvent(value)
 }

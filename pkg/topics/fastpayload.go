@@ -17,12 +17,13 @@ import (
 // set, and leave the payload to encoding/json as before, so that accepted
 // and rejected inputs, decoded values and error messages stay exactly what
 // they were. FuzzDecodeDifferential checks that against the old path
-// (slowPayloads set).
+// (oracle set).
 
-// slowPayloads turns the fast path off: the differential fuzz test sets it
-// to get the old decoder's answer (atomic: other tests may decode meanwhile,
-// and get the same answers either way).
-var slowPayloads atomic.Bool
+// oracle makes the decoder take its old paths (every payload through
+// encoding/json, objects validated and split in two passes): the
+// differential fuzz test sets it to get the old decoder's answer (atomic:
+// other tests may decode meanwhile, and get the same answers either way).
+var oracle atomic.Bool
 
 // fieldKind is what the fast path knows how to set.
 type fieldKind uint8
@@ -105,7 +106,7 @@ func kindOf(t reflect.Type) fieldKind {
 // every name of which is one of p's fields. It reports false, with p as it
 // was, when a value needs encoding/json.
 func decodeFast(p Payload, ms members) bool {
-	if slowPayloads.Load() {
+	if oracle.Load() {
 		return false
 	}
 	fields, ok := fastFields[reflect.TypeOf(p)]
