@@ -17,7 +17,7 @@ import (
 //	'o'                        next offset to consume per input topic (JSON)
 //	'd' run                    the run's next timer due time (8 bytes, ms)
 //	'r' run 0x00 'm'           run meta (JSON)
-//	'r' run 0x00 'n' agent     node (JSON)
+//	'r' run 0x00 'n' agent     node (binary, versioned: binrecord.go; JSON from earlier builds is read)
 //	'r' run 0x00 'q' request   open request (JSON)
 //	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
 //	'r' run 0x00 'p' plan      plan (JSON)
@@ -279,9 +279,9 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 			meta = new(metaRecord)
 			return json.Unmarshal(v, meta)
 		case 'n':
-			var nr nodeRecord
-			if err := json.Unmarshal(v, &nr); err != nil {
-				return fmt.Errorf("node %q: %v", rest, err)
+			nr, err := decodeNode(v)
+			if err != nil {
+				return fmt.Errorf("node %q: %w", rest, err)
 			}
 			nodes = append(nodes, nr.node())
 		case 'q':
@@ -442,9 +442,8 @@ func (s *Store) write(c *Changes, r *Run, keep int64) error {
 	}
 	for id := range d.nodes {
 		if n, ok := r.nodes[id]; ok {
-			if err := put(runKey(r.id, 'n', id), n.record()); err != nil {
-				return err
-			}
+			rec := n.record()
+			c.set(runKey(r.id, 'n', id), encodeNode(nil, &rec))
 		}
 	}
 	for id := range d.requests {

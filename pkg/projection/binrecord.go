@@ -1,0 +1,217 @@
+package projection
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Node records are stored in a compact binary encoding (issue 17: JSON
+// encoding of nodes was most of a commit's state encoding). The first byte
+// says which: '{' is the earlier JSON (still read, so that a store or a
+// changelog written before loads), nodeBinaryVersion this one. Fields, in
+// nodeRecord's order: strings as a uvarint length and bytes, integers as
+// zigzag varints, booleans as one byte, string lists as a count and
+// strings, and the watchdog as a presence byte and its fields.
+const nodeBinaryVersion = 1
+
+// errRecordVersion is wrapped when a record has an encoding this build does
+// not read (a newer canopy wrote it).
+var errRecordVersion = errors.New("state record of an unknown encoding version")
+
+type recWriter struct{ b []byte }
+
+func (w *recWriter) str(s string) {
+	w.b = binary.AppendUvarint(w.b, uint64(len(s)))
+	w.b = append(w.b, s...)
+}
+func (w *recWriter) int(v int64) { w.b = binary.AppendVarint(w.b, v) }
+func (w *recWriter) bool(v bool) {
+	if v {
+		w.b = append(w.b, 1)
+	} else {
+		w.b = append(w.b, 0)
+	}
+}
+func (w *recWriter) strs(ss []string) {
+	w.b = binary.AppendUvarint(w.b, uint64(len(ss)))
+	for _, s := range ss {
+		w.str(s)
+	}
+}
+
+// recReader reads what recWriter wrote; the first problem sticks in err.
+type recReader struct {
+	b   []byte
+	err error
+}
+
+func (r *recReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("truncated or corrupt %s", what)
+	}
+}
+func (r *recReader) str(what string) string {
+	if r.err != nil {
+		return ""
+	}
+	l, k := binary.Uvarint(r.b)
+	if k <= 0 || l > uint64(len(r.b)-k) {
+		r.fail(what)
+		return ""
+	}
+	s := string(r.b[k : k+int(l)])
+	r.b = r.b[k+int(l):]
+	return s
+}
+func (r *recReader) int(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, k := binary.Varint(r.b)
+	if k <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+func (r *recReader) bool(what string) bool {
+	if r.err != nil {
+		return false
+	}
+	if len(r.b) == 0 || r.b[0] > 1 {
+		r.fail(what)
+		return false
+	}
+	v := r.b[0] == 1
+	r.b = r.b[1:]
+	return v
+}
+func (r *recReader) strs(what string) []string {
+	if r.err != nil {
+		return nil
+	}
+	n, k := binary.Uvarint(r.b)
+	if k <= 0 || n > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	r.b = r.b[k:]
+	if n == 0 {
+		return nil // as the JSON's omitempty gave
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = r.str(what)
+	}
+	return out
+}
+
+// encodeNode appends r's binary encoding to dst.
+func encodeNode(dst []byte, r *nodeRecord) []byte {
+	// Sized at once: growing it field by field cost more allocations than
+	// the JSON encoder made.
+	size := 96 + len(r.AgentID) + len(r.Role) + len(r.Parent) + len(r.Status) + len(r.StatusReason) + len(r.LeaseOwner) +
+		len(r.ActiveRunID) + len(r.ActiveTaskID) + len(r.Capability) + len(r.SignalKind) + len(r.Correlation) + len(r.LastRequestKind)
+	for _, ss := range [][]string{r.RecentDedupeKeys, r.Requests} {
+		for _, s := range ss {
+			size += 2 + len(s)
+		}
+	}
+	if wd := r.Watchdog; wd != nil {
+		size += 96 + len(wd.ChildRunID) + len(wd.ChildSessionKey) + len(wd.ResultSource) + len(wd.Status) + len(wd.StatusReason)
+	}
+	w := recWriter{b: append(slices.Grow(dst, size), nodeBinaryVersion)}
+	w.str(r.AgentID)
+	w.str(r.Role)
+	w.str(r.Parent)
+	w.str(r.Status)
+	w.int(r.StatusAt)
+	w.str(r.StatusReason)
+	w.str(r.LeaseOwner)
+	w.int(r.LeaseExpires)
+	w.bool(r.Overdue)
+	w.str(r.ActiveRunID)
+	w.str(r.ActiveTaskID)
+	w.str(r.Capability)
+	w.str(r.SignalKind)
+	w.int(r.SignalAt)
+	w.str(r.Correlation)
+	w.str(r.LastRequestKind)
+	w.strs(r.RecentDedupeKeys)
+	w.strs(r.Requests)
+	w.bool(r.Created)
+	w.int(int64(r.Depth))
+	w.bool(r.Watchdog != nil)
+	if wd := r.Watchdog; wd != nil {
+		w.int(wd.DispatchAt)
+		w.int(wd.ExpectedBy)
+		w.str(wd.ChildRunID)
+		w.str(wd.ChildSessionKey)
+		w.int(wd.CompletionAt)
+		w.bool(wd.Forwarded)
+		w.str(wd.ResultSource)
+		w.str(wd.Status)
+		w.int(wd.StatusAt)
+		w.str(wd.StatusReason)
+		w.bool(wd.WasSuspect)
+		w.bool(wd.HasResult)
+		w.int(wd.GraceDue)
+	}
+	return w.b
+}
+
+// decodeNode reads a node record in either encoding.
+func decodeNode(v []byte) (nodeRecord, error) {
+	var r nodeRecord
+	switch {
+	case len(v) == 0:
+		return r, fmt.Errorf("empty node record")
+	case v[0] == '{':
+		err := json.Unmarshal(v, &r)
+		return r, err
+	case v[0] != nodeBinaryVersion:
+		return r, fmt.Errorf("%w: node record version %d, this build reads %d and JSON (was the state written by a newer canopy?)",
+			errRecordVersion, v[0], nodeBinaryVersion)
+	}
+	rd := recReader{b: v[1:]}
+	r.AgentID = rd.str("agent id")
+	r.Role = rd.str("role")
+	r.Parent = rd.str("parent")
+	r.Status = rd.str("status")
+	r.StatusAt = rd.int("status time")
+	r.StatusReason = rd.str("status reason")
+	r.LeaseOwner = rd.str("lease owner")
+	r.LeaseExpires = rd.int("lease expiry")
+	r.Overdue = rd.bool("overdue")
+	r.ActiveRunID = rd.str("run id")
+	r.ActiveTaskID = rd.str("task id")
+	r.Capability = rd.str("capability")
+	r.SignalKind = rd.str("signal kind")
+	r.SignalAt = rd.int("signal time")
+	r.Correlation = rd.str("correlation id")
+	r.LastRequestKind = rd.str("request kind")
+	r.RecentDedupeKeys = rd.strs("dedupe keys")
+	r.Requests = rd.strs("requests")
+	r.Created = rd.bool("created")
+	r.Depth = int(rd.int("depth"))
+	if rd.bool("watchdog") {
+		r.Watchdog = &wdRecord{
+			DispatchAt: rd.int("dispatch time"), ExpectedBy: rd.int("expected by"), ChildRunID: rd.str("child run"),
+			ChildSessionKey: rd.str("child session"), CompletionAt: rd.int("completion time"), Forwarded: rd.bool("forwarded"),
+			ResultSource: rd.str("result source"), Status: rd.str("watchdog status"), StatusAt: rd.int("watchdog status time"),
+			StatusReason: rd.str("watchdog reason"), WasSuspect: rd.bool("suspect"), HasResult: rd.bool("result"),
+			GraceDue: rd.int("grace due"),
+		}
+	}
+	if rd.err == nil && len(rd.b) != 0 {
+		rd.err = fmt.Errorf("%d trailing bytes", len(rd.b))
+	}
+	if rd.err != nil {
+		return r, fmt.Errorf("node record: %w", rd.err)
+	}
+	return r, nil
+}
