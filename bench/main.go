@@ -50,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	instances := fs.String("instances", "1,2,3", "projector instance counts scale compares")
 	fs.IntVar(&c.FailoverInstances, "failover-instances", 2, "instances in failover, one of which is killed")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 3e9, "the projectors' group session timeout (the harness's brokers allow 1s and more)")
+	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write a CPU profile of each projector instance here (<stage>-i<n>.cpu.pprof; go tool pprof)")
 	jsonOut := fs.String("json", "", "the JSON result file (default bench/results.json, with -kafka real bench/results-kafka.json; - : none)")
 	results := fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")
 	quiet := fs.Bool("quiet", false, "no progress lines")

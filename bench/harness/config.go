@@ -83,6 +83,10 @@ type Config struct {
 	// 1 s, and every scenario reports its rebalances (Reassignments), so
 	// a session too short for the load shows.
 	SessionTimeout time.Duration
+	// ProfileDir, when set, gets a CPU profile of every projector instance
+	// that stops cleanly (SIGTERM), as <stage>-i<n>.cpu.pprof: pprof of the
+	// bench scenarios. Default none.
+	ProfileDir string
 	// WorkDir holds the projectors' data directories; default a new
 	// temporary directory, removed at the end.
 	WorkDir string

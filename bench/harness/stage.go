@@ -100,6 +100,9 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 		args := []string{"run", "-brokers", strings.Join(s.h.brokers, ","), "-topic-prefix", s.names.Prefix,
 			"-data-dir", filepath.Join(s.h.work, name), "-group", s.group, "-session-timeout", s.h.cfg.SessionTimeout.String(),
 			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "", "-log-level", "info"}
+		if d := s.h.cfg.ProfileDir; d != "" {
+			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"))
+		}
 		args = append(args, s.h.cfg.ProjectorArgs...)
 		p, err := startProc(name, s.h.cfg.Projector, args)
 		if err != nil {

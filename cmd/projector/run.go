@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -65,6 +67,7 @@ func runProjector(args []string, stderr io.Writer) int {
 		"applied events each run keeps for history windows (state: give every instance the same)")
 	addProjectionFlags(fs, &cfg.Projection)
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
 	check := checkConfigFlag(fs)
 	if err := kafkaconn.EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
@@ -95,6 +98,19 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	if *check {
 		return checkedConfig(stderr, "projector run", "canopy-projector")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "projector run: -cpu-profile: %v\n", err)
+			return 2
+		}
+		// Written when the run ends (SIGTERM, SIGINT), after every actor
+		// has stopped.
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
