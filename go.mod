@@ -89,8 +89,9 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 )
 
-// kfake with canopy's patches, each as in Kafka: a classic group's
-// rebalance deadline is not extended by later joins, and a member whose
-// join answer could not be sent still has a session that expires
-// (third_party/kfake/README.md).
+// kfake with canopy's patches to classic groups, each as in Kafka: the
+// rebalance deadline is not extended by later joins; a member whose join
+// answer could not be sent still has a session that expires; a member
+// waiting for its join or sync answer is not expired; the count of joined
+// members stays right (third_party/kfake/README.md).
 replace github.com/twmb/franz-go/pkg/kfake => ./third_party/kfake

@@ -206,6 +206,104 @@ func TestDeadJoinerExpires(t *testing.T) {
 	})
 }
 
+// TestJoinWaitOutlivesSession: a live member waiting in JoinGroup longer
+// than its session is kept, and answered when the rebalance completes, as
+// Kafka keeps a member awaiting join alive. Upstream kfake expired it from
+// its last heartbeat without answering its JoinGroup, which then hung until
+// the client's timeout (a minute at the default rebalance timeout) while
+// the group went on without it: the last 60 s stall of cmd/projector's
+// TestKillStorm.
+//
+// A and B form a group (2 s sessions); A rejoins, which begins a
+// rebalance; B heartbeats through it (REBALANCE_IN_PROGRESS) and rejoins
+// 3 s later. A's JoinGroup must then be answered, with both members.
+func TestJoinWaitOutlivesSession(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		const session, late = 2 * time.Second, 3 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		group := b.Prefix(t, "joinwait")
+		newMember := func() *member {
+			cl, err := kgo.NewClient(b.Opts()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			return &member{cl: cl, group: group, rebalance: 20 * time.Second, topics: []string{"t1"}, session: session}
+		}
+		a, bm := newMember(), newMember()
+		// A alone, then B joins: A rejoins when the group rebalances for
+		// B (it learns of it from its heartbeat, here from the state).
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bdone := make(chan error, 1)
+		go func() { bdone <- bm.join(ctx) }()
+		waitState(ctx, t, kadm.NewClient(a.cl), group, "PreparingRebalance")
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-bdone; err != nil {
+			t.Fatal(err)
+		}
+		if err := all([]*member{a, bm}, func(x *member) error { return x.sync(ctx) }); err != nil {
+			t.Fatal(err)
+		}
+
+		// A rejoins with a new subscription: a rebalance begins, and A
+		// waits in it. B heartbeats, then rejoins late.
+		a.topics = []string{"t1", "t2"}
+		began := time.Now()
+		joined := make(chan error, 1)
+		go func() { joined <- a.join(ctx) }()
+		waitState(ctx, t, kadm.NewClient(bm.cl), group, "PreparingRebalance")
+		for time.Since(began) < late {
+			if err := bm.heartbeat(ctx); err != nil && !errors.Is(err, kerr.RebalanceInProgress) {
+				t.Fatalf("B's heartbeat: %v", err)
+			}
+			time.Sleep(session / 6) // B's heartbeat interval: the test is about time
+		}
+		if err := bm.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-joined:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("A's JoinGroup, waiting %v (its session is %v), was not answered within 5 s of B's join", late, session)
+		}
+		t.Logf("%s: A's JoinGroup was answered %v after it was sent (session %v); the leader saw %d members",
+			b.Kind, time.Since(began).Round(10*time.Millisecond), session, max(a.members, bm.members))
+		if n := max(a.members, bm.members); n != 2 {
+			t.Errorf("the new generation has %d members, want A and B", n)
+		}
+	})
+}
+
+// waitState polls the group's state until it is want.
+func waitState(ctx context.Context, t *testing.T, adm *kadm.Client, group, want string) {
+	t.Helper()
+	for {
+		gs, err := adm.DescribeGroups(ctx, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gs[group].State == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the group never reached %s (at %s)", want, gs[group].State)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // all runs f for every member at once and returns the first error.
 func all(m []*member, f func(*member) error) error {
 	errs := make(chan error, len(m))
@@ -271,6 +369,17 @@ func (m *member) join(ctx context.Context) error {
 		}
 		return nil
 	}
+}
+
+// heartbeat sends a Heartbeat for the current generation.
+func (m *member) heartbeat(ctx context.Context) error {
+	req := kmsg.NewPtrHeartbeatRequest()
+	req.Group, req.Generation, req.MemberID = m.group, m.generation, m.id
+	resp, err := req.RequestWith(ctx, m.cl)
+	if err != nil {
+		return fmt.Errorf("Heartbeat: %w", err)
+	}
+	return kerr.ErrorForCode(resp.ErrorCode)
 }
 
 // sync sends SyncGroup for the current generation, with empty assignments.

@@ -1520,6 +1520,16 @@ func (g *group) updateHeartbeat(m *groupMember) {
 		if g.members[m.memberID] != m {
 			return
 		}
+		// canopy patch (see ../README.md): a member waiting for its
+		// JoinGroup or SyncGroup answer sends no heartbeats and is kept,
+		// as Kafka's shouldKeepMemberAlive does; its session runs again
+		// from the answer (reply re-arms it, sent or not). Upstream
+		// expired it here, without answering the request it waits on: a
+		// live member waiting longer than its session in a rebalance
+		// was dropped and left hanging until its client timed out.
+		if !m.waitingReply.empty() {
+			return
+		}
 		g.updateMemberAndRebalance(m, nil, nil)
 	})
 }
@@ -1579,8 +1589,15 @@ func (g *group) removeMember(m *groupMember) {
 	if m.t != nil {
 		m.t.Stop()
 	}
+	// canopy patch (see ../README.md): only a member waiting in JoinGroup
+	// counts in nJoining. Upstream also decremented it for one waiting in
+	// SyncGroup, after completeRebalance had reset it to 0: the count went
+	// negative, and the next rebalance waited for more joins than there
+	// were members, until its deadline.
 	if !m.waitingReply.empty() {
-		g.nJoining--
+		if _, joining := m.waitingReply.kreq.(*kmsg.JoinGroupRequest); joining {
+			g.nJoining--
+		}
 	}
 }
 
