@@ -285,6 +285,93 @@ func TestJoinWaitOutlivesSession(t *testing.T) {
 	})
 }
 
+// TestLeaveWhileSyncing: a member that leaves while its SyncGroup waits
+// does not skew the coordinator's count of joined members: the rebalance
+// it causes completes as soon as the members left have rejoined. Upstream
+// kfake counted the leaver out of the joined members (0 after the join
+// phase ended, so -1), and the next rebalance waited for its deadline (a
+// minute by default) though every member had rejoined.
+//
+// A and B are in a generation; B sends SyncGroup before the leader A, so
+// it waits, and leaves from another connection. A rejoins: it must be
+// answered at once, not at the 10 s rebalance deadline.
+func TestLeaveWhileSyncing(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		const rebalance = 10 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		group := b.Prefix(t, "leavesync")
+		newMember := func() *member {
+			cl, err := kgo.NewClient(b.Opts()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			return &member{cl: cl, group: group, rebalance: rebalance, topics: []string{"t1"}}
+		}
+		a, bm := newMember(), newMember()
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		bdone := make(chan error, 1)
+		go func() { bdone <- bm.join(ctx) }()
+		waitState(ctx, t, kadm.NewClient(a.cl), group, "PreparingRebalance")
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-bdone; err != nil {
+			t.Fatal(err)
+		}
+		// B syncs first: it waits for the leader's assignment.
+		bsync := make(chan error, 1)
+		go func() { bsync <- bm.sync(ctx) }()
+		waitSyncing(ctx, t)
+		other, err := kgo.NewClient(b.Opts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		leave := kmsg.NewPtrLeaveGroupRequest()
+		leave.Group = group
+		mi := kmsg.NewLeaveGroupRequestMember()
+		mi.MemberID = bm.id
+		leave.Members = append(leave.Members, mi)
+		if _, err := leave.RequestWith(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+
+		began := time.Now()
+		if err := a.join(ctx); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		// B's SyncGroup is answered with an error, or only when its client
+		// gives up: B is gone either way.
+		select {
+		case <-bsync:
+		case <-time.After(15 * time.Second):
+		}
+		t.Logf("%s: A alone rejoined in %v (rebalance timeout %v)", b.Kind, took.Round(10*time.Millisecond), rebalance)
+		if took > 3*time.Second {
+			t.Errorf("A's JoinGroup took %v: the rebalance waited for its deadline though A was the only member", took)
+		}
+	})
+}
+
+// waitSyncing gives a SyncGroup sent in another goroutine time to reach
+// the broker: it has nothing to wait on (the group's state does not change).
+func waitSyncing(ctx context.Context, t *testing.T) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
 // waitState polls the group's state until it is want.
 func waitState(ctx context.Context, t *testing.T, adm *kadm.Client, group, want string) {
 	t.Helper()
