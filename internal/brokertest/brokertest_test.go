@@ -132,15 +132,7 @@ func TestDeadJoinerExpires(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		group := b.Prefix(t, "deadjoiner")
-		newMember := func(session time.Duration) *member {
-			cl, err := kgo.NewClient(b.Opts()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cl.Close)
-			return &member{cl: cl, group: group, rebalance: 10 * time.Second, topics: []string{"t1"}, session: session}
-		}
-		a, bm := newMember(0), newMember(session)
+		a, bm := newMember(t, b, group, 10*time.Second, 0), newMember(t, b, group, 10*time.Second, session)
 		if err := a.join(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -223,32 +215,8 @@ func TestJoinWaitOutlivesSession(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		group := b.Prefix(t, "joinwait")
-		newMember := func() *member {
-			cl, err := kgo.NewClient(b.Opts()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cl.Close)
-			return &member{cl: cl, group: group, rebalance: 20 * time.Second, topics: []string{"t1"}, session: session}
-		}
-		a, bm := newMember(), newMember()
-		// A alone, then B joins: A rejoins when the group rebalances for
-		// B (it learns of it from its heartbeat, here from the state).
-		if err := a.join(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-		bdone := make(chan error, 1)
-		go func() { bdone <- bm.join(ctx) }()
-		waitState(ctx, t, kadm.NewClient(a.cl), group, "PreparingRebalance")
-		if err := a.join(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-bdone; err != nil {
-			t.Fatal(err)
-		}
+		a, bm := newMember(t, b, group, 20*time.Second, session), newMember(t, b, group, 20*time.Second, session)
+		joinPair(ctx, t, a, bm)
 		if err := all([]*member{a, bm}, func(x *member) error { return x.sync(ctx) }); err != nil {
 			t.Fatal(err)
 		}
@@ -301,30 +269,8 @@ func TestLeaveWhileSyncing(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		group := b.Prefix(t, "leavesync")
-		newMember := func() *member {
-			cl, err := kgo.NewClient(b.Opts()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(cl.Close)
-			return &member{cl: cl, group: group, rebalance: rebalance, topics: []string{"t1"}}
-		}
-		a, bm := newMember(), newMember()
-		if err := a.join(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-		bdone := make(chan error, 1)
-		go func() { bdone <- bm.join(ctx) }()
-		waitState(ctx, t, kadm.NewClient(a.cl), group, "PreparingRebalance")
-		if err := a.join(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-bdone; err != nil {
-			t.Fatal(err)
-		}
+		a, bm := newMember(t, b, group, rebalance, 0), newMember(t, b, group, rebalance, 0)
+		joinPair(ctx, t, a, bm)
 		// B syncs first: it waits for the leader's assignment.
 		bsync := make(chan error, 1)
 		go func() { bsync <- bm.sync(ctx) }()
@@ -359,6 +305,41 @@ func TestLeaveWhileSyncing(t *testing.T) {
 			t.Errorf("A's JoinGroup took %v: the rebalance waited for its deadline though A was the only member", took)
 		}
 	})
+}
+
+// newMember is a member of group on a client of its own (closed when the
+// test ends), subscribed to t1; session 0 is 30 s.
+func newMember(t *testing.T, b *brokertest.Broker, group string, rebalance, session time.Duration) *member {
+	t.Helper()
+	cl, err := kgo.NewClient(b.Opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &member{cl: cl, group: group, rebalance: rebalance, topics: []string{"t1"}, session: session}
+}
+
+// joinPair forms a generation of a (the leader) and bm: a alone first, then
+// bm joins and a rejoins when the group rebalances for it (it would learn
+// of it from its heartbeat; here from the group's state). Neither has sent
+// SyncGroup for the new generation.
+func joinPair(ctx context.Context, t *testing.T, a, bm *member) {
+	t.Helper()
+	if err := a.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bdone := make(chan error, 1)
+	go func() { bdone <- bm.join(ctx) }()
+	waitState(ctx, t, kadm.NewClient(a.cl), a.group, "PreparingRebalance")
+	if err := a.join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bdone; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitSyncing gives a SyncGroup sent in another goroutine time to reach

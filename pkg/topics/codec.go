@@ -328,50 +328,10 @@ func splitObject(b []byte) (members, bool) {
 		return nil, false
 	}
 	ms := (*membersPool.Get().(*members))[:0]
-	v.i++ // {
+	v.ms = &ms
+	ok := v.value(0)
 	v.space()
-	if v.i < len(b) && b[v.i] == '}' {
-		v.i++
-	} else {
-		for {
-			start := v.i
-			if v.i >= len(b) || b[v.i] != '"' || !v.string() {
-				ms.free()
-				return nil, false
-			}
-			name, _ := unquote(b[start:v.i])
-			v.space()
-			if v.i >= len(b) || b[v.i] != ':' {
-				ms.free()
-				return nil, false
-			}
-			v.i++
-			v.space()
-			vs := v.i
-			if !v.value(1) {
-				ms.free()
-				return nil, false
-			}
-			ms = append(ms, member{name, b[vs:v.i]})
-			v.space()
-			if v.i >= len(b) {
-				ms.free()
-				return nil, false
-			}
-			if b[v.i] == '}' {
-				v.i++
-				break
-			}
-			if b[v.i] != ',' {
-				ms.free()
-				return nil, false
-			}
-			v.i++
-			v.space()
-		}
-	}
-	v.space()
-	if v.i != len(b) {
+	if !ok || v.i != len(b) {
 		ms.free()
 		return nil, false
 	}

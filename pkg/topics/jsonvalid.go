@@ -22,6 +22,9 @@ const maxJSONDepth = 10000
 type validator struct {
 	b []byte
 	i int
+	// ms, when not nil, gets the members of the outermost object as it is
+	// validated (splitObject: one pass for both).
+	ms *members
 }
 
 func (v *validator) space() {
@@ -74,17 +77,24 @@ func (v *validator) object(depth int) bool {
 		return true
 	}
 	for {
+		name := v.i
 		if v.i >= len(v.b) || v.b[v.i] != '"' || !v.string() {
 			return false
 		}
+		nameEnd := v.i
 		v.space()
 		if v.i >= len(v.b) || v.b[v.i] != ':' {
 			return false
 		}
 		v.i++
 		v.space()
+		val := v.i
 		if !v.value(depth) {
 			return false
+		}
+		if v.ms != nil && depth == 1 {
+			key, _ := unquote(v.b[name:nameEnd])
+			*v.ms = append(*v.ms, member{key, v.b[val:v.i]})
 		}
 		v.space()
 		if v.i >= len(v.b) {
