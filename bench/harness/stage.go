@@ -101,6 +101,11 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 			"-data-dir", filepath.Join(s.h.work, name), "-group", s.group, "-session-timeout", s.h.cfg.SessionTimeout.String(),
 			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "", "-log-level", "info"}
 		if d := s.h.cfg.ProfileDir; d != "" {
+			// Made here: a mistyped or fresh directory must not cost a
+			// whole scenario's run.
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return fmt.Errorf("bench: -profile-dir: %w", err)
+			}
 			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"))
 		}
 		args = append(args, s.h.cfg.ProjectorArgs...)

@@ -46,14 +46,20 @@ func (w *worker) answer(q *query) {
 }
 
 // serveQueries answers the queries waiting, without blocking. The worker
-// calls it between batches only, when its state is what it last committed.
-func (w *worker) serveQueries() {
+// calls it between batches only, and settles the commit in flight first, so
+// that the state a query reads is what was committed. It returns false when
+// that commit failed: the worker stops.
+func (w *worker) serveQueries() bool {
 	for {
 		select {
 		case q := <-w.queries:
+			if !w.settle() {
+				q.done <- w.proj.Err()
+				return false
+			}
 			w.answer(q)
 		default:
-			return
+			return true
 		}
 	}
 }

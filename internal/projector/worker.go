@@ -38,9 +38,8 @@ type worker struct {
 	txn   bool
 	store *projection.Store
 	proj  *projection.Projection
-	// offsets is the next offset to consume per input topic; committed is
-	// what the last commit wrote.
-	offsets, committed map[string]int64
+	// offsets is the next offset to consume per input topic.
+	offsets map[string]int64
 	// start is offsets as restored: read by the group's callbacks once ready
 	// is closed.
 	start map[string]int64
@@ -71,6 +70,14 @@ type worker struct {
 	pending  projection.Pending
 	consumed int
 	out      []*kgo.Record
+	// inflight is the commit the committer goroutine is carrying out, if
+	// any: at most one, so that the worker applies the next records while
+	// it runs (see publish); spare is the record slice of the last one
+	// reaped, for reuse. prepared is w.offsets as of the last commit
+	// prepared.
+	inflight *commitJob
+	spare    []*kgo.Record
+	prepared map[string]int64
 
 	// lag is, per input topic (agent events, human input), the high
 	// watermark minus the next offset, as of the last batch; -1 before the
@@ -153,15 +160,17 @@ func (w *worker) init() error {
 	if w.offsets, err = w.store.Offsets(); err != nil {
 		return fail(err)
 	}
-	w.start, w.committed = maps.Clone(w.offsets), maps.Clone(w.offsets)
+	w.start, w.prepared = maps.Clone(w.offsets), maps.Clone(w.offsets)
 	if len(res.Tail) > 0 {
 		undo, err := changelog.Rollback(w.store, res.Tail)
 		if err != nil {
 			return fail(err)
 		}
 		p.log.Warn("undoing a torn commit", "partition", w.part, "keys", len(undo)-1)
-		w.out = append(w.out, changelog.Records(p.cfg.Names.Changelog(), w.part, undo)...)
-		if err := w.commit(undo); err != nil {
+		// Committed here and now, before anything is applied.
+		j := &commitJob{out: changelog.Records(p.cfg.Names.Changelog(), w.part, undo), changes: undo, done: make(chan struct{})}
+		w.commit(j)
+		if err := w.proj.Committed(j.err); err != nil {
 			return fail(err)
 		}
 	}
@@ -205,6 +214,10 @@ func (w *worker) run() {
 	if w.txn {
 		defer w.prod.Close()
 	}
+	// Before the producer closes (defers run last first): the commit in
+	// flight ends, and its wakes are counted, whichever way the worker
+	// stops.
+	defer w.settle()
 	if err := w.init(); err != nil {
 		if w.ctx.Err() == nil { // not a stop interrupting the restore
 			w.p.fail(err)
@@ -243,10 +256,14 @@ func (w *worker) run() {
 			if !w.fireTimers() {
 				return
 			}
+		case <-w.inflightDone():
+			if !w.settle() {
+				return
+			}
 		case q := <-w.queries:
 			// Human input that came meanwhile goes first, even before a
 			// read.
-			if w.applyHuman() && !w.flush() {
+			if w.applyHuman() && !w.flush() || !w.settle() {
 				return
 			}
 			w.answer(q)
@@ -309,7 +326,9 @@ func (w *worker) processAgent(b batch) bool {
 				}
 				// Right after a commit the state is what was committed:
 				// reads need not wait for the whole backlog.
-				w.serveQueries()
+				if !w.serveQueries() {
+					return false
+				}
 			}
 			select {
 			case <-w.quit:
@@ -325,11 +344,7 @@ func (w *worker) processAgent(b batch) bool {
 			continue
 		default:
 		}
-		if !w.flush() {
-			return false
-		}
-		w.serveQueries()
-		return true
+		return w.flush() && w.serveQueries()
 	}
 }
 
@@ -490,31 +505,49 @@ func (w *worker) armTimer(t *time.Timer) {
 	t.Reset(max(due.Std().Sub(w.p.cfg.Now()), 0))
 }
 
-// publish builds the wakes of the pending triggers and commits them with the
-// state changes and offsets since the last commit (see commit).
+// commitJob is one commit: built and prepared by the worker, carried out by
+// its committer goroutine (produce, end the transaction, write Pebble), and
+// reaped by the worker, which then counts its wakes and evicts.
+type commitJob struct {
+	out     []*kgo.Record
+	changes projection.Changes
+	built   []projection.Built
+	spans   []trace.Span
+	origins map[string]origin
+	// Set by the committer before done closes.
+	err         error
+	committedAt time.Time
+	done        chan struct{}
+}
+
+// publish builds the wakes of the pending triggers and hands them, with the
+// state changes and offsets since the last commit, to the committer (see
+// commit) without waiting for it: the worker goes on applying while the
+// transaction commits. One commit at most is in flight; the next publish
+// waits for it. So a commit in flight delays the worker by at most one
+// commit's worth of applied records (Config.MaxBatch) and never blocks an
+// apply: a record is applied while the commit before it runs, and its wake
+// goes out in the next. The state the worker applies to is ahead of what
+// is committed meanwhile; if the commit fails the worker stops and the
+// next owner restores what was committed, replays the rest and gets the
+// same state (the projection is deterministic). Reads of the state settle
+// first (serveQueries), so a reader never sees uncommitted state.
 func (w *worker) publish(now time.Time, source topics.Time) bool {
 	built, err := w.proj.Wakes(&w.pending, now, source)
 	w.pending.Reset()
-	origins := w.origins
-	defer clear(origins)
 	if err != nil {
 		w.p.fail(err)
 		return false
 	}
-	spans := make([]trace.Span, len(built))
-	defer func() {
-		for _, s := range spans {
-			if s != nil {
-				s.End()
-			}
-		}
-	}()
+	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{})}
+	w.origins = make(map[string]origin)
 	for i, b := range built {
 		// The snapshot as the builder encoded it, spliced in: one encoding
 		// of its 24 KB fewer per wake.
 		enc, err := topics.AppendWakeJSON(nil, b.Wake, b.Info.Encoded)
 		built[i].Info.Encoded = nil // the wake's own bytes outlive it
 		if err != nil {
+			j.end()
 			w.p.fail(err)
 			return false
 		}
@@ -525,91 +558,138 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 				{Key: topics.HeaderSchemaVersion, Value: []byte(strconv.Itoa(topics.WakeSchemaVersion))},
 			},
 		}
-		o := origins[b.Wake.RunID]
+		o := j.origins[b.Wake.RunID]
 		var sctx context.Context
-		sctx, spans[i] = w.wakeSpan(trace.ContextWithSpanContext(context.Background(), o.batch), rec, b.Wake, o.span)
-		if spans[i].SpanContext().IsValid() {
+		sctx, j.spans[i] = w.wakeSpan(trace.ContextWithSpanContext(context.Background(), o.batch), rec, b.Wake, o.span)
+		if j.spans[i].SpanContext().IsValid() {
 			// Also when this process does not record: a no-op span
 			// carries the triggering record's context on.
 			propagation.TraceContext{}.Inject(sctx, topics.HeaderCarrier{Headers: &rec.Headers})
 		}
 		w.out = append(w.out, rec)
 	}
+	// The commit before must be written before this one is prepared: a
+	// Kafka producer has one transaction at a time, the changelog's order
+	// is the commits' order, and reaping it evicts only runs whose every
+	// change is in Pebble, which holds only after their Write.
+	if !w.settle() {
+		j.end()
+		return false
+	}
 	changes, err := w.proj.Prepare(w.offsets)
 	if err != nil {
+		j.end()
 		w.p.fail(err)
 		return false
 	}
-	if len(w.out) == 0 && len(changes) == 1 && maps.Equal(w.offsets, w.committed) {
+	if len(w.out) == 0 && len(changes) == 1 && maps.Equal(w.offsets, w.prepared) {
+		j.end()
 		return true // nothing happened: no commit
 	}
 	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
-	if err := w.commit(changes); err != nil {
-		for _, s := range spans {
+	j.out, j.changes = w.out, changes
+	w.out, w.spare = w.spare[:0], nil
+	w.prepared = maps.Clone(w.offsets)
+	w.inflight = j
+	go w.commit(j)
+	return true
+}
+
+// inflightDone is closed when the commit in flight is done; nil (never
+// ready) when none is.
+func (w *worker) inflightDone() <-chan struct{} {
+	if w.inflight == nil {
+		return nil
+	}
+	return w.inflight.done
+}
+
+// settle waits for the commit in flight, if any, and reaps it: its wakes
+// are counted and handed to the hooks, and runs beyond the memory bound
+// are evicted. It returns false when the commit failed: the worker stops.
+func (w *worker) settle() bool {
+	j := w.inflight
+	if j == nil {
+		return true
+	}
+	w.inflight = nil
+	<-j.done
+	defer j.end()
+	clear(j.out)
+	w.spare = j.out[:0]
+	if err := w.proj.Committed(j.err); err != nil {
+		for _, s := range j.spans {
 			s.SetStatus(codes.Error, "commit failed")
 		}
 		w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false
 	}
 	st := &w.p.Stats
-	committedAt := w.p.cfg.Now()
-	for i, b := range built {
+	for i, b := range j.built {
 		st.Wakes.Add(1)
 		if b.Wake.Lane == topics.LanePriority {
 			st.PriorityWakes.Add(1)
 		}
 		cw := CommittedWake{Wake: b.Wake, Info: b.Info, Partition: w.part, Build: b.Build}
-		if o, ok := origins[b.Wake.RunID]; ok && !o.appended.IsZero() {
-			cw.FromRecord, cw.Lag = true, committedAt.Sub(o.appended)
+		if o, ok := j.origins[b.Wake.RunID]; ok && !o.appended.IsZero() {
+			cw.FromRecord, cw.Lag = true, j.committedAt.Sub(o.appended)
 		}
-		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), spans[i]), cw)
+		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), j.spans[i]), cw)
 	}
 	return true
 }
 
-// commit produces w.out, whose last record closes the commit in the
-// changelog, in one transaction (or, at least once, waits for all of it to be
-// acknowledged), and then writes changes to Pebble with the changelog
-// checkpoint the commit reached. On error the projection no longer matches
-// what Kafka has: the caller stops, and the next owner restores.
-func (w *worker) commit(changes projection.Changes) (err error) {
-	defer func() {
-		clear(w.out)
-		w.out = w.out[:0]
-	}()
+// end ends the spans of a commit's wakes.
+func (j *commitJob) end() {
+	for _, s := range j.spans {
+		if s != nil {
+			s.End()
+		}
+	}
+}
+
+// commit runs on the committer goroutine that publish starts, while the
+// worker applies on: it produces j.out, whose last record closes the commit
+// in the changelog, in one transaction (or, at least once, waits for all of
+// it to be acknowledged), and then writes j.changes to Pebble with the
+// changelog checkpoint the commit reached. It touches only the producer,
+// which no one else uses meanwhile, the store, and the job. On error the
+// projection no longer matches what Kafka has: settle stops the worker, and
+// the next owner restores.
+func (w *worker) commit(j *commitJob) {
+	defer close(j.done)
 	ctx, cancel := context.WithTimeout(context.Background(), w.p.cfg.TransactionTimeout)
 	defer cancel()
 	began := time.Now()
-	defer func() { w.p.cfg.Hooks.Committed(w.part, time.Since(began), err) }()
-	if w.txn {
-		if err := w.prod.BeginTransaction(); err != nil {
-			return fmt.Errorf("beginning a transaction: %w", err)
+	defer func() { w.p.cfg.Hooks.Committed(w.part, time.Since(began), j.err) }()
+	j.err = func() error {
+		if w.txn {
+			if err := w.prod.BeginTransaction(); err != nil {
+				return fmt.Errorf("beginning a transaction: %w", err)
+			}
 		}
-	}
-	err = w.prod.ProduceSync(ctx, w.out...).FirstErr()
-	if w.txn {
-		how := kgo.TryCommit
+		err := w.prod.ProduceSync(ctx, j.out...).FirstErr()
+		if w.txn {
+			how := kgo.TryCommit
+			if err != nil {
+				how = kgo.TryAbort
+			}
+			if eerr := w.prod.EndTransaction(ctx, how); eerr != nil && err == nil {
+				err = fmt.Errorf("committing the transaction: %w", eerr)
+			}
+			if err != nil {
+				w.p.Stats.Aborts.Add(1)
+				return err
+			}
+			w.p.Stats.Commits.Add(1)
+		}
 		if err != nil {
-			how = kgo.TryAbort
+			return fmt.Errorf("producing: %w", err)
 		}
-		if eerr := w.prod.EndTransaction(ctx, how); eerr != nil && err == nil {
-			err = fmt.Errorf("committing the transaction: %w", eerr)
-		}
-		if err != nil {
-			w.p.Stats.Aborts.Add(1)
-			return err
-		}
-		w.p.Stats.Commits.Add(1)
-	}
-	if err != nil {
-		return fmt.Errorf("producing: %w", err)
-	}
-	end := w.out[len(w.out)-1]
-	if err := w.proj.Finish(changes, &projection.Checkpoint{Next: end.Offset + 1, At: w.p.cfg.Now().UnixMilli()}); err != nil {
-		return err
-	}
-	w.committed = maps.Clone(w.offsets)
-	return nil
+		end := j.out[len(j.out)-1]
+		return w.proj.Write(j.changes, &projection.Checkpoint{Next: end.Offset + 1, At: w.p.cfg.Now().UnixMilli()})
+	}()
+	j.committedAt = w.p.cfg.Now()
 }
 
 // DeadLetterUnknownType starts the dead-letter reason of a record whose

@@ -264,20 +264,46 @@ func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.err != nil {
 		return p.err
 	}
+	return p.Committed(p.Write(c, cp))
+}
+
+// Write is Finish's first half: it writes prepared changes and the
+// checkpoint to the store in one batch. Alone of the methods it may run on
+// another goroutine than the one applying, concurrently with Apply, Wakes
+// and Prepare of later events (the projector's worker commits one batch
+// while it applies the next): it reads nothing but the store, whose keys the
+// changes already hold, and Prepare made c the only holder of its bytes.
+// Committed must follow, on the applying goroutine, before the next Prepare.
+func (p *Projection) Write(c Changes, cp *Checkpoint) error {
 	if p.store == nil {
 		return nil
 	}
 	if err := p.store.Write(c, cp, cp == nil); err != nil {
-		p.err = fmt.Errorf("projection: commit: %w", err)
+		return fmt.Errorf("projection: commit: %w", err)
+	}
+	return nil
+}
+
+// Committed is Finish's second half, on the applying goroutine, with
+// Write's result: an error sticks (the state no longer matches the store),
+// else runs beyond MaxHotNodes are dropped from memory. Only runs with
+// nothing left to write are dropped: all their changes are in the store, so
+// reading them back gives the same run.
+func (p *Projection) Committed(err error) error {
+	if p.err != nil {
 		return p.err
+	}
+	if err != nil {
+		p.err = err
+		return err
 	}
 	p.evict()
 	return nil
 }
 
 // evict drops the least recently used runs from memory until at most 80% of
-// MaxHotNodes nodes are held. Only called right after a commit, when every
-// run is clean.
+// MaxHotNodes nodes are held. Called right after a commit's Write: a run
+// changed since the commit was prepared (applied meanwhile) stays.
 func (p *Projection) evict() {
 	if p.hotNodes <= p.cfg.MaxHotNodes {
 		return
@@ -290,6 +316,9 @@ func (p *Projection) evict() {
 	for _, r := range byAge {
 		if p.hotNodes <= p.cfg.MaxHotNodes*8/10 {
 			break
+		}
+		if r.dirty != nil && !r.dirty.empty() {
+			continue
 		}
 		delete(p.runs, r.id)
 		p.hotNodes -= len(r.nodes)
