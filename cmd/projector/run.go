@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -43,6 +44,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records applied between looks at the human input lane")
 	fs.IntVar(&cfg.MaxBatch, "max-batch", 5000, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
 	memtableMB := fs.Float64("memtable-mb", 32, "size of each of Pebble's two memtables, in MiB")
+	cfg.MemoryLimit = projector.DefaultMemoryLimit
+	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit",
+		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
+			"to 90% of it, unless GOMEMLIMIT is set (CANOPY_MEMORY_LIMIT)")
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 60*time.Second, "how long the group's coordinator waits for members to rejoin in a rebalance")
@@ -63,15 +68,20 @@ func runProjector(args []string, stderr io.Writer) int {
 	httpAddr := fs.String("http-addr", env("CANOPY_HTTP_ADDR", ":8081"),
 		"listen address of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it (CANOPY_HTTP_ADDR)")
 	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", 1_000_000, "nodes kept in memory per partition; colder runs are read back from Pebble")
+	fs.DurationVar(&cfg.Projection.Retention, "retention", 7*24*time.Hour,
+		"how long a finished run (root terminal, no open request, lease or timer) is kept after its last event; then its\n"+
+			"state is deleted and reads and events for it are answered as expired for as long again. 0 keeps runs for ever (CANOPY_RETENTION)")
 	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
 		"applied events each run keeps for history windows (state: give every instance the same)")
 	addProjectionFlags(fs, &cfg.Projection)
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
 	check := checkConfigFlag(fs)
-	if err := kafkaconn.EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err != nil {
-		fmt.Fprintf(stderr, "projector run: %v\n", err)
-		return 2
+	for _, fe := range [][2]string{{"ready-lag", "CANOPY_READY_LAG"}, {"memory-limit", "CANOPY_MEMORY_LIMIT"}, {"retention", "CANOPY_RETENTION"}} {
+		if err := kafkaconn.EnvFlag(fs, fe[0], fe[1]); err != nil {
+			fmt.Fprintf(stderr, "projector run: %v\n", err)
+			return 2
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -98,6 +108,14 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	if *check {
 		return checkedConfig(stderr, "projector run", "canopy-projector")
+	}
+	// The Go runtime's soft limit: the collector works harder as the heap
+	// nears it instead of letting it double past the live data. 90%: the
+	// rest is for what the runtime does not count (the kernel's page cache
+	// charged to a container among it). An operator's own GOMEMLIMIT,
+	// which the runtime has read already, stands.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cfg.MemoryLimit / 10 * 9)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

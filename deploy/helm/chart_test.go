@@ -909,7 +909,8 @@ func TestNotes(t *testing.T) {
 }
 
 // TestGoMemLimit: GOMEMLIMIT is 90% of each container's memory limit, in
-// bytes, whatever form the limit is written in; it is unset when turned
+// bytes, whatever form the limit is written in, and the projector's
+// -memory-limit (CANOPY_MEMORY_LIMIT) the limit itself; it is unset when turned
 // off, and a limit the chart cannot read fails the render instead of
 // giving the Go runtime a wrong limit.
 func TestGoMemLimit(t *testing.T) {
@@ -937,6 +938,10 @@ func TestGoMemLimit(t *testing.T) {
 		limit := c.Resources.Limits[corev1.ResourceMemory]
 		if got, err := strconv.ParseInt(e.Value, 10, 64); err != nil || got >= limit.Value() || got < limit.Value()*85/100 {
 			t.Errorf("memory limit %s: GOMEMLIMIT %s is not about 90%% of it", limit.String(), e.Value)
+		}
+		// The projector's own budget is the whole limit, in bytes.
+		if m, _ := env(c, "CANOPY_MEMORY_LIMIT"); m.Value != strconv.FormatInt(limit.Value(), 10) {
+			t.Errorf("memory limit %s: CANOPY_MEMORY_LIMIT %q, want %d", limit.String(), m.Value, limit.Value())
 		}
 	}
 	var d appsv1.Deployment

@@ -316,9 +316,10 @@ func (g *Gateway) authorizeSession(ctx context.Context, p *Principal, run string
 	}
 	session, prob := g.runSession(ctx, run)
 	if prob != nil {
-		if prob.Type == problem.UnknownRun {
+		if prob.Type == problem.UnknownRun || prob.Type == problem.RunExpired {
+			// Whether the run expired is for those it was for.
 			return "", problem.New(http.StatusForbidden, problem.Forbidden,
-				"the token of %q does not name run %q, and the run's session is not known yet (no event of it was projected)", p.Subject, run)
+				"the token of %q does not name run %q, and the run's session is not known (no event of it is projected)", p.Subject, run)
 		}
 		return "", prob
 	}

@@ -41,7 +41,15 @@ type Config struct {
 	// MemTableSize is the size in bytes of each of Pebble's memtables; at
 	// most two are in memory. Default 32 MiB.
 	MemTableSize int
-	// Projection configures the projection and the snapshot limits.
+	// MemoryLimit is the memory the process may use, in bytes: what an
+	// operator sizes the container by. The runs kept in memory are bounded
+	// by HotRunBytes of it, shared by every partition the instance owns
+	// (least recently used runs are evicted to Pebble beyond it), and
+	// cmd/projector sets the Go runtime's soft limit (GOMEMLIMIT) to 90% of
+	// it. Default 512 MiB.
+	MemoryLimit int64
+	// Projection configures the projection and the snapshot limits. Its
+	// Memory budget, when nil, is made from MemoryLimit.
 	Projection projection.Config
 	// Chunk is how many agent records are applied between looks at the human
 	// input lane: human input waits at most one chunk behind a backlog, and
@@ -151,6 +159,9 @@ func (c Config) withDefaults() Config {
 	if c.MemTableSize == 0 {
 		c.MemTableSize = defaultMemTableSize
 	}
+	if c.MemoryLimit == 0 {
+		c.MemoryLimit = DefaultMemoryLimit
+	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 5000
 	}
@@ -200,6 +211,29 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// DefaultMemoryLimit is Config.MemoryLimit's default.
+const DefaultMemoryLimit = 512 << 20
+
+// processOverhead is what HotRunBytes sets aside of the memory limit for
+// everything but runs and memtables: the Kafka clients and their fetch
+// buffers, Pebble's block cache (8 MiB), the records queued per partition,
+// goroutine stacks, the HTTP endpoint.
+const processOverhead = 64 << 20
+
+// minHotRunBytes is the least HotRunBytes Validate accepts.
+const minHotRunBytes = 16 << 20
+
+// HotRunBytes is the budget of runs in memory: half of what the memory
+// limit leaves after Pebble's two memtables and the process's overhead.
+// Half, because the Go heap needs room beyond its live data for the
+// garbage collector to work without running all the time (GOMEMLIMIT makes
+// it collect harder near the limit rather than fail). With the defaults:
+// (512 - 2 × 32 - 64) / 2 = 192 MiB.
+func (c Config) HotRunBytes() int64 {
+	c = c.withDefaults()
+	return (c.MemoryLimit - 2*int64(c.MemTableSize) - processOverhead) / 2
+}
+
 // Validate reports every problem with c, each with what to do about it.
 func (c Config) Validate() error {
 	c = c.withDefaults()
@@ -226,6 +260,12 @@ func (c Config) Validate() error {
 	}
 	if c.MemTableSize < 64<<10 || c.MemTableSize >= 4<<30 {
 		errs = append(errs, fmt.Sprintf("memtable size %d bytes: want 64 KiB to 4 GiB (default 32 MiB)", c.MemTableSize))
+	}
+	if c.MemoryLimit < 0 {
+		errs = append(errs, fmt.Sprintf("memory limit %d bytes: must not be negative (default 512 MiB)", c.MemoryLimit))
+	} else if c.MemTableSize >= 64<<10 && c.HotRunBytes() < minHotRunBytes {
+		errs = append(errs, fmt.Sprintf("memory limit %d MiB leaves %d MiB for runs in memory, after Pebble's two memtables (%d MiB each) and %d MiB for the process; want at least %d MiB: raise -memory-limit or lower -memtable-mb",
+			c.MemoryLimit>>20, c.HotRunBytes()>>20, c.MemTableSize>>20, processOverhead>>20, minHotRunBytes>>20))
 	}
 	if c.MaxBatch < c.Chunk {
 		errs = append(errs, fmt.Sprintf("max batch %d: want at least the chunk size %d", c.MaxBatch, c.Chunk))

@@ -49,6 +49,8 @@ const (
 	OutcomeDeadLettered Outcome = "dead_lettered"
 	OutcomeUnknownType  Outcome = "unknown_type"
 	OutcomeRerouted     Outcome = "rerouted"
+	// OutcomeRunExpired: an event for a run that expired, dead-lettered.
+	OutcomeRunExpired Outcome = "run_expired"
 )
 
 // CommittedWake is a published wake with what telemetry needs about it. The

@@ -41,6 +41,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
 // Stats count what the projector did since it started.
@@ -52,6 +54,9 @@ type Stats struct {
 	GroupStalls atomic.Int64
 	// Transactions committed and aborted.
 	Commits, Aborts atomic.Int64
+	// Expired counts the finished runs whose state retention deleted
+	// (projection.Config.Retention).
+	Expired atomic.Int64
 	// Restoring is the number of partitions restoring from the changelog
 	// now; RestoredRecords counts the changelog records they wrote.
 	Restoring, RestoredRecords atomic.Int64
@@ -105,6 +110,9 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Projection.Memory == nil {
+		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
+	}
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{})}
 
@@ -199,6 +207,13 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 
 // Partitions is the partition count of the co-partitioned topics.
 func (p *Projector) Partitions() int32 { return p.partitions }
+
+// Memory returns the figures of the budget of runs in memory, shared by
+// the instance's partitions (Config.MemoryLimit).
+func (p *Projector) Memory() projection.BudgetStats { return p.cfg.Projection.Memory.Stats() }
+
+// MemoryLimit is Config.MemoryLimit, defaults applied.
+func (p *Projector) MemoryLimit() int64 { return p.cfg.MemoryLimit }
 
 // Owned returns the partitions this instance owns now, in order: assigned
 // to it by the group and restored (a partition still restoring is not

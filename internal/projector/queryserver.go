@@ -160,6 +160,8 @@ func queryProblem(err error) *problem.Problem {
 	switch {
 	case errors.Is(err, projection.ErrUnknownRun):
 		pr = problem.New(http.StatusNotFound, problem.UnknownRun, "%v", err)
+	case errors.Is(err, projection.ErrRunExpired):
+		pr = problem.New(http.StatusGone, problem.RunExpired, "%v", err)
 	case errors.Is(err, ErrNotOwner):
 		pr = problem.New(http.StatusMisdirectedRequest, problem.NotOwner, "%v: ask the group's assignment for the owner", err)
 	case errors.Is(err, ErrSessionUncertain):

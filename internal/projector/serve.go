@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"time"
 )
 
@@ -21,6 +22,11 @@ func Serve(ctx context.Context, cfg Config, started func(*Projector)) error {
 		return err
 	}
 	cfg = cfg.withDefaults()
+	// One budget for every instance Serve starts, so that its counters
+	// carry across a restart.
+	if cfg.Projection.Memory == nil {
+		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
+	}
 	const minBackoff, maxBackoff = 500 * time.Millisecond, 30 * time.Second
 	backoff := minBackoff
 	var lockedSince time.Time // when the data directory was first found locked

@@ -214,6 +214,13 @@ func (w *worker) run() {
 	if w.txn {
 		defer w.prod.Close()
 	}
+	// Last: the runs' bytes go back to the budget the instance's partitions
+	// share, which would otherwise count them for ever.
+	defer func() {
+		if w.proj != nil {
+			w.proj.Release()
+		}
+	}()
 	// Before the producer closes (defers run last first): the commit in
 	// flight ends, and its wakes are counted, whichever way the worker
 	// stops.
@@ -394,7 +401,14 @@ func (w *worker) apply(b batch) {
 			hooks.Consumed(r.Topic, ev.Type, OutcomeRerouted)
 			continue
 		}
-		trigs, dup := w.proj.Apply(ev)
+		trigs, dup, err := w.proj.ApplyEvent(ev)
+		if errors.Is(err, projection.ErrRunExpired) {
+			// Late for a run whose state retention deleted: refused, not
+			// the start of a run from nothing (docs/CONTRACT.md).
+			w.deadLetter(r, DeadLetterRunExpired+": "+err.Error())
+			hooks.Consumed(r.Topic, ev.Type, OutcomeRunExpired)
+			continue
+		}
 		if dup {
 			st.Duplicates.Add(1)
 			hooks.Consumed(r.Topic, ev.Type, OutcomeDuplicate)
@@ -488,7 +502,9 @@ func later(a, b time.Time) time.Time {
 // unread.
 func (w *worker) fireTimers() bool {
 	now := w.p.cfg.Now()
+	before := w.proj.Expiries()
 	w.proj.FireDue(topics.NewTime(now), &w.pending)
+	w.p.Stats.Expired.Add(w.proj.Expiries() - before)
 	return w.publish(now, topics.NewTime(now))
 }
 
@@ -695,6 +711,10 @@ func (w *worker) commit(j *commitJob) {
 // DeadLetterUnknownType starts the dead-letter reason of a record whose
 // event type this build does not know.
 const DeadLetterUnknownType = "unknown_type"
+
+// DeadLetterRunExpired starts the dead-letter reason of an event for a run
+// that expired (projection.Config.Retention): its state is gone.
+const DeadLetterRunExpired = "run_expired"
 
 // deadLetter sends a record that cannot be projected to the dead-letter
 // topic, with why and whence in its headers.

@@ -28,6 +28,18 @@ type Config struct {
 	// memory; colder runs are read back from Pebble when next used.
 	// Default 1,000,000.
 	MaxHotNodes int
+	// Memory, when set, bounds the bytes of runs kept in memory, shared with
+	// every projection given the same Budget (a process's partitions);
+	// least recently used runs are evicted to Pebble beyond it. Default nil:
+	// only MaxHotNodes bounds them.
+	Memory *Budget
+	// Retention is how long a finished run (its root terminal, no open
+	// request, lease or timer) is kept after its clock, its last event's
+	// time, measured on the wall clock FireDue is given: then its state is
+	// deleted, and for as long again reads and events for it are answered
+	// as expired (retention.go). Only with a store. Default 0: runs are
+	// kept for ever (the projector's own default is 7 days).
+	Retention time.Duration
 	// HistorySize is how many of its last applied events each run keeps as
 	// compact history entries (ids, enums, times) for history windows;
 	// they are state, persisted and carried by the changelog. Default 256.
@@ -99,6 +111,9 @@ func (c Config) Validate() error {
 	}
 	if c.ForwardGrace < 0 {
 		errs = append(errs, fmt.Sprintf("forward grace %v: must not be negative", c.ForwardGrace))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Sprintf("retention %v: want 0 (keep runs for ever) or more", c.Retention))
 	}
 	if c.MaxHotNodes < 0 {
 		errs = append(errs, fmt.Sprintf("max hot nodes %d: must not be negative", c.MaxHotNodes))

@@ -190,7 +190,8 @@ func (r *Run) History(cursor string, limit int, size int) (*HistoryPage, error) 
 }
 
 // History returns a page of run's history window (see Run.History);
-// ErrUnknownRun when no event of the run was applied.
+// ErrUnknownRun when no event of the run was applied, an
+// ExpiredError when it expired.
 func (p *Projection) History(runID, cursor string, limit int) (*HistoryPage, error) {
 	r, err := p.run(runID, false)
 	if err != nil {

@@ -1,11 +1,10 @@
 package projection
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -37,10 +36,19 @@ type Projection struct {
 	due      map[string]int64
 	dueDirty map[string]struct{}
 	hotNodes int
+	// hotBytes is the estimated footprint of the runs in memory (see
+	// Budget).
+	hotBytes int64
 	tick     uint64
 	// lastChanges is how many changes the last Prepare gathered: the next
 	// one's starting capacity.
 	lastChanges int
+	// expired are the state changes of the expiries since the last commit,
+	// limbo the runs expired or forgotten and not yet written, expiries a
+	// count (retention.go).
+	expired  Changes
+	limbo    map[string]limbo
+	expiries int64
 }
 
 // New returns an empty projection held in memory only.
@@ -49,7 +57,7 @@ func New(cfg Config) (*Projection, error) {
 		return nil, err
 	}
 	return &Projection{cfg: cfg.WithDefaults(), runs: make(map[string]*Run), dues: btree.NewG(btreeDegree, soonestFirst),
-		due: make(map[string]int64), dueDirty: make(map[string]struct{})}, nil
+		due: make(map[string]int64), dueDirty: make(map[string]struct{}), limbo: make(map[string]limbo)}, nil
 }
 
 // Open returns the projection of a store, resuming where its last Commit left
@@ -93,21 +101,34 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 	p.tick++
 	if r, ok := p.runs[id]; ok {
 		r.lastUsed = p.tick
+		if p.cfg.Memory != nil {
+			p.cfg.Memory.hits.Add(1)
+		}
 		return r, nil
 	}
 	var r *Run
-	if p.store != nil {
+	fresh, err := p.inLimbo(id)
+	if err != nil {
+		return nil, err
+	}
+	if p.store != nil && !fresh {
 		loaded, ok, err := p.store.loadRun(id, &p.cfg)
+		if ex := (*ExpiredError)(nil); errors.As(err, &ex) {
+			ex.Retention = p.cfg.Retention
+			return nil, err
+		}
 		if err != nil {
 			p.err = fmt.Errorf("projection: loading run %q: %w", id, err)
 			return nil, p.err
 		}
 		if ok {
 			r = loaded
+			if p.cfg.Memory != nil {
+				p.cfg.Memory.misses.Add(1)
+			}
 		}
 	}
-	fresh := r == nil
-	if fresh {
+	if r == nil {
 		if !create {
 			return nil, nil
 		}
@@ -119,26 +140,37 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 	r.lastUsed = p.tick
 	p.runs[id] = r
 	p.hotNodes += len(r.nodes)
+	p.account(r)
 	return r, nil
 }
 
 // Apply applies a decoded event to its run. It returns the triggers raised
 // (timers of the run that fell due before the event first) and whether the
-// event was a duplicate, already applied and so ignored.
+// event was a duplicate, already applied and so ignored. An event for an
+// expired run is ignored; ApplyEvent says so.
 func (p *Projection) Apply(ev *topics.Event) (trigs []topics.Trigger, dup bool) {
+	trigs, dup, _ = p.ApplyEvent(ev)
+	return trigs, dup
+}
+
+// ApplyEvent is Apply with the reason an event was not applied: an
+// ExpiredError when its run expired (Config.Retention), the sticky store
+// error when the store failed.
+func (p *Projection) ApplyEvent(ev *topics.Event) (trigs []topics.Trigger, dup bool, err error) {
 	r, err := p.run(ev.RunID, true)
 	if err != nil {
-		return nil, false
+		return nil, false, err
 	}
 	before := len(r.nodes)
 	trigs, dup, err = r.apply(ev, &p.cfg)
 	if err != nil {
 		p.err = fmt.Errorf("projection: run %q: %w", r.id, err)
-		return nil, false
+		return nil, false, p.err
 	}
 	p.hotNodes += len(r.nodes) - before
+	p.account(r)
 	p.updateDue(r)
-	return trigs, dup
+	return trigs, dup, nil
 }
 
 // Advance moves a run's clock to `to`, firing its timers due by then.
@@ -171,11 +203,28 @@ func (p *Projection) FireDue(now topics.Time, pending *Pending) {
 			return
 		}
 		r, err := p.run(k.id, false)
+		if errors.Is(err, ErrRunExpired) { // an expiry marker whose time is up
+			p.forget(k.id)
+			continue
+		}
 		if err != nil {
 			return
 		}
 		if r == nil { // a due entry without a run: forget it
 			p.setDue(k.id, 0, false)
+			continue
+		}
+		if _, timer := r.NextDue(); !timer {
+			// No timer of the run's own: the due is its expiry, or stale
+			// (an event or a changed retention moved it).
+			if at, ok := p.expiryDue(r); ok && at <= now.UnixMilli() {
+				if err := p.expire(r, now.UnixMilli()); err != nil {
+					p.err = fmt.Errorf("%w: expiring run %q: %v", ErrStore, r.id, err)
+					return
+				}
+				continue
+			}
+			p.updateDue(r)
 			continue
 		}
 		pending.Add(r.id, r.advance(topics.UnixMilliTime(k.at), &p.cfg, nil))
@@ -185,6 +234,12 @@ func (p *Projection) FireDue(now topics.Time, pending *Pending) {
 
 func (p *Projection) updateDue(r *Run) {
 	at, ok := r.NextDue()
+	if !ok {
+		if e, ok := p.expiryDue(r); ok {
+			p.setDue(r.id, e, true)
+			return
+		}
+	}
 	p.setDue(r.id, at.UnixMilli(), ok)
 }
 
@@ -237,6 +292,7 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 			return nil, p.err
 		}
 	}
+	p.prepareExpiries(&c)
 	for run := range p.dueDirty {
 		at, ok := p.due[run]
 		putDue(&c, run, at, ok)
@@ -297,32 +353,9 @@ func (p *Projection) Committed(err error) error {
 		p.err = err
 		return err
 	}
+	p.expiriesWritten()
 	p.evict()
 	return nil
-}
-
-// evict drops the least recently used runs from memory until at most 80% of
-// MaxHotNodes nodes are held. Called right after a commit's Write: a run
-// changed since the commit was prepared (applied meanwhile) stays.
-func (p *Projection) evict() {
-	if p.hotNodes <= p.cfg.MaxHotNodes {
-		return
-	}
-	byAge := make([]*Run, 0, len(p.runs))
-	for _, r := range p.runs {
-		byAge = append(byAge, r)
-	}
-	slices.SortFunc(byAge, func(a, b *Run) int { return cmp.Compare(a.lastUsed, b.lastUsed) })
-	for _, r := range byAge {
-		if p.hotNodes <= p.cfg.MaxHotNodes*8/10 {
-			break
-		}
-		if r.dirty != nil && !r.dirty.empty() {
-			continue
-		}
-		delete(p.runs, r.id)
-		p.hotNodes -= len(r.nodes)
-	}
 }
 
 // RunIDs returns the ids of every run in memory, in no particular order.
@@ -447,7 +480,8 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 
 // Snapshot builds the current snapshot of a run, for readers rather than for a
 // wake: no node is referenced, and its id derives from the run and its seq.
-// ErrUnknownRun when no event of the run was applied.
+// ErrUnknownRun when no event of the run was applied, an ExpiredError when
+// it expired.
 func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSnapshot, snapshot.Info, error) {
 	return p.CurrentSnapshot(runID, now, topics.Time{})
 }
@@ -456,12 +490,9 @@ func (p *Projection) Snapshot(runID string, now time.Time) (*topics.AgentTreeSna
 // reflects its input (zero: the run's clock), which snapshot_age_ms and
 // stale are measured from, as in Wakes.
 func (p *Projection) CurrentSnapshot(runID string, now time.Time, source topics.Time) (*topics.AgentTreeSnapshot, snapshot.Info, error) {
-	r, ok := p.Run(runID)
-	if !ok {
-		if p.err != nil {
-			return nil, snapshot.Info{}, p.err
-		}
-		return nil, snapshot.Info{}, fmt.Errorf("%w: %q: no events applied", ErrUnknownRun, runID)
+	r, err := p.Lookup(runID)
+	if err != nil {
+		return nil, snapshot.Info{}, err
 	}
 	w := snapshot.Wake{
 		SnapshotID: derivedULID(uint64(max(r.clock.UnixMilli(), 0)), "current", r.id, fmt.Sprint(r.seq)).String(),

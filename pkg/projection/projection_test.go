@@ -37,11 +37,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	history [run=R] [limit=N] [pages=N]
 //	                     prints up to N pages (default 1) of the run's
 //	                     history window, following the cursors
+//	config ... retention=D
+//	                     the projection has a store (Pebble in a temp dir)
+//	                     and expires finished runs after D (retention.go)
+//	commit               commits to the store
+//	fire now=T           fires every timer due by wall clock T (expiries
+//	                     among them); prints the wakes and the expiries
+//	lookup [run=R]       prints whether the run is live, unknown or expired
+//	keys [run=R]         prints the run's keys in the store (after commit)
 //
 // Rewrite the expected output with: go test ./pkg/projection -rewrite
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
-		h := &harness{}
+		h := &harness{t: t}
 		h.reset(Config{})
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return h.run(t, d)
@@ -50,12 +58,18 @@ func TestDataDriven(t *testing.T) {
 }
 
 type harness struct {
+	t   *testing.T
 	p   *Projection
 	seq int
 }
 
 func (h *harness) reset(c Config) {
 	p, err := New(c)
+	if c.Retention > 0 { // retention needs a store
+		db := openDB(h.t, h.t.TempDir())
+		h.t.Cleanup(func() { db.Close() })
+		p, err = Open(c, NewStore(db, 0))
+	}
 	if err != nil {
 		panic(err)
 	}
@@ -89,6 +103,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if v := arg("dedupe-window", ""); v != "" {
 			c.DedupeWindow, _ = strconv.Atoi(v)
 		}
+		if v := arg("retention", ""); v != "" {
+			c.Retention, _ = time.ParseDuration(v)
+		}
 		h.reset(c)
 		return "ok"
 	case "apply":
@@ -101,7 +118,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			if err != nil {
 				fmt.Fprintf(&out, "line %d: %v\n", i+1, err)
 			} else {
-				trigs, dup := h.p.Apply(ev)
+				trigs, dup, err := h.p.ApplyEvent(ev)
+				if err != nil {
+					fmt.Fprintf(&out, "refused %s: %v\n", ev.ID, err)
+				}
 				if dup {
 					fmt.Fprintf(&out, "duplicate %s\n", ev.ID)
 				}
@@ -182,6 +202,39 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 			fmt.Fprintf(&out, "next below %d\n", seq)
 			cursor = pg.NextCursor
+		}
+		return out.String()
+	case "commit":
+		if err := h.p.Commit(nil); err != nil {
+			return err.Error()
+		}
+		return "ok"
+	case "fire":
+		before := h.p.Expiries()
+		var pending Pending
+		h.p.FireDue(parseClock(t, arg("now", "")), &pending)
+		var out strings.Builder
+		h.flush(t, &out, &pending)
+		fmt.Fprintf(&out, "expired %d\n", h.p.Expiries()-before)
+		return out.String()
+	case "lookup":
+		r, err := h.p.Lookup(arg("run", "run-1"))
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("live seq=%d finished=%v", r.Seq(), r.Finished())
+	case "keys":
+		prefix := rel([]byte{'r'}, []byte(arg("run", "run-1")), []byte{0})
+		var out strings.Builder
+		err := h.p.store.scan(h.p.store.abs(prefix), func(k, _ []byte) error {
+			fmt.Fprintf(&out, "%c %q\n", k[0], k[1:])
+			return nil
+		})
+		if err != nil {
+			return err.Error()
+		}
+		if out.Len() == 0 {
+			return "none"
 		}
 		return out.String()
 	case "tree":

@@ -215,7 +215,8 @@ type ReadModel struct {
 
 // ReadModel builds the read model of a run at wall clock now; stale says
 // the projection is behind its input log. ErrUnknownRun when no event of
-// the run was applied.
+// the run was applied, an
+// ExpiredError when it expired.
 func (p *Projection) ReadModel(runID string, now time.Time, stale bool) (*ReadModel, error) {
 	r, err := p.run(runID, false)
 	if err != nil {

@@ -126,6 +126,9 @@ type Run struct {
 	dirty    *dirt
 	chunks   []chunkRef
 	lastUsed uint64
+	// footprint is what the run last accounted in its projection's bytes
+	// (Footprint, at the time).
+	footprint int64
 }
 
 // mark records that part kind ('n' node, 'q' request, 'c' handle, 'p' plan)

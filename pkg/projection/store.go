@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/btree"
@@ -267,6 +268,7 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	r.dirty = newDirt()
 	prefix := s.abs(rel([]byte{'r'}, []byte(id), []byte{0}))
 	var meta *metaRecord
+	var expiredAt int64
 	var nodes []*node
 	var entries, legacy []HistoryEntry
 	err = s.scan(prefix, func(k, v []byte) error {
@@ -323,6 +325,11 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 				entries = append(entries, es...)
 				r.chunks = append(r.chunks, chunkRef{first, es[len(es)-1].Seq})
 			}
+		case 'x': // the run expired (retention.go): its marker
+			if len(v) != 8 {
+				return fmt.Errorf("expiry marker of %d bytes", len(v))
+			}
+			expiredAt = int64(binary.BigEndian.Uint64(v))
 		case 'e': // earlier encoding: dedupe now keeps ids in the journal
 			r.dirty.legacy = append(r.dirty.legacy, runKey(id, 'e', rest))
 		case 'h': // earlier encoding: one JSON history entry per key
@@ -338,6 +345,9 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 		}
 		return nil
 	})
+	if err == nil && meta == nil && expiredAt != 0 {
+		err = &ExpiredError{RunID: id, At: time.UnixMilli(expiredAt)}
+	}
 	if err != nil || meta == nil {
 		return nil, false, err
 	}

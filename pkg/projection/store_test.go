@@ -32,7 +32,30 @@ func openDB(t *testing.T, dir string) *pebble.DB {
 // closed and reopened, and evicts runs from memory; both must end with the
 // same state, the same wakes and the same snapshots. Duplicates across a
 // restart are recognised from the store.
+//
+// Runs leave memory by either bound: MaxHotNodes, or a memory Budget
+// smaller than the runs' working set (issue 18: eviction and reload give
+// byte-identical wakes to a projection that never evicts).
 func TestStoreResumesAsIfNeverStopped(t *testing.T) {
+	// A dedupe window smaller than the runs: events sent again both within
+	// it (duplicates) and beyond it (applied again, in memory and with the
+	// store alike). Few hot nodes, or few bytes, force eviction and
+	// reloads; a small history window makes entries leave it (and the
+	// store) across commits and reloads.
+	byNodes := Config{MaxHotNodes: 100, HistorySize: 16, DedupeWindow: 40}
+	byBytes := Config{Memory: NewBudget(150 << 10), HistorySize: 16, DedupeWindow: 40}
+	t.Run("max-hot-nodes", func(t *testing.T) { testStoreResumes(t, byNodes) })
+	t.Run("memory-budget", func(t *testing.T) {
+		testStoreResumes(t, byBytes)
+		st := byBytes.Memory.Stats()
+		t.Logf("budget %d bytes: %d hits, %d misses, %d evictions", st.Limit, st.Hits, st.Misses, st.Evictions)
+		if st.Evictions == 0 || st.Misses == 0 {
+			t.Errorf("budget of %d bytes: %d evictions, %d runs read back: the test no longer evicts by bytes", st.Limit, st.Evictions, st.Misses)
+		}
+	})
+}
+
+func testStoreResumes(t *testing.T, cfg Config) {
 	dir := t.TempDir()
 	var events []topics.Event
 	for i, n := range []int{40, 200, 15} {
@@ -45,14 +68,9 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 			events[i], events[j] = events[j], events[i]
 		}
 	})
-	// Few hot nodes force eviction and reloads; a small history window makes
-	// entries leave it (and the store) across commits and reloads.
-	// A dedupe window smaller than the runs: events sent again both within
-	// it (duplicates) and beyond it (applied again, in memory and with the
-	// store alike).
-	cfg := Config{MaxHotNodes: 100, HistorySize: 16, DedupeWindow: 40}
-
-	mem, _ := New(cfg)
+	memCfg := cfg
+	memCfg.Memory = nil // the reference keeps everything in memory
+	mem, _ := New(memCfg)
 	db := openDB(t, dir)
 	store, err := Open(cfg, NewStore(db, 7))
 	if err != nil {

@@ -59,7 +59,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 	m := &ProjectorMetrics{
 		events: events,
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "records_consumed_total",
-			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted."},
+			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired."},
 			[]string{"topic", "type", "outcome"}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "dead_letters_total",
 			Help: "Records sent to the dead-letter topic because they could not be projected (their headers say why)."}),
@@ -261,11 +261,26 @@ var (
 		"Pebble block cache misses since the store was opened.", nil, nil)
 	descCacheBytes = prometheus.NewDesc(Namespace+"_pebble_block_cache_size_bytes",
 		"Bytes in Pebble's block cache.", nil, nil)
+	descMemoryLimit = prometheus.NewDesc(Namespace+"_projector_memory_limit_bytes",
+		"The instance's memory limit (-memory-limit); GOMEMLIMIT is 90% of it.", nil, nil)
+	descHotLimit = prometheus.NewDesc(Namespace+"_projector_hot_runs_limit_bytes",
+		"The budget of runs kept in memory, shared by the instance's partitions: half of what the memory limit leaves after Pebble's memtables and the process.", nil, nil)
+	descHotBytes = prometheus.NewDesc(Namespace+"_projector_hot_runs_bytes",
+		"Estimated bytes of the runs in memory (the budget evicts by this estimate).", nil, nil)
+	descHotHits = prometheus.NewDesc(Namespace+"_projector_hot_run_hits_total",
+		"Runs found in memory when an event or a read needed them.", nil, nil)
+	descHotMisses = prometheus.NewDesc(Namespace+"_projector_hot_run_misses_total",
+		"Runs read back from Pebble when an event or a read needed them.", nil, nil)
+	descExpired = prometheus.NewDesc(Namespace+"_projector_runs_expired_total",
+		"Finished runs whose state was deleted after the retention (-retention) by this instance.", nil, nil)
+	descHotEvictions = prometheus.NewDesc(Namespace+"_projector_hot_run_evictions_total",
+		"Runs dropped from memory to keep the budget (they stay in Pebble).", nil, nil)
 )
 
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descCompactions, descFlushes, descDisk,
-		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes} {
+		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes,
+		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descExpired} {
 		ch <- d
 	}
 }
@@ -282,6 +297,14 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
 	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(p.Owned())))
 	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(p.Stats.Restoring.Load()))
+	ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(p.MemoryLimit()))
+	mem := p.Memory()
+	ch <- prometheus.MustNewConstMetric(descHotLimit, prometheus.GaugeValue, float64(mem.Limit))
+	ch <- prometheus.MustNewConstMetric(descHotBytes, prometheus.GaugeValue, float64(mem.Used))
+	ch <- prometheus.MustNewConstMetric(descHotHits, prometheus.CounterValue, float64(mem.Hits))
+	ch <- prometheus.MustNewConstMetric(descHotMisses, prometheus.CounterValue, float64(mem.Misses))
+	ch <- prometheus.MustNewConstMetric(descHotEvictions, prometheus.CounterValue, float64(mem.Evictions))
+	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(p.Stats.Expired.Load()))
 	for _, l := range p.Lag() {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
 	}
