@@ -215,3 +215,86 @@ func decodeNode(v []byte) (nodeRecord, error) {
 	}
 	return r, nil
 }
+
+// Run meta records are binary too (issue 17: the last JSON a commit wrote
+// for every dirty run), versioned like node records: '{' is the earlier
+// JSON, still read; metaBinaryVersion this one. Fields in metaRecord's
+// order, then each diagnostic as kind, agent, time (Unix ms, 0 for none)
+// and detail.
+const metaBinaryVersion = 1
+
+// encodeMeta appends m's binary encoding to dst.
+func encodeMeta(dst []byte, m *metaRecord) []byte {
+	size := 48 + len(m.SessionID) + len(m.ThreadID) + len(m.Root)
+	for _, p := range m.PlanOrder {
+		size += 2 + len(p)
+	}
+	for _, d := range m.Diagnostics {
+		size += 16 + len(d.Kind) + len(d.AgentID) + len(d.Detail)
+	}
+	w := recWriter{b: append(slices.Grow(dst, size), metaBinaryVersion)}
+	w.int(m.Seq)
+	w.int(m.Clock)
+	w.str(m.SessionID)
+	w.str(m.ThreadID)
+	w.str(m.Root)
+	w.int(m.LastProgressWake)
+	w.strs(m.PlanOrder)
+	w.b = binary.AppendUvarint(w.b, uint64(len(m.Diagnostics)))
+	for _, d := range m.Diagnostics {
+		w.str(d.Kind)
+		w.str(d.AgentID)
+		w.int(ms(d.At))
+		w.str(d.Detail)
+	}
+	return w.b
+}
+
+// decodeMeta reads a run meta record in either encoding.
+func decodeMeta(v []byte) (*metaRecord, error) {
+	m := new(metaRecord)
+	switch {
+	case len(v) == 0:
+		return nil, fmt.Errorf("empty run meta record")
+	case v[0] == '{':
+		if err := json.Unmarshal(v, m); err != nil {
+			return nil, err
+		}
+		return m, nil
+	case v[0] != metaBinaryVersion:
+		return nil, fmt.Errorf("%w: run meta record version %d, this build reads %d and JSON (was the state written by a newer canopy?)",
+			errRecordVersion, v[0], metaBinaryVersion)
+	}
+	rd := recReader{b: v[1:]}
+	m.Seq = rd.int("seq")
+	m.Clock = rd.int("clock")
+	m.SessionID = rd.str("session id")
+	m.ThreadID = rd.str("thread id")
+	m.Root = rd.str("root")
+	m.LastProgressWake = rd.int("progress wake")
+	m.PlanOrder = rd.strs("plan order")
+	n, k := binary.Uvarint(rd.b)
+	if rd.err == nil && (k <= 0 || n > uint64(len(rd.b))) {
+		rd.fail("diagnostics")
+	}
+	if rd.err == nil {
+		rd.b = rd.b[k:]
+		if n > 0 {
+			m.Diagnostics = make([]Diagnostic, n)
+		}
+		for i := range m.Diagnostics {
+			d := &m.Diagnostics[i]
+			d.Kind = rd.str("diagnostic kind")
+			d.AgentID = rd.str("diagnostic agent")
+			d.At = fromMs(rd.int("diagnostic time"))
+			d.Detail = rd.str("diagnostic detail")
+		}
+	}
+	if rd.err == nil && len(rd.b) != 0 {
+		rd.err = fmt.Errorf("%d trailing bytes", len(rd.b))
+	}
+	if rd.err != nil {
+		return nil, fmt.Errorf("run meta record: %w", rd.err)
+	}
+	return m, nil
+}

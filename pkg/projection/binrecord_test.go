@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestNodeRecordEncodings: a node record comes back from the binary
@@ -70,5 +72,56 @@ func TestNodeRecordEncodings(t *testing.T) {
 	bad[0] = 7
 	if _, err := decodeNode(bad); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 7") {
 		t.Fatalf("a node record of version 7: %v; want an error naming the version", err)
+	}
+}
+
+// TestMetaRecordEncodings: a run meta record reads back the same from its
+// binary encoding as from the JSON earlier builds wrote; a cut record or
+// an unknown version fails, naming it.
+func TestMetaRecordEncodings(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 18))
+	str := func() string {
+		if rng.IntN(3) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("s-%d-\u00e9\x00\"", rng.IntN(1000))
+	}
+	num := func() int64 { return rng.Int64N(1<<42) - 1<<41 }
+	// A diagnostic always has a time (JSON could not carry a zero one).
+	when := func() topics.Time { return topics.UnixMilliTime(1 + rng.Int64N(1<<42)) }
+	for i := range 2000 {
+		m := metaRecord{Seq: num(), Clock: num(), SessionID: str(), ThreadID: str(), Root: str(), LastProgressWake: num()}
+		for range rng.IntN(4) {
+			m.PlanOrder = append(m.PlanOrder, str())
+		}
+		for range rng.IntN(4) {
+			m.Diagnostics = append(m.Diagnostics, Diagnostic{Kind: str(), AgentID: str(), At: when(), Detail: str()})
+		}
+		js, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := decodeMeta(js)
+		if err != nil {
+			t.Fatalf("record %d: the JSON encoding does not decode: %v", i, err)
+		}
+		bin := encodeMeta(nil, &m)
+		got, err := decodeMeta(bin)
+		if err != nil {
+			t.Fatalf("record %d: the binary encoding does not decode: %v", i, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("record %d differs by encoding:\nbinary: %+v\nJSON:   %+v", i, got, want)
+		}
+		if cut := bin[:rng.IntN(len(bin))]; len(cut) > 0 {
+			if _, err := decodeMeta(cut); err == nil {
+				t.Fatalf("record %d cut to %d of %d bytes decodes", i, len(cut), len(bin))
+			}
+		}
+	}
+	bad := encodeMeta(nil, &metaRecord{Seq: 1})
+	bad[0] = 9
+	if _, err := decodeMeta(bad); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 9") {
+		t.Fatalf("a meta record of version 9: %v; want an error naming the version", err)
 	}
 }

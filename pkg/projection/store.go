@@ -278,8 +278,11 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 		kind, rest := k[0], string(k[1:])
 		switch kind {
 		case 'm':
-			meta = new(metaRecord)
-			return json.Unmarshal(v, meta)
+			var err error
+			meta, err = decodeMeta(v)
+			if err != nil {
+				return fmt.Errorf("run meta: %w", err)
+			}
 		case 'n':
 			nr, err := decodeNode(v)
 			if err != nil {
@@ -446,9 +449,7 @@ func (s *Store) write(c *Changes, r *Run, keep int64) error {
 	if d.meta {
 		m := metaRecord{Seq: r.seq, Clock: ms(r.clock), SessionID: r.sessionID, ThreadID: r.threadID, Root: r.root,
 			LastProgressWake: ms(r.lastProgressWake), PlanOrder: r.planOrder, Diagnostics: r.diagnostics}
-		if err := put(runKey(r.id, 'm', ""), m); err != nil {
-			return err
-		}
+		c.set(runKey(r.id, 'm', ""), encodeMeta(nil, &m))
 	}
 	for id := range d.nodes {
 		if n, ok := r.nodes[id]; ok {
