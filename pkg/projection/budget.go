@@ -43,14 +43,15 @@ func (b *Budget) Stats() BudgetStats {
 // least squares) to the heap in use after a GC over seven shapes of run,
 // from 2,000 runs of 2 nodes to one of 20,000 (amd64, Go 1.26), by
 // TestFootprintEstimate, which fails when the estimate strays from the
-// measurement by more than a factor of 1.5 (the fit is within 7%). A node's
+// measurement by more than a factor of 1.5 (the fit is within 8%). Refit
+// them when a run's structures change. A node's
 // share includes its index entries and what plans and correlation handles
 // cost, which grow with the nodes in every shape measured.
 const (
-	footprintRun     = 4900 // a run's struct, its maps and index trees, empty
-	footprintNode    = 1400 // a node: its struct, map entry, index entries
-	footprintID      = 120  // an event id in the dedupe window (ring + set)
-	footprintHistory = 60   // a history entry
+	footprintRun     = 2800 // a run's struct, its maps and index trees, empty
+	footprintNode    = 1130 // a node: its struct, map entry, index entries
+	footprintID      = 67   // an event id in the dedupe window (ring + set)
+	footprintHistory = 110  // a history entry
 	footprintRequest = 160  // an open request, its map entry and timer
 )
 

@@ -154,16 +154,16 @@ func newRun(id string) *Run {
 		id:          id,
 		nodes:       make(map[string]*node),
 		ids:         idWindow{set: make(map[string]struct{})},
-		urgent:      btree.NewG(btreeDegree, newestFirst),
-		leases:      btree.NewG(btreeDegree, soonestFirst),
-		signals:     btree.NewG(btreeDegree, newestFirst),
+		urgent:      newTimedTree(newestFirst),
+		leases:      newTimedTree(soonestFirst),
+		signals:     newTimedTree(newestFirst),
 		byCorr:      make(map[string]*btree.BTreeG[string]),
-		corrActive:  btree.NewG(btreeDegree, newestFirst),
+		corrActive:  newTimedTree(newestFirst),
 		corrAt:      make(map[string]int64),
-		leaseDue:    btree.NewG(btreeDegree, soonestFirst),
-		dispatchDue: btree.NewG(btreeDegree, soonestFirst),
-		graceDue:    btree.NewG(btreeDegree, soonestFirst),
-		requestDue:  btree.NewG(btreeDegree, soonestFirst),
+		leaseDue:    newTimedTree(soonestFirst),
+		dispatchDue: newTimedTree(soonestFirst),
+		graceDue:    newTimedTree(soonestFirst),
+		requestDue:  newTimedTree(soonestFirst),
 		requests:    make(map[string]*request),
 		plans:       make(map[string]*Plan),
 		wdCount:     make(map[topics.WatchdogStatus]int),
@@ -307,7 +307,7 @@ func (r *Run) setCorrelation(n *node, id string) {
 	n.LastCorrelationID = id
 	t := r.byCorr[id]
 	if t == nil {
-		t = btree.NewOrderedG[string](btreeDegree)
+		t = newIDTree()
 		r.byCorr[id] = t
 	}
 	t.ReplaceOrInsert(n.AgentID)

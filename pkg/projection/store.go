@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/google/btree"
 )
 
 // Store keeps one partition's runs and consumed offsets in a Pebble database
@@ -391,7 +390,7 @@ func (r *Run) restore(n *node) {
 	if c := n.LastCorrelationID; c != "" {
 		t := r.byCorr[c]
 		if t == nil {
-			t = btree.NewOrderedG[string](btreeDegree)
+			t = newIDTree()
 			r.byCorr[c] = t
 		}
 		t.ReplaceOrInsert(id)
