@@ -53,6 +53,9 @@ const (
 	footprintID      = 67   // an event id in the dedupe window (ring + set)
 	footprintHistory = 110  // a history entry
 	footprintRequest = 160  // an open request, its map entry and timer
+	// A node's digest cached for wakes (snapshot.Cache: the digest, its
+	// encoding, its slot), at most 1.5 max_nodes + 1 per run.
+	footprintDigest = 1000
 )
 
 // Footprint estimates the bytes r holds in memory (see the constants above).
@@ -62,7 +65,8 @@ func (r *Run) Footprint() int64 {
 		footprintNode*int64(len(r.nodes)) +
 		footprintID*int64(len(r.ids.ring)) +
 		footprintHistory*int64(r.hist.len()) +
-		footprintRequest*int64(len(r.requests))
+		footprintRequest*int64(len(r.requests)) +
+		footprintDigest*int64(r.digests.Len())
 }
 
 // account brings r's share of the projection's and the budget's bytes up

@@ -120,6 +120,12 @@ type Run struct {
 	// model need not scan the tree.
 	wdCount map[topics.WatchdogStatus]int
 
+	// digests are the snapshot builder's digests of the nodes its recent
+	// snapshots included, with their encodings, so that a wake re-encodes
+	// only the nodes that changed. In memory only, bounded by the limits'
+	// max_nodes (snapshot.Cache), never persisted.
+	digests snapshot.Cache
+
 	// Persistence, when the run belongs to a Store: what changed since the
 	// last commit (nil when nothing persists the run), the journal chunks
 	// stored, oldest first, and when it was last used (for eviction).
@@ -233,6 +239,11 @@ func (r *Run) walk(t *btree.BTreeG[timed]) iter.Seq[snapshot.Node] {
 		t.Ascend(func(k timed) bool { return yield(r.nodes[k.id].Node) })
 	}
 }
+
+// DigestCache implements snapshot.CachingTree: Build may reuse the digests
+// of the nodes that did not change since the last wake. The cache checks
+// each node's facts itself, so no change to a node needs to reach it.
+func (r *Run) DigestCache() *snapshot.Cache { return &r.digests }
 
 // ActiveCorrelations implements snapshot.Tree.
 func (r *Run) ActiveCorrelations() iter.Seq[string] {

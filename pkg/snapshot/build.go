@@ -3,9 +3,8 @@ package snapshot
 import (
 	"fmt"
 	"math"
-	"slices"
+	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -21,38 +20,92 @@ var (
 // Build returns the snapshot of t for wake w under limits l, generated at
 // now, and its encoded size. It reads at most l.MaxNodes candidates from each
 // of t's rankings and never the whole tree.
+//
+// When t is a CachingTree, Build reuses the digests and encodings of the
+// nodes that did not change since a build that included them, and keeps
+// those it makes: the bytes are the same either way. The snapshot's nodes
+// then share their strings, times and keys with the cache, and with other
+// snapshots of t: a caller must not modify what they point to (nothing
+// does; a wake is published as it is built).
 func Build(t Tree, w Wake, l Limits, now time.Time) (*topics.AgentTreeSnapshot, Info, error) {
 	if err := l.Validate(); err != nil {
 		return nil, Info{}, err
 	}
 	l = l.WithDefaults()
-	cands := candidates(t, w, l.MaxNodes)
+	var cache *Cache
+	if ct, ok := t.(CachingTree); ok {
+		cache = ct.DigestCache()
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	b := &builder{limits: l, cut: l.MaxStringLength, scratch: sc}
+	cands := b.candidates(t, w, cache)
 	stats := t.Stats()
 
 	// The string cut is normally l.MaxStringLength. Only when even the root
 	// and the summary cannot fit the byte budget (pathological ids of
 	// multi-byte or escaped characters) is it halved until they do: the
 	// snapshot stays within bounds and says, in cut_strings, that it cut.
-	for cut := l.MaxStringLength; ; cut /= 2 {
-		b := builder{limits: l, cut: cut}
+	for {
 		s, size, ok := b.fit(t, w, cands, stats)
-		if !ok && cut > 0 {
+		if b.err != nil {
+			return nil, Info{}, b.err
+		}
+		if !ok && b.cut > 0 {
+			b.cut /= 2
+			b.cuts = 0
 			continue
 		}
 		return b.finish(s, size, w, now)
 	}
 }
 
-// candidates returns up to max distinct nodes in inclusion order (seed 000
-// "Deterministic Truncation Policy").
-func candidates(t Tree, w Wake, max int) []Node {
-	out := make([]Node, 0, max)
-	seen := make(map[string]struct{}, max)
+// candidate is a node the builder may include, as its digest at the usual
+// string cut (Limits.MaxStringLength).
+type candidate struct {
+	e   *digestEnc
+	rem int64 // lease_remaining_ms, when e has a lease
+	// node is kept only when e cut a string, and so lost a fact that a
+	// digest at a halved cut needs; else e holds every fact (nodeOf).
+	node *Node
+}
+
+// candidates returns up to l.MaxNodes distinct nodes in inclusion order
+// (seed 000 "Deterministic Truncation Policy"), each digested as it is
+// read rather than copied: a node is some 300 bytes. With a cache, the
+// nodes' slots mark which are candidates already, in place of a set of
+// their own, and hold their digests from earlier builds.
+func (b *builder) candidates(t Tree, w Wake, c *Cache) []candidate {
+	max := b.limits.MaxNodes
+	out := b.cands[:0]
+	defer func() { b.cands = out }() // grown, for the next build
+	var seen map[string]struct{}
+	if c == nil {
+		seen = make(map[string]struct{}, max)
+	} else {
+		c.begin(max)
+	}
 	add := func(n Node) bool {
-		if _, dup := seen[n.AgentID]; !dup {
+		var s *slot
+		if c != nil {
+			var dup bool
+			if s, dup = c.candidate(n.AgentID, max); dup {
+				return len(out) < max
+			}
+		} else if _, dup := seen[n.AgentID]; dup {
+			return len(out) < max
+		} else {
 			seen[n.AgentID] = struct{}{}
-			out = append(out, n)
 		}
+		cd := candidate{e: b.digest(&n, s)}
+		if cd.e.remAt >= 0 {
+			cd.rem = n.LeaseExpiresAt.Sub(w.At).Milliseconds()
+		}
+		if cd.e.cuts > 0 {
+			cd.node = new(Node)
+			*cd.node = n
+		}
+		out = append(out, cd)
 		return len(out) < max
 	}
 	addAll := func(seq func(func(Node) bool)) bool {
@@ -87,17 +140,55 @@ func candidates(t Tree, w Wake, max int) []Node {
 type builder struct {
 	limits Limits
 	cut    int
-	cuts   int // strings cut by str so far
-	// buf is scratch for the encodings the builder only measures: every
-	// candidate digest and each envelope the binary search tries are
-	// appended to it in turn rather than each allocated anew.
-	buf []byte
-	// strs, times and ints back the digests' optional fields: a digest
-	// has up to a dozen pointers, and allocating each on its own was most
-	// of a build's allocations (BenchmarkBuild).
-	strs  []string
-	times []topics.Time
-	ints  []int64
+	cuts   int   // strings cut by str so far
+	err    error // a check of the byte accounting failed
+	*scratch
+	// strs and ints back the envelope's and the digests' optional
+	// fields, rather than an allocation each.
+	strs []string
+	ints []int64
+}
+
+// scratch is a build's working memory, none of which the snapshot it
+// returns refers to. It is pooled rather than allocated at every build:
+// allocations were a good part of a build's cost, counting their garbage
+// collection.
+type scratch struct {
+	// buf takes the encodings the builder only measures: each new digest
+	// and the envelopes.
+	buf   []byte
+	cands []candidate
+	// encs are the candidates' digests at the builder's cut and rems their
+	// lease remaining times (when they have a lease): the snapshot's nodes
+	// are the first len(s.Nodes). sums[k] and cutSums[k] are the encoded
+	// size and the strings cut of the first k.
+	encs          []*digestEnc
+	rems          []int64
+	sums, cutSums []int
+	// handleCuts[i] counts the strings cut in the first i handles.
+	handleCuts []int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// release returns s to the pool, but for the digests it points to and a
+// rare huge scratch (of limits far above the defaults).
+func (s *scratch) release() {
+	clear(s.cands[:cap(s.cands)])
+	clear(s.encs[:cap(s.encs)])
+	if cap(s.buf) > 1<<20 || cap(s.cands) > 1<<14 || cap(s.handleCuts) > 1<<14 {
+		return
+	}
+	scratchPool.Put(s)
+}
+
+// resize returns s with length n, reallocated if it is too short. Its
+// contents are not cleared.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // slabbed returns a pointer to v in *slab, starting a new slab of n when it
@@ -113,7 +204,7 @@ func slabbed[T any](slab *[]T, v T, n int) *T {
 
 // fit builds the snapshot with as many candidates as the byte budget allows.
 // ok is false when not even the envelope with the root fits.
-func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
+func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
 	l := b.limits
 	s := &topics.AgentTreeSnapshot{
 		SnapshotID:   w.SnapshotID,
@@ -130,11 +221,11 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 		s.RootAgentID = b.ptr(root.AgentID)
 	}
 	handles := make([]string, 0, l.MaxCorrelationHandles)
-	handleCuts := make([]int, 0, l.MaxCorrelationHandles) // strings cut in each handle: 0 or 1
+	before := b.cuts
+	b.handleCuts = append(b.handleCuts[:0], 0)
 	for h := range t.ActiveCorrelations() {
-		before := b.cuts
 		handles = append(handles, b.str(h))
-		handleCuts = append(handleCuts, b.cuts-before)
+		b.handleCuts = append(b.handleCuts, b.cuts-before)
 		if len(handles) == l.MaxCorrelationHandles {
 			break
 		}
@@ -149,20 +240,28 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 		OpenRequestCount:         stats.OpenRequests,
 	}
 
+	// Each candidate's digest at this cut, its encoded size and the
+	// strings cut in it, as sums over the first k candidates: sums[k],
+	// cutSums[k].
 	envCuts := b.cuts
-	digests := make([]topics.NodeDigest, len(cands))
-	sizes := make([]int, len(cands))    // encoded size of each digest
-	nodeCuts := make([]int, len(cands)) // strings cut in each digest
-	for i, n := range cands {
-		before := b.cuts
-		digests[i] = b.digest(n, w.At)
-		nodeCuts[i] = b.cuts - before
-		var err error
-		if b.buf, err = digests[i].AppendJSON(b.buf[:0]); err != nil {
-			// Digests hold only strings, ints and valid times.
-			panic(fmt.Sprintf("snapshot: encoding a digest: %v", err))
+	b.encs = resize(b.encs, len(cands))
+	b.rems = resize(b.rems, len(cands))
+	b.sums = resize(b.sums, len(cands)+1)
+	b.cutSums = resize(b.cutSums, len(cands)+1)
+	sums, cutSums := b.sums, b.cutSums
+	sums[0], cutSums[0] = 0, 0
+	for i, c := range cands {
+		e := c.e
+		if b.cut != l.MaxStringLength {
+			n := c.node
+			if n == nil {
+				n = nodeOf(&e.d)
+			}
+			e = b.digest(n, nil)
 		}
-		sizes[i] = len(b.buf)
+		b.encs[i], b.rems[i] = e, c.rem
+		sums[i+1] = sums[i] + e.size(c.rem)
+		cutSums[i+1] = cutSums[i] + e.cuts
 	}
 
 	// The most nodes that fit, dropping from the lowest rank; the envelope is
@@ -176,23 +275,30 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 	if s.RootAgentID != nil && len(cands) > 0 {
 		minNodes = 1
 	}
-	sums := make([]int, len(cands)+1) // sums[k], cutSums[k]: of the first k digests
-	cutSums := make([]int, len(cands)+1)
-	for i := range cands {
-		sums[i+1] = sums[i] + sizes[i]
-		cutSums[i+1] = cutSums[i] + nodeCuts[i]
-	}
-	handleCutSums := make([]int, len(handles)+1)
-	for i, c := range handleCuts {
-		handleCutSums[i+1] = handleCutSums[i] + c
-	}
-	envCuts -= handleCutSums[len(handles)]
+	handleCuts := b.handleCuts
+	envCuts -= handleCuts[len(handles)]
+	// The envelope is encoded once for each handle count tried (one, but
+	// when the handles do not fit): for other node counts only its
+	// counters change, and its size with them by their widths
+	// (counterWidth). The search tries some ten counts.
+	type envBase struct{ nh, size int } // the envelope's size less counterWidth
+	var bases [16]envBase
+	nbases := 0
 	size := func(nh, k int) int {
 		// A dropped handle is counted in omitted_correlation_handles, not
 		// in cut_strings.
 		s.Summary.ActiveCorrelationHandles = handles[:nh]
-		b.account(s, cands[:k], stats, nh, envCuts+handleCutSums[nh]+cutSums[k])
-		n := b.envelopeSize(s) + sums[k]
+		b.account(s, k, stats, nh, envCuts+handleCuts[nh]+cutSums[k])
+		i := 0
+		for i < nbases && bases[i].nh != nh {
+			i++
+		}
+		if i == nbases {
+			i = min(nbases, len(bases)-1) // (the handle search tries a dozen at most)
+			bases[i] = envBase{nh, b.envelopeSize(s) - counterWidth(s)}
+			nbases = i + 1
+		}
+		n := bases[i].size + counterWidth(s) + sums[k]
 		if k > 1 {
 			n += k - 1
 		}
@@ -223,17 +329,45 @@ func (b *builder) fit(t Tree, w Wake, cands []Node, stats Stats) (*topics.AgentT
 	}
 	k := largest(minNodes, len(cands), func(k int) bool { return fits(nh, k) })
 	n := size(nh, k) // leaves s's counters set for nh handles and k nodes
-	s.Nodes = digests[:k]
+	if env := b.envelopeSize(s); env+sums[k]+max(k-1, 0) != n {
+		// A field that changes with the node count and that counterWidth
+		// misses: the search may have chosen wrong, and no snapshot is
+		// better than a wrong one (the tests see this).
+		b.err = fmt.Errorf("snapshot: envelope of %d bytes measured as %d: the byte accounting is wrong", env, n-sums[k]-max(k-1, 0))
+	}
+	b.encs, b.rems = b.encs[:k], b.rems[:k]
+	s.Nodes = make([]topics.NodeDigest, k)
+	for i, e := range b.encs {
+		s.Nodes[i] = e.d
+		if e.remAt >= 0 {
+			s.Nodes[i].LeaseRemainingMs = slabbed(&b.ints, b.rems[i], k)
+		}
+	}
 	return s, n, true
 }
 
+// digest returns n's digest at the builder's cut and its encoding: the one
+// in slot s when the node has not changed since, else a new one, kept in s
+// for the next build when it can be reused.
+func (b *builder) digest(n *Node, s *slot) *digestEnc {
+	maxKeys := b.limits.MaxDedupeKeys
+	if s != nil && s.e != nil && s.e.matches(n, b.cut, maxKeys) {
+		return s.e
+	}
+	e := newDigestEnc(n, b.cut, maxKeys, &b.buf)
+	if s != nil && e.cuts == 0 {
+		s.e = e
+	}
+	return e
+}
+
 // account fills the summary's and truncation_meta's counters for a snapshot
-// that includes nodes.
-func (b *builder) account(s *topics.AgentTreeSnapshot, nodes []Node, stats Stats, handles, cuts int) {
-	s.Summary.NodeCountIncluded = len(nodes)
+// that includes the first k candidates.
+func (b *builder) account(s *topics.AgentTreeSnapshot, k int, stats Stats, handles, cuts int) {
+	s.Summary.NodeCountIncluded = k
 	omitted := stats.ByStatus
-	for _, n := range nodes {
-		omitted.Add(statusOf(n), -1)
+	for _, e := range b.encs[:k] {
+		omitted.Add(e.d.Status, -1)
 	}
 	// A tree whose totals disagree with its nodes (never, from the
 	// projection) must not produce negative counts.
@@ -243,7 +377,7 @@ func (b *builder) account(s *topics.AgentTreeSnapshot, nodes []Node, stats Stats
 		}
 	}
 	m := topics.TruncationMeta{
-		OmittedCountTotal:         max(stats.NodeCount-len(nodes), 0),
+		OmittedCountTotal:         max(stats.NodeCount-k, 0),
 		OmittedByStatus:           omitted,
 		ByteBudget:                b.limits.MaxBytes,
 		PolicyVersion:             PolicyVersion,
@@ -252,6 +386,22 @@ func (b *builder) account(s *topics.AgentTreeSnapshot, nodes []Node, stats Stats
 	}
 	s.TruncationMeta = m
 	s.Truncated = m.OmittedCountTotal > 0 || m.OmittedCorrelationHandles > 0 || m.CutStrings > 0
+}
+
+// counterWidth is the encoded width of the envelope's fields that account
+// sets: all that changes with the node count for a given handle count.
+func counterWidth(s *topics.AgentTreeSnapshot) int {
+	m := &s.TruncationMeta
+	c := &m.OmittedByStatus
+	n := len("false")
+	if s.Truncated {
+		n = len("true")
+	}
+	for _, v := range [...]int{s.Summary.NodeCountIncluded, m.OmittedCountTotal, m.OmittedCorrelationHandles, m.CutStrings,
+		c.Idle, c.Running, c.Blocked, c.Failed, c.Completed, c.Unknown} {
+		n += intLen(int64(v))
+	}
+	return n
 }
 
 // envelopeSize is the encoded size of s with an empty node list.
@@ -283,10 +433,10 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	if s.Nodes == nil {
 		s.Nodes = []topics.NodeDigest{}
 	}
-	// Encoded to check the accounting, not to keep: into the scratch
-	// buffer, grown at once to the size the encoding should have.
-	enc, err := s.AppendJSON(slices.Grow(b.buf[:0], measured))
-	b.buf = enc
+	// Encoded to check the accounting and for the wake to splice in (it
+	// is the caller's: not scratch), the nodes' encodings spliced in
+	// rather than encoded again, into a buffer of the size measured.
+	enc, err := topics.AppendSnapshotJSON(make([]byte, 0, measured), s, b.appendNode)
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("snapshot: encoding: %w", err)
 	}
@@ -304,49 +454,9 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	}, nil
 }
 
-func (b *builder) digest(n Node, at topics.Time) topics.NodeDigest {
-	d := topics.NodeDigest{
-		AgentID:           b.str(n.AgentID),
-		Role:              n.Role,
-		ParentAgentID:     b.ptr(n.ParentAgentID),
-		Status:            statusOf(n),
-		StatusUpdatedAt:   b.timePtr(n.StatusUpdatedAt),
-		ActiveRunID:       b.ptr(n.ActiveRunID),
-		ActiveTaskID:      b.ptr(n.ActiveTaskID),
-		Capability:        b.ptr(n.Capability),
-		LastSignalAt:      b.timePtr(n.LastSignalAt),
-		LastCorrelationID: b.ptr(n.LastCorrelationID),
-		OpenRequestCount:  max(n.OpenRequestCount, 0),
-		LastRequestKind:   b.ptr(n.LastRequestKind),
-	}
-	if d.Role == "" {
-		d.Role = topics.RoleUnknown
-	}
-	if n.LastSignalKind != "" {
-		k := n.LastSignalKind
-		d.LastSignalKind = &k // a few kinds: not worth a slab of its own type
-	}
-	if !n.LeaseExpiresAt.IsZero() {
-		d.LeaseOwner = b.ptr(n.LeaseOwner)
-		d.LeaseExpiresAt = b.timePtr(n.LeaseExpiresAt)
-		d.LeaseRemainingMs = slabbed(&b.ints, n.LeaseExpiresAt.Sub(at).Milliseconds(), b.limits.MaxNodes)
-	}
-	keys := n.RecentDedupeKeys
-	if len(keys) > b.limits.MaxDedupeKeys {
-		keys = keys[:b.limits.MaxDedupeKeys]
-	}
-	// The keys share the string slab too: a slice of it, full length and
-	// capacity, so that nothing appended to one digest's keys can reach
-	// another's.
-	if b.strs == nil || len(b.strs)+len(keys) > cap(b.strs) { // never nil: no keys encode as []
-		b.strs = make([]string, 0, max(len(keys), 8*b.limits.MaxNodes))
-	}
-	start := len(b.strs)
-	for _, k := range keys {
-		b.strs = append(b.strs, b.str(k))
-	}
-	d.RecentRequestDedupeKeys = b.strs[start:len(b.strs):len(b.strs)]
-	return d
+// appendNode appends the encoding of the snapshot's node i.
+func (b *builder) appendNode(dst []byte, i int) []byte {
+	return b.encs[i].appendTo(dst, b.rems[i])
 }
 
 func statusOf(n Node) topics.Status {
@@ -358,29 +468,18 @@ func statusOf(n Node) topics.Status {
 
 // str cuts s to the string bound, on a character boundary, counting cuts.
 func (b *builder) str(s string) string {
-	if len(s) <= b.cut || utf8.RuneCountInString(s) <= b.cut {
-		return s
+	s, cut := cutString(s, b.cut)
+	if cut {
+		b.cuts++
 	}
-	b.cuts++
-	i, n := 0, 0
-	for n < b.cut {
-		_, w := utf8.DecodeRuneInString(s[i:])
-		i += w
-		n++
-	}
-	return s[:i]
+	return s
 }
 
+// ptr is str's result as a pointer, nil for "": the envelope's three
+// optional strings share a slab.
 func (b *builder) ptr(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return slabbed(&b.strs, b.str(s), 8*b.limits.MaxNodes)
-}
-
-func (b *builder) timePtr(t topics.Time) *topics.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return slabbed(&b.times, t, 3*b.limits.MaxNodes)
+	return slabbed(&b.strs, b.str(s), 3)
 }

@@ -217,10 +217,14 @@ func buildAndCheck(tb testing.TB, tree *refTree, w snapshot.Wake, l snapshot.Lim
 	}
 	reads := tree.reads
 	enc := mustMarshal(tb, s)
+	if !bytes.Equal(info.Encoded, enc) {
+		tb.Fatalf("Info.Encoded is not the snapshot's encoding:\n%s", firstDiff(enc, info.Encoded))
+	}
 	o := newOracle(tree, w, l)
 	checkReads(tb, o, reads)
 	checkSnapshot(tb, o, now, s, info, enc)
 	checkDeterminism(tb, o, now, enc)
+	checkCached(tb, tree, w, l, now)
 	return s, info, enc
 }
 

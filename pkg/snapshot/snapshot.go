@@ -6,7 +6,10 @@
 // already ranked by each criterion of the inclusion order (the projection
 // serves them from its indexes) and precomputed totals, and the builder stops
 // reading as soon as it has max_nodes. Its cost depends on the limits, not on
-// the size of the run.
+// the size of the run. A tree that keeps a Cache (CachingTree, as the
+// projection's runs do) spares it most of that cost: a node's digest is
+// encoded when the node changed since the last wake that included it, not
+// at every wake.
 //
 // Determinism: for the same tree, wake and limits the snapshot is the same
 // bytes, except generated_at, snapshot_age_ms and stale, which depend on the

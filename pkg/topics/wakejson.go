@@ -54,6 +54,27 @@ func (s *AgentTreeSnapshot) AppendJSON(dst []byte) ([]byte, error) {
 	return appendReflect(dst, s)
 }
 
+// AppendSnapshotJSON appends s's JSON encoding to dst, exactly the bytes
+// s.AppendJSON appends, but with node i's encoding written by
+// appendNode(dst, i) rather than encoded from s.Nodes[i]. The snapshot
+// builder keeps its nodes' encodings from wake to wake (snapshot.Cache) and
+// splices them in, so that a wake encodes only its envelope and the nodes
+// that changed. The caller vouches that appendNode appends exactly the
+// encoding of s.Nodes[i] (NodeDigest.AppendJSON's bytes); a nil appendNode
+// encodes the nodes. On error dst is returned unchanged with Marshal's
+// error.
+func AppendSnapshotJSON(dst []byte, s *AgentTreeSnapshot, appendNode func(dst []byte, i int) []byte) ([]byte, error) {
+	if s == nil {
+		return append(dst, "null"...), nil
+	}
+	if out, ok := s.appendJSONWith(dst, appendNode); ok {
+		return out, nil
+	}
+	// A time outside encoding/json's years (the envelope's, or a node's
+	// encoded here): encoding/json fails on it too, with its own error.
+	return appendReflect(dst, s)
+}
+
 // AppendJSON appends the JSON encoding of d to dst: exactly the bytes
 // Marshal(d) returns. The snapshot builder sizes every candidate digest with
 // it. On error dst is returned unchanged with Marshal's error.
@@ -262,7 +283,11 @@ func (in *TriggerInput) appendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-func (s *AgentTreeSnapshot) appendJSON(dst []byte) ([]byte, bool) {
+func (s *AgentTreeSnapshot) appendJSON(dst []byte) ([]byte, bool) { return s.appendJSONWith(dst, nil) }
+
+// appendJSONWith is appendJSON with each node's encoding appended by
+// appendNode, or encoded here when appendNode is nil.
+func (s *AgentTreeSnapshot) appendJSONWith(dst []byte, appendNode func([]byte, int) []byte) ([]byte, bool) {
 	dst = append(dst, `{"snapshot_id":`...)
 	dst = appendJSONString(dst, s.SnapshotID)
 	dst = append(dst, `,"generated_at":`...)
@@ -285,7 +310,9 @@ func (s *AgentTreeSnapshot) appendJSON(dst []byte) ([]byte, bool) {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			if dst, ok = s.Nodes[i].appendJSON(dst); !ok {
+			if appendNode != nil {
+				dst = appendNode(dst, i)
+			} else if dst, ok = s.Nodes[i].appendJSON(dst); !ok {
 				return dst, false
 			}
 		}

@@ -87,6 +87,38 @@ func sameAsReference(t *testing.T, v any) {
 	if werr == nil && !bytes.Equal(app, append([]byte("pre"), want...)) || werr != nil && string(app) != "pre" {
 		t.Fatalf("%T: AppendJSON gives %q, want %q", v, app, want)
 	}
+	if s, ok := v.(*AgentTreeSnapshot); ok {
+		sameSplicedAsReference(t, s, want, werr)
+	}
+}
+
+// sameSplicedAsReference fails unless AppendSnapshotJSON gives s's
+// encoding, want (or encoding/json's error werr), both encoding the nodes
+// itself and splicing in their encodings made apart.
+func sameSplicedAsReference(t *testing.T, s *AgentTreeSnapshot, want []byte, werr error) {
+	t.Helper()
+	app, aerr := AppendSnapshotJSON([]byte("pre"), s, nil)
+	if (werr == nil) != (aerr == nil) || werr != nil && werr.Error() != aerr.Error() {
+		t.Fatalf("AppendSnapshotJSON error %v, encoding/json error %v", aerr, werr)
+	}
+	if werr == nil && !bytes.Equal(app, append([]byte("pre"), want...)) || werr != nil && string(app) != "pre" {
+		t.Fatalf("AppendSnapshotJSON gives %q, want %q", app, want)
+	}
+	if werr != nil || s == nil {
+		return // a node that does not encode has no encoding to splice
+	}
+	calls := 0
+	app, aerr = AppendSnapshotJSON([]byte("pre"), s, func(dst []byte, i int) []byte {
+		calls++
+		enc, err := s.Nodes[i].AppendJSON(nil)
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+		return append(dst, enc...)
+	})
+	if aerr != nil || !bytes.Equal(app, append([]byte("pre"), want...)) || calls != len(s.Nodes) {
+		t.Fatalf("AppendSnapshotJSON splicing %d of %d nodes gives %q, %v; want %q", calls, len(s.Nodes), app, aerr, want)
+	}
 }
 
 // checkAll compares the encoders on w, on each of its parts and on their
