@@ -218,6 +218,12 @@ func (p *Projection) FireDue(now topics.Time, pending *Pending) {
 			// No timer of the run's own: the due is its expiry, or stale
 			// (an event or a changed retention moved it).
 			if at, ok := p.expiryDue(r); ok && at <= now.UnixMilli() {
+				if _, woken := pending.trigs[r.id]; woken {
+					// Its last timers fired in this call: their wake
+					// needs the run. It expires at the next firing.
+					p.setDue(r.id, now.UnixMilli()+1, true)
+					continue
+				}
 				if err := p.expire(r, now.UnixMilli()); err != nil {
 					p.err = fmt.Errorf("%w: expiring run %q: %v", ErrStore, r.id, err)
 					return
@@ -428,7 +434,13 @@ func (p *Projection) Wakes(b *Pending, now time.Time, source topics.Time) ([]Bui
 				continue
 			}
 			began := time.Now() // monotonic, for Built.Build only
-			w, info, err := p.wake(p.runs[id], lane, trigs, now, source)
+			r := p.runs[id]
+			if r == nil {
+				// A run with triggers pending stays in memory (evict and
+				// expire skip it): this is a bug, reported, not a panic.
+				return out, fmt.Errorf("projection: run %q has triggers pending but is not in memory", id)
+			}
+			w, info, err := p.wake(r, lane, trigs, now, source)
 			if err != nil {
 				return out, err
 			}
