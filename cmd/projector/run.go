@@ -47,7 +47,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	cfg.MemoryLimit = projector.DefaultMemoryLimit
 	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit",
 		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
-			"to 90% of it, unless GOMEMLIMIT is set (CANOPY_MEMORY_LIMIT)")
+			"to 90% of it less Pebble's memtables and block cache, unless GOMEMLIMIT is set (CANOPY_MEMORY_LIMIT)")
 	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 60*time.Second, "how long the group's coordinator waits for members to rejoin in a rebalance")
@@ -110,12 +110,11 @@ func runProjector(args []string, stderr io.Writer) int {
 		return checkedConfig(stderr, "projector run", "canopy-projector")
 	}
 	// The Go runtime's soft limit: the collector works harder as the heap
-	// nears it instead of letting it double past the live data. 90%: the
-	// rest is for what the runtime does not count (the kernel's page cache
-	// charged to a container among it). An operator's own GOMEMLIMIT,
-	// which the runtime has read already, stands.
+	// nears it instead of letting it double past the live data
+	// (Config.GoMemLimit says what it leaves out). An operator's own
+	// GOMEMLIMIT, which the runtime has read already, stands.
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(cfg.MemoryLimit / 10 * 9)
+		debug.SetMemoryLimit(cfg.GoMemLimit())
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

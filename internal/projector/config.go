@@ -45,8 +45,8 @@ type Config struct {
 	// operator sizes the container by. The runs kept in memory are bounded
 	// by HotRunBytes of it, shared by every partition the instance owns
 	// (least recently used runs are evicted to Pebble beyond it), and
-	// cmd/projector sets the Go runtime's soft limit (GOMEMLIMIT) to 90% of
-	// it. Default 512 MiB.
+	// cmd/projector sets the Go runtime's soft limit (GOMEMLIMIT) from it
+	// (GoMemLimit). Default 512 MiB.
 	MemoryLimit int64
 	// Projection configures the projection and the snapshot limits. Its
 	// Memory budget, when nil, is made from MemoryLimit.
@@ -232,6 +232,20 @@ const minHotRunBytes = 16 << 20
 func (c Config) HotRunBytes() int64 {
 	c = c.withDefaults()
 	return (c.MemoryLimit - 2*int64(c.MemTableSize) - processOverhead) / 2
+}
+
+// pebbleBlockCache is Pebble's default block cache, which canopy uses.
+const pebbleBlockCache = 8 << 20
+
+// GoMemLimit is the Go runtime's soft memory limit (GOMEMLIMIT) that fits
+// MemoryLimit: 90% of it (the rest for what no allocator counts: page
+// cache charged to a container, thread stacks, kernel buffers) less
+// Pebble's two memtables and its block cache, which Pebble allocates
+// outside the Go heap when built with cgo, as canopy's binaries are (the
+// soak scenario found RSS 10% over a limit that counted them in).
+func (c Config) GoMemLimit() int64 {
+	c = c.withDefaults()
+	return c.MemoryLimit/10*9 - 2*int64(c.MemTableSize) - pebbleBlockCache
 }
 
 // Validate reports every problem with c, each with what to do about it.

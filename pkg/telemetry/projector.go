@@ -262,7 +262,7 @@ var (
 	descCacheBytes = prometheus.NewDesc(Namespace+"_pebble_block_cache_size_bytes",
 		"Bytes in Pebble's block cache.", nil, nil)
 	descMemoryLimit = prometheus.NewDesc(Namespace+"_projector_memory_limit_bytes",
-		"The instance's memory limit (-memory-limit); GOMEMLIMIT is 90% of it.", nil, nil)
+		"The instance's memory limit (-memory-limit), from which GOMEMLIMIT and the runs budget are derived.", nil, nil)
 	descHotLimit = prometheus.NewDesc(Namespace+"_projector_hot_runs_limit_bytes",
 		"The budget of runs kept in memory, shared by the instance's partitions: half of what the memory limit leaves after Pebble's memtables and the process.", nil, nil)
 	descHotBytes = prometheus.NewDesc(Namespace+"_projector_hot_runs_bytes",
