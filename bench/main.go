@@ -7,6 +7,7 @@
 //	go run ./bench                          the standard set (make bench)
 //	go run ./bench -scenario steady         one scenario
 //	go run ./bench -scenario max -brokers kafka:9092
+//	go run ./bench -scenario soak           bounded state: 5,000,000 events of runs that finish
 //	go run ./bench -kafka real              against Apache Kafka, started here
 package main
 
@@ -31,7 +32,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c harness.Config
-	scenarios := fs.String("scenario", "standard", "comma-separated scenarios ("+strings.Join(harness.Scenarios, ", ")+"), or standard for all")
+	scenarios := fs.String("scenario", "standard", "comma-separated scenarios ("+strings.Join(harness.Scenarios, ", ")+", or "+
+		strings.Join(harness.MoreScenarios, ", ")+", which run only when named), or standard for the standard set")
 	brokers := fs.String("brokers", "", "Kafka seed brokers, host:port,...; default a broker on loopback that -kafka names")
 	fs.StringVar(&c.Kafka, "kafka", harness.KafkaEmbedded, "the broker the harness starts when -brokers is empty: kfake (embedded, in this process) or\n"+
 		"real (Apache Kafka from tools/kafka/lib, a KRaft node in a child JVM; make test installs it)")
@@ -48,6 +50,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.MaxEvents, "max-events", 200_000, "events of the closed-loop scenarios (max, scale)")
 	fs.IntVar(&c.Backlog, "backlog", 1_000_000, "agent-lane backlog of priority, in events")
 	instances := fs.String("instances", "1,2,3", "projector instance counts scale compares")
+	fs.IntVar(&c.SoakEvents, "soak-events", 5_000_000, "events soak sends")
+	fs.Float64Var(&c.SoakRate, "soak-rate", 0, "soak's rate in events/s (default 60% of the maximum measured by max in the same run, at most 10,000)")
+	fs.IntVar(&c.SoakNodes, "soak-nodes", 20, "nodes of each of soak's runs, which finish")
+	fs.DurationVar(&c.SoakRetention, "soak-retention", 20e9, "the projector's -retention in soak")
+	fs.DurationVar(&c.SoakTimers, "soak-timers", harness.DefaultFinishTimers, "within how long of its last event each of soak's runs is finished (its expected_by; requests live half of it)")
+	fs.DurationVar(&c.SoakSampleEvery, "soak-sample", 5e9, "interval of soak's samples of RSS, heap, Pebble, changelog and live runs")
+	fs.DurationVar(&c.SoakCompactEvery, "soak-compact-every", 15e9, "how often soak compacts the embedded broker's compacted topics (negative: never)")
 	fs.IntVar(&c.FailoverInstances, "failover-instances", 2, "instances in failover, one of which is killed")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 3e9, "the projectors' group session timeout (the harness's brokers allow 1s and more)")
 	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write a CPU profile of each projector instance here (<stage>-i<n>.cpu.pprof; go tool pprof)")

@@ -9,9 +9,13 @@ import (
 	"time"
 )
 
-// Scenarios the harness knows, in the order the standard set runs them:
-// max first, because steady runs at half the maximum it measured.
+// Scenarios is the standard set, in the order it runs them: max first,
+// because steady runs at half the maximum it measured.
 var Scenarios = []string{"max", "steady", "grow", "priority", "scale", "failover"}
+
+// MoreScenarios run only when named (Config.Scenarios): soak sends millions
+// of events for minutes, too long for the standard set.
+var MoreScenarios = []string{"soak"}
 
 // The brokers the harness can start (Config.Kafka).
 const (
@@ -22,8 +26,8 @@ const (
 // Config configures a harness invocation. Zero fields take the default
 // their comment names.
 type Config struct {
-	// Scenarios to run, from Scenarios; default all of them (the standard
-	// set), in that order.
+	// Scenarios to run, from Scenarios and MoreScenarios; default all of
+	// Scenarios (the standard set), in that order.
 	Scenarios []string
 	// Brokers are the seed brokers of the Kafka to run against; default
 	// none: a broker on loopback that the harness starts, of the kind
@@ -98,6 +102,32 @@ type Config struct {
 	// Command is the command line recorded in the result; default
 	// "go run ./bench".
 	Command string
+
+	// SoakEvents is about how many events soak sends; default 5,000,000.
+	SoakEvents int
+	// SoakRate is soak's open-loop rate in events/s; default 60% of the
+	// maximum measured by max in the same invocation (max runs first if
+	// needed), at most 10,000 (soak is bound by memory: see soakMaxRate).
+	SoakRate float64
+	// SoakNodes are the nodes of each of soak's runs; default 20 (about
+	// 220 events a run, so that 5,000,000 events make over 20,000 runs).
+	SoakNodes int
+	// SoakRetention is the projector's -retention in soak: how long a
+	// finished run is kept after its last event; default 20s.
+	SoakRetention time.Duration
+	// SoakTimers bounds the timers of soak's runs (TreeSpec.FinishTimers):
+	// delegations expect a result within it, requests live half of it, so
+	// a run is finished at most this long after its last event; default
+	// DefaultFinishTimers (20s).
+	SoakTimers time.Duration
+	// SoakSampleEvery is the interval of soak's samples (RSS, heap, Pebble,
+	// changelog, live runs); default 5s.
+	SoakSampleEvery time.Duration
+	// SoakCompactEvery is how often soak has the embedded broker compact
+	// its compacted topics (kfake's own cleaner runs every
+	// log.cleaner.backoff.ms, an hour by default; Kafka's default is 15 s);
+	// default 15s; negative: never. Other brokers compact on their own.
+	SoakCompactEvery time.Duration
 }
 
 // ErrConfig is wrapped by Validate's error.
@@ -162,6 +192,24 @@ func (c Config) WithDefaults() Config {
 	if c.Command == "" {
 		c.Command = "go run ./bench"
 	}
+	if c.SoakEvents == 0 {
+		c.SoakEvents = 5_000_000
+	}
+	if c.SoakNodes == 0 {
+		c.SoakNodes = 20
+	}
+	if c.SoakRetention == 0 {
+		c.SoakRetention = 20 * time.Second
+	}
+	if c.SoakTimers == 0 {
+		c.SoakTimers = DefaultFinishTimers
+	}
+	if c.SoakSampleEvery == 0 {
+		c.SoakSampleEvery = 5 * time.Second
+	}
+	if c.SoakCompactEvery == 0 {
+		c.SoakCompactEvery = 15 * time.Second
+	}
 	return c
 }
 
@@ -170,8 +218,8 @@ func (c Config) Validate() error {
 	c = c.WithDefaults()
 	var ps []string
 	for _, s := range c.Scenarios {
-		if !slices.Contains(Scenarios, s) {
-			ps = append(ps, fmt.Sprintf("scenario %q: want one of %s", s, strings.Join(Scenarios, ", ")))
+		if !slices.Contains(Scenarios, s) && !slices.Contains(MoreScenarios, s) {
+			ps = append(ps, fmt.Sprintf("scenario %q: want one of %s", s, strings.Join(append(slices.Clone(Scenarios), MoreScenarios...), ", ")))
 		}
 	}
 	for _, b := range c.Brokers {
@@ -209,6 +257,12 @@ func (c Config) Validate() error {
 	check(c.FailoverWarmup >= time.Second, "failover warm-up %v: want 1s or more", c.FailoverWarmup)
 	check(c.SessionTimeout >= time.Second, "session timeout %v: want 1s or more", c.SessionTimeout)
 	check(c.ProgressEvery > 0, "progress interval %v: want more than 0", c.ProgressEvery)
+	check(c.SoakEvents >= 1000, "soak events %d: want 1000 or more", c.SoakEvents)
+	check(c.SoakRate >= 0, "soak rate %v: want 0 (60%% of the measured maximum) or more", c.SoakRate)
+	check(c.SoakNodes >= 2, "soak nodes %d: want 2 or more", c.SoakNodes)
+	check(c.SoakRetention >= time.Second, "soak retention %v: want 1s or more", c.SoakRetention)
+	check(c.SoakTimers >= 100*time.Millisecond, "soak timers %v: want 100ms or more", c.SoakTimers)
+	check(c.SoakSampleEvery >= 100*time.Millisecond, "soak sample interval %v: want 100ms or more", c.SoakSampleEvery)
 	if len(ps) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(ps, "; "))
 	}

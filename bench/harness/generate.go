@@ -29,7 +29,31 @@ type TreeSpec struct {
 	// Seed drives every random choice: the same spec and the same times
 	// give the same events.
 	Seed uint64
+	// Finish makes the run end finished, as pkg/projection's Run.Finished
+	// means it, so that retention can expire it: every lease is released
+	// (blocked nodes give theirs back, nodes that would stay running renew
+	// once and then complete), every completion is acknowledged (no
+	// forwarding grace is left pending), delegations expect a result
+	// within FinishTimers and requests live half of it, and the root
+	// completes once every other node's lifecycle is over. Once those
+	// timers have fired (FinishTimers after the run's last event at most)
+	// nothing is left that can happen to the run. Default false: the root
+	// stays running and some nodes hold leases for good, as in the
+	// standard scenarios, whose traffic (and so figures) this leaves
+	// exactly as it was. A finishing tree's nodes draw their outcomes with
+	// the same shares.
+	Finish bool
+	// FinishTimers bounds a finishing run's timers: each falls due within
+	// it of the event that set it, so within it of the run's last event.
+	// Default DefaultFinishTimers. Ignored without Finish.
+	FinishTimers time.Duration
 }
+
+// DefaultFinishTimers is TreeSpec.FinishTimers's default: an expected_by 20
+// s after each delegation, a request TTL of 10 s (an ordinary run's are 10
+// minutes and 120 s), so that a finished run's last timer fires soon after
+// its last event.
+const DefaultFinishTimers = 20 * time.Second
 
 // Shares of non-root nodes that end blocked, failed or still running
 // (holding a lease); the rest complete. A share of nodes raise a request.
@@ -87,6 +111,7 @@ type Tree struct {
 	outcome     []uint8
 	request     []bool
 	started     bool
+	rootDone    bool // a finishing tree's root completion was emitted
 	emitted     int
 }
 
@@ -106,6 +131,9 @@ func NewTree(spec TreeSpec) *Tree {
 	}
 	if spec.MaxDepth <= 0 {
 		spec.MaxDepth = 4
+	}
+	if spec.FinishTimers <= 0 {
+		spec.FinishTimers = DefaultFinishTimers
 	}
 	// The smallest even plan width that fits the nodes into the depth
 	// budget: perPlan^1 + ... + perPlan^depth >= nodes-1.
@@ -171,6 +199,13 @@ func (t *Tree) Next(at time.Time) (topics.Event, bool) {
 			continue
 		}
 		if len(t.live) == 0 {
+			// Every node was created (else a band would have been
+			// planned) and every lifecycle is over.
+			if t.spec.Finish && !t.rootDone {
+				t.rootDone = true
+				t.emitted++
+				return t.event(t.id(0), "", &topics.NodeCompleted{}, at), true
+			}
 			return topics.Event{}, false
 		}
 		k := t.rng.IntN(len(t.live))
@@ -228,7 +263,11 @@ func (t *Tree) planBand() {
 				return &topics.NodeCreated{ParentAgentID: parent, Role: role, Capability: capability, TaskID: step}
 			}},
 			pending{agent: child, corr: corr(c), data: func(at time.Time) topics.Payload {
-				expected := topics.NewTime(at.Add(10 * time.Minute))
+				expectedBy := 10 * time.Minute
+				if t.spec.Finish {
+					expectedBy = t.spec.FinishTimers
+				}
+				expected := topics.NewTime(at.Add(expectedBy))
 				return &topics.NodeDelegated{ExpectedBy: &expected, TaskID: step, ChildRunID: t.spec.RunID + "/" + child}
 			}})
 		switch r := t.rng.Float64(); {
@@ -274,18 +313,29 @@ func (t *Tree) lifecycle(i int, at time.Time) (*topics.Event, bool) {
 		if !t.request[i] {
 			return nil, false
 		}
+		ttl := int64(120000)
+		if t.spec.Finish {
+			ttl = max(t.spec.FinishTimers.Milliseconds()/2, 1)
+		}
 		data = &topics.Request{RequestID: fmt.Sprintf("req-%06d", i), RequestKind: "clarification",
-			DedupeKey: fmt.Sprintf("ask-%d", i%11), TTLMs: 120000}
+			DedupeKey: fmt.Sprintf("ask-%d", i%11), TTLMs: ttl}
 	case stepOutcome:
 		switch t.outcome[i] {
 		case outcomeBlocked:
 			t.pos[i] = stepDone
+			if t.spec.Finish {
+				t.pos[i] = stepRelease // it gives its lease back while it waits
+			}
 			data = &topics.NodeStatus{Status: topics.StatusBlocked, Reason: "needs:credential"}
 		case outcomeFailed:
 			t.pos[i] = stepRelease
 			data = &topics.Failed{ErrorCode: "tool_error"}
 		case outcomeRunning:
 			t.pos[i] = stepDone
+			if t.spec.Finish {
+				// Long work that ends: the renewal, then a result.
+				t.pos[i], t.outcome[i] = stepOutcome, outcomeComplete
+			}
 			data = topics.NewLease(topics.TypeLeaseRenewed, topics.Lease{Owner: owner,
 				ExpiresAt: topics.NewTime(at.Add(time.Duration(20+i%40) * time.Second))})
 		default:
@@ -296,12 +346,13 @@ func (t *Tree) lifecycle(i int, at time.Time) (*topics.Event, bool) {
 	case stepRelease:
 		correlation = ""
 		data = &topics.LeaseReleased{Owner: owner}
-		if t.outcome[i] == outcomeFailed {
+		if t.outcome[i] == outcomeFailed || t.outcome[i] == outcomeBlocked {
 			t.pos[i] = stepDone
 		}
 	case stepCompleted:
 		data = &topics.NodeCompleted{}
-		if i%2 != 0 {
+		if i%2 != 0 && !t.spec.Finish {
+			// Left unacknowledged: the forwarding grace runs out.
 			t.pos[i] = stepDone
 		}
 	case stepAck:

@@ -83,8 +83,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Broker += "; warmed up with one unmeasured max scenario before the first"
 	}
 	for _, name := range cfg.Scenarios {
-		if name == "steady" && cfg.Rate == 0 && h.maxRate == 0 && !contains(rep.Scenarios, "max") {
-			// steady runs at half the maximum of this invocation.
+		needsMax := name == "steady" && cfg.Rate == 0 || name == "soak" && cfg.SoakRate == 0
+		if needsMax && h.maxRate == 0 && !contains(rep.Scenarios, "max") {
+			// steady runs at half the maximum of this invocation, soak at
+			// 60% of it.
 			res, err := h.scenario(ctx, "max")
 			if err != nil {
 				return rep, err
@@ -119,7 +121,7 @@ func (h *Harness) scenario(ctx context.Context, name string) (*ScenarioResult, e
 	load := loadAvg()
 	fmt.Fprintf(h.cfg.Progress, "== %s (load average %.2f)\n", name, load)
 	run := map[string]func(context.Context) (*ScenarioResult, error){"max": h.runMax, "steady": h.runSteady,
-		"grow": h.runGrow, "priority": h.runPriority, "scale": h.runScale, "failover": h.runFailover}[name]
+		"grow": h.runGrow, "priority": h.runPriority, "scale": h.runScale, "failover": h.runFailover, "soak": h.runSoak}[name]
 	if run == nil {
 		return nil, fmt.Errorf("unknown scenario %q", name)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,9 @@ func TestDecodeWake(t *testing.T) {
 
 // TestRun runs every scenario, tiny, against the embedded broker and real
 // projector processes, and checks that the report's fields are filled and
-// sane, and that RESULTS.md's other sections survive the rewrite.
+// sane, and that RESULTS.md's other sections survive the rewrite. soak,
+// which runs only when named, is named: its runs finish within a second and
+// expire a second later.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts projector processes")
@@ -140,7 +143,9 @@ func TestRun(t *testing.T) {
 	var progress strings.Builder
 	cfg := Config{Projector: bin, Partitions: 2, Duration: 2 * time.Second, Rate: 300, Runs: 4, Nodes: 30, HugeShare: 0.25,
 		HugeNodes: 500, HumanRate: 10, MaxEvents: 3000, Backlog: 5000, Instances: []int{1, 2}, SessionTimeout: time.Second,
-		FailoverWarmup: time.Second, WorkDir: tmp, Progress: &progress, ProgressEvery: time.Second}
+		FailoverWarmup: time.Second, WorkDir: tmp, Progress: &progress, ProgressEvery: time.Second,
+		Scenarios: append(slices.Clone(Scenarios), MoreScenarios...), SoakEvents: 3000, SoakRate: 1000, SoakNodes: 10,
+		SoakRetention: time.Second, SoakTimers: time.Second, SoakSampleEvery: 250 * time.Millisecond, SoakCompactEvery: time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
@@ -148,8 +153,8 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Scenarios) != len(Scenarios) {
-		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(Scenarios))
+	if len(rep.Scenarios) != len(cfg.Scenarios) {
+		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(cfg.Scenarios))
 	}
 	byName := map[string]*ScenarioResult{}
 	for _, s := range rep.Scenarios {
@@ -202,6 +207,30 @@ func TestRun(t *testing.T) {
 	if f := byName["failover"]; f.Baselines["failoverSeconds"] <= 0 || len(f.Steps) == 0 {
 		t.Errorf("failover: %v, steps %v: want the killed instance's partitions resumed", f.Baselines, f.Steps)
 	}
+	so := byName["soak"]
+	if b := so.Baselines; b["runsEnded"] <= 0 || b["runsExpired"] != b["runsEnded"] || b["changelogTombstonesAtEnd"] <= 0 || b["compactions"] <= 0 {
+		t.Errorf("soak: %v: want every ended run expired, tombstones counted, compactions", b)
+	}
+	if len(so.Series) < 3 || len(so.Steps) < 3 || so.Steps[len(so.Steps)-1]["phase"] != "drain" {
+		t.Errorf("soak: %d samples, steps %v: want a series, tenths of it and the drain's end", len(so.Series), so.Steps)
+	}
+	for _, x := range so.Series {
+		for _, k := range []string{"rssBytes", "heapInuseBytes", "pebbleBytes", "changelogBytes", "liveRuns"} {
+			if v, ok := x[k].(int64); !ok || (v <= 0 && k != "pebbleBytes") {
+				t.Errorf("soak: sample %v: %s not measured", x, k)
+			}
+		}
+	}
+	soakTargets := 0
+	for _, tg := range so.Targets {
+		if tg.Measured == "not measured" {
+			t.Errorf("soak: target %+v: not measured", tg)
+		}
+		soakTargets++
+	}
+	if soakTargets != 4 {
+		t.Errorf("soak: %d targets, want RSS, Pebble and changelog growth and RSS against the limit", soakTargets)
+	}
 	if len(rep.Targets) < 5 {
 		t.Errorf("%d targets reported, want every scenario's", len(rep.Targets))
 	}
@@ -247,5 +276,16 @@ func TestConfig(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
+	}
+	// soak runs only when named.
+	if slices.Contains((Config{}).WithDefaults().Scenarios, "soak") {
+		t.Error("soak is in the standard set")
+	}
+	if err := (Config{Scenarios: []string{"soak"}}).Validate(); err != nil {
+		t.Errorf("soak: %v", err)
+	}
+	if err := (Config{Scenarios: []string{"soak"}, SoakEvents: 10, SoakRetention: time.Millisecond}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "soak events 10") || !strings.Contains(err.Error(), "soak retention 1ms") {
+		t.Errorf("soak's bad config: %v", err)
 	}
 }

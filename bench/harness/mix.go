@@ -31,6 +31,12 @@ type MixSpec struct {
 	Total int
 	// Seed drives the choices; default 1.
 	Seed uint64
+	// Finish makes every run end finished (TreeSpec.Finish), so that a
+	// projector's retention expires it; default false.
+	Finish bool
+	// FinishTimers bounds finishing runs' timers (TreeSpec.FinishTimers);
+	// default DefaultFinishTimers.
+	FinishTimers time.Duration
 }
 
 func (s MixSpec) withDefaults() MixSpec {
@@ -59,7 +65,7 @@ func (s MixSpec) withDefaults() MixSpec {
 type Mix struct {
 	spec    MixSpec
 	rng     *rand.Rand
-	mu      sync.Mutex // guards slots, for ActiveRun from another goroutine
+	mu      sync.Mutex // guards slots and the counts, for ActiveRun, Started and Ended from another goroutine
 	slots   []*Tree
 	started int
 	ended   int
@@ -93,7 +99,7 @@ func (m *Mix) newTree() *Tree {
 		nodes = m.spec.HugeNodes
 	}
 	return NewTree(TreeSpec{RunID: fmt.Sprintf("%s-%05d", m.spec.Prefix, n), SessionID: "bench", Nodes: nodes,
-		MaxDepth: m.spec.MaxDepth, Seed: m.spec.Seed*1_000_003 + uint64(n)})
+		MaxDepth: m.spec.MaxDepth, Seed: m.spec.Seed*1_000_003 + uint64(n), Finish: m.spec.Finish, FinishTimers: m.spec.FinishTimers})
 }
 
 // Next returns the next event, occurring at at, and false when a Total is
@@ -112,8 +118,8 @@ func (m *Mix) Next(at time.Time) (topics.Event, bool) {
 			return ev, true
 		}
 		// The run is over: its marker next, and another run in its place.
-		m.ended++
 		m.mu.Lock()
+		m.ended++
 		if m.spec.Total == 0 || m.started < m.spec.Total {
 			m.slots[k] = m.newTree()
 		} else {
@@ -136,8 +142,21 @@ func (m *Mix) ActiveRun(rng *rand.Rand) string {
 	return m.slots[rng.IntN(len(m.slots))].RunID()
 }
 
-// Started is how many runs have been started.
-func (m *Mix) Started() int { return m.started }
+// Started is how many runs have been started. It may be called while
+// another goroutine calls Next.
+func (m *Mix) Started() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.started
+}
+
+// Ended is how many runs' traffic is over (their marker was returned or is
+// the next event). It may be called while another goroutine calls Next.
+func (m *Mix) Ended() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ended
+}
 
 // MarkerAgent is the agent id of the marker events.
 const MarkerAgent = "bench-marker"

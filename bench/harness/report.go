@@ -107,7 +107,10 @@ type ScenarioResult struct {
 	Baselines map[string]float64 `json:"baselines,omitempty"`
 	// Steps are scenario-specific rows (grow's sizes, scale's instance
 	// counts, failover's partitions).
-	Steps   []map[string]any `json:"steps,omitempty"`
+	Steps []map[string]any `json:"steps,omitempty"`
+	// Series are a scenario's samples over time, when it takes them
+	// (soak's every few seconds; Steps has every tenth of them or so).
+	Series  []map[string]any `json:"series,omitempty"`
 	Targets []Target         `json:"targets,omitempty"`
 	Notes   []string         `json:"notes,omitempty"`
 }

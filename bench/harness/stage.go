@@ -63,6 +63,13 @@ type stage struct {
 	// (open-loop scenarios); closed-loop scenarios, whose latency is the
 	// queue they build on purpose, track only what they wait for.
 	latency bool
+	// args are more flags of the stage's projector instances, after the
+	// harness's own and before Config.ProjectorArgs.
+	args []string
+	// onAck, when set, is called with every event the broker
+	// acknowledged, its run and id, and its record (offset set), on the
+	// producer's goroutine.
+	onAck func(run, id string, rec *kgo.Record)
 }
 
 // lateAfter is how far behind its schedule a send counts as late.
@@ -108,7 +115,7 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 			}
 			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"))
 		}
-		args = append(args, s.h.cfg.ProjectorArgs...)
+		args = append(append(args, s.args...), s.h.cfg.ProjectorArgs...)
 		p, err := startProc(name, s.h.cfg.Projector, args)
 		if err != nil {
 			return err
@@ -282,7 +289,8 @@ func (s *stage) send(ctx context.Context, ev *topics.Event, sched time.Time) err
 		s.tr.sent(k, sched)
 	}
 	s.sent.Add(1)
-	s.producer.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+	run, id := ev.RunID, ev.ID
+	s.producer.Produce(ctx, rec, func(rec *kgo.Record, err error) {
 		now := time.Now()
 		if err != nil {
 			s.sendErrs.Add(1)
@@ -296,6 +304,9 @@ func (s *stage) send(ctx context.Context, ev *topics.Event, sched time.Time) err
 		s.lastAck.Store(now.UnixNano())
 		if k != "" {
 			s.tr.acked(k, now)
+		}
+		if s.onAck != nil {
+			s.onAck(run, id, rec)
 		}
 	})
 	return nil

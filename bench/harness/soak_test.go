@@ -1,0 +1,80 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestParseMetrics reads Prometheus's text format as the projector serves
+// it: comments skipped, label sets summed by name, exponents read.
+func TestParseMetrics(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP go_memstats_heap_inuse_bytes Number of heap bytes that are in use.
+# TYPE go_memstats_heap_inuse_bytes gauge
+go_memstats_heap_inuse_bytes 1.2345e+08
+canopy_projector_consumer_lag_records{partition="0",topic="a"} 3
+canopy_projector_consumer_lag_records{partition="1",topic="a b}"} 4
+
+process_resident_memory_bytes 4.2e+07 1700000000000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"go_memstats_heap_inuse_bytes": 1.2345e8, "canopy_projector_consumer_lag_records": 7, "process_resident_memory_bytes": 4.2e7}
+	if len(m) != len(want) {
+		t.Fatalf("parsed %v, want %v", m, want)
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %v, want %v", k, m[k], v)
+		}
+	}
+	if _, err := parseMetrics(strings.NewReader("a{b=\"c\"\n")); err == nil {
+		t.Error("unclosed labels: no error")
+	}
+}
+
+// TestSoakTargets: the growth verdicts look at the last third of the sends
+// only (not the warm-up, not the drain), the largest sample against the
+// third's first; the RSS verdict at every sample.
+func TestSoakTargets(t *testing.T) {
+	const mib = 1 << 20
+	var xs []soakSample
+	for i := range 10 {
+		x := soakSample{at: time.Duration(i) * time.Second, rss: 100 * mib, pebble: int64(10+10*i) * mib, changelog: 50 * mib, changelogOK: true}
+		if i >= 6 { // the last third: 6 s to 9 s
+			x.rss = 105 * mib
+		}
+		xs = append(xs, x)
+	}
+	xs = append(xs, soakSample{at: 12 * time.Second, drain: true, rss: 600 * mib, changelog: 500 * mib, changelogOK: true})
+	ts := soakTargets(xs, 9*time.Second, 0, 512*mib)
+	if len(ts) != 4 {
+		t.Fatalf("%d targets: %+v", len(ts), ts)
+	}
+	find := func(prefix string) Target {
+		for _, tg := range ts {
+			if strings.HasPrefix(tg.Name, prefix) {
+				return tg
+			}
+		}
+		t.Fatalf("no target %q in %+v", prefix, ts)
+		return Target{}
+	}
+	// RSS: 105 MiB throughout the last third (its step up is before it).
+	if tg := find("projector RSS, last third"); !tg.Met || tg.Measured != "1.00x" {
+		t.Errorf("RSS growth: %+v, want met at 1.00x", tg)
+	}
+	// Pebble: 70 MiB at 6 s to 100 MiB at 9 s: 1.43x, a miss.
+	if tg := find("Pebble bytes, last third"); tg.Met || tg.Measured != "1.43x" {
+		t.Errorf("Pebble growth: %+v, want missed at 1.43x", tg)
+	}
+	// The changelog's jump is in the drain: not counted.
+	if tg := find("changelog bytes, last third"); !tg.Met || tg.Measured != "1.00x" {
+		t.Errorf("changelog growth: %+v, want met at 1.00x", tg)
+	}
+	// The RSS limit is checked throughout, drain included.
+	if tg := find("projector RSS, largest sample"); tg.Met || tg.Measured != "600 MiB" {
+		t.Errorf("RSS against the limit: %+v, want 600 MiB, missed", tg)
+	}
+}
