@@ -909,7 +909,8 @@ func TestNotes(t *testing.T) {
 }
 
 // TestGoMemLimit: GOMEMLIMIT is 90% of each container's memory limit, in
-// bytes, whatever form the limit is written in, and the projector's
+// bytes, whatever form the limit is written in (the projector's less what
+// Pebble allocates outside the Go heap), and the projector's
 // -memory-limit (CANOPY_MEMORY_LIMIT) the limit itself; it is unset when turned
 // off, and a limit the chart cannot read fails the render instead of
 // giving the Go runtime a wrong limit.
@@ -917,12 +918,15 @@ func TestGoMemLimit(t *testing.T) {
 	for _, tc := range []struct {
 		memory, want string
 	}{
-		{"", "1932735283"}, // the default 2Gi
-		{"512Mi", "483183820"},
-		{"1G", "900000000"},
-		{"1.5Gi", "1449551462"},
-		{"3000000000", "2700000000"},
-		{"1e9", "900000000"},
+		// 90% of the limit less Pebble's two 32 MiB memtables and 8 MiB
+		// block cache (75,497,472 bytes), which it allocates outside the
+		// Go heap.
+		{"", "1857237811"}, // the default 2Gi
+		{"512Mi", "407686348"},
+		{"1G", "824502528"},
+		{"1.5Gi", "1374053990"},
+		{"3000000000", "2624502528"},
+		{"1e9", "824502528"},
 	} {
 		args := []string{"-f", requiredValues}
 		if tc.memory != "" {
@@ -936,8 +940,8 @@ func TestGoMemLimit(t *testing.T) {
 			t.Errorf("memory limit %q: GOMEMLIMIT %q (%v), want %q bytes, 90%%", tc.memory, e.Value, e.ValueFrom, tc.want)
 		}
 		limit := c.Resources.Limits[corev1.ResourceMemory]
-		if got, err := strconv.ParseInt(e.Value, 10, 64); err != nil || got >= limit.Value() || got < limit.Value()*85/100 {
-			t.Errorf("memory limit %s: GOMEMLIMIT %s is not about 90%% of it", limit.String(), e.Value)
+		if got, err := strconv.ParseInt(e.Value, 10, 64); err != nil || got != limit.Value()*9/10-75497472 && got != limit.Value()*9/10-75497472-1 {
+			t.Errorf("memory limit %s: GOMEMLIMIT %s is not 90%% of it less Pebble's memory", limit.String(), e.Value)
 		}
 		// The projector's own budget is the whole limit, in bytes.
 		if m, _ := env(c, "CANOPY_MEMORY_LIMIT"); m.Value != strconv.FormatInt(limit.Value(), 10) {

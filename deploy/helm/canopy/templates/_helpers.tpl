@@ -220,8 +220,12 @@ app.kubernetes.io/component: {{ .component }}
      from the value. */}}
 {{- define "canopy.goMemLimitEnv" -}}
 {{- if and .enabled .resources .resources.limits .resources.limits.memory }}
+{{- /* 90% of the limit, less what the container allocates outside the Go
+       heap that the chart knows of (.reserve bytes: the projector's Pebble
+       memtables and block cache), as the projector's own -memory-limit does. */}}
+{{- $v := include "canopy.bytes" .resources.limits.memory | float64 | mulf 0.9 | floor }}
 - name: GOMEMLIMIT
-  value: {{ include "canopy.bytes" .resources.limits.memory | float64 | mulf 0.9 | floor | printf "%.0f" | quote }}
+  value: {{ subf $v (.reserve | default 0 | float64) | printf "%.0f" | quote }}
 {{- end }}
 {{- end -}}
 
