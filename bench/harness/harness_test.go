@@ -214,11 +214,18 @@ func TestRun(t *testing.T) {
 	if len(so.Series) < 3 || len(so.Steps) < 3 || so.Steps[len(so.Steps)-1]["phase"] != "drain" {
 		t.Errorf("soak: %d samples, steps %v: want a series, tenths of it and the drain's end", len(so.Series), so.Steps)
 	}
-	for _, x := range so.Series {
-		for _, k := range []string{"rssBytes", "heapInuseBytes", "pebbleBytes", "changelogBytes", "liveRuns"} {
-			if v, ok := x[k].(int64); !ok || (v <= 0 && k != "pebbleBytes") {
-				t.Errorf("soak: sample %v: %s not measured", x, k)
+	// Each measure is taken: in some sample at least, since one scrape or
+	// DescribeLogDirs can fail on a loaded machine (the run notes it), and
+	// the tiny soak's changelog can be compacted to nothing between two.
+	for _, k := range []string{"rssBytes", "heapInuseBytes", "pebbleBytes", "changelogBytes", "liveRuns"} {
+		measured := false
+		for _, x := range so.Series {
+			if v, ok := x[k].(int64); ok && v > 0 {
+				measured = true
 			}
+		}
+		if !measured {
+			t.Errorf("soak: %s not measured in any of %d samples: %v", k, len(so.Series), so.Series)
 		}
 	}
 	soakTargets := 0
