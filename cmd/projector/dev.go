@@ -50,6 +50,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8081", "the projector's query endpoint (loopback)")
 		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
 		memtableMB = fs.Float64("memtable-mb", 32, "size of each of the projector's Pebble memtables, in MiB")
+		maxHot     = fs.Int("max-hot-nodes", 0, "nodes the projector keeps in memory per partition (default: run's default); a small value shows eviction")
 		kafka      = fs.String("kafka", "kfake", "the broker to start: kfake (embedded, instant) or real (Apache Kafka from tools/kafka/lib,\n"+
 			"a KRaft node in a child JVM; ./tools/install.sh installs it)")
 		brokers = fs.String("brokers", "", "use this Kafka (host:port,...) instead of starting one; the demo's topics get a prefix of their own")
@@ -69,7 +70,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
-		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), kafka: *kafka,
+		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), maxHotNodes: *maxHot, kafka: *kafka,
 		brokers: splitList(*brokers)}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "projector dev: %v\n", err)
 		return 1
@@ -84,6 +85,7 @@ type devOptions struct {
 	dataDir               string
 	httpAddr, gatewayAddr string
 	memTableSize          int
+	maxHotNodes           int
 	kafka                 string   // kfake or real: the broker to start
 	brokers               []string // a Kafka to use instead
 }
@@ -166,6 +168,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	group := names.Prefix + "-dev"
 	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
 		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
+	pcfg.Projection.MaxHotNodes = o.maxHotNodes
 	in, err := instrument(ctx, &pcfg)
 	if err != nil {
 		return err

@@ -76,7 +76,11 @@ func TestQueriesAgainstPrometheus(t *testing.T) {
 		// Memtables of 256 KiB, so that Pebble flushes, compacts and reads
 		// tables (the block cache) within the test, as it does in
 		// production over hours.
-		"-memtable-mb", "0.25")
+		"-memtable-mb", "0.25",
+		// Fewer nodes in memory per partition than two of its runs have,
+		// so that runs are evicted and read back (the Runs in memory
+		// panel): partition 1 gets run-1, run-2 and run-3.
+		"-max-hot-nodes", "100")
 	devOut := startProcess(t, dev)
 	addrs := devOut.await(t, regexp.MustCompile(`embedded Kafka on ([0-9.:]+),`),
 		regexp.MustCompile(`gateway on http://([0-9.:]+) `), regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`))
