@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"time"
 
@@ -84,35 +86,24 @@ func expiredKey(run string) []byte { return runKey(run, 'x', "") }
 func (p *Projection) expire(r *Run, now int64) error {
 	keys := map[string]struct{}{}
 	add := func(k []byte) { keys[string(k)] = struct{}{} }
+	addAll := func(kind byte, ids iter.Seq[string]) {
+		for id := range ids {
+			add(runKey(r.id, kind, id))
+		}
+	}
 	add(runKey(r.id, 'm', ""))
-	for id := range r.nodes {
-		add(runKey(r.id, 'n', id))
-	}
-	for id := range r.requests {
-		add(runKey(r.id, 'q', id))
-	}
-	for id := range r.corrAt {
-		add(runKey(r.id, 'c', id))
-	}
-	for id := range r.plans {
-		add(runKey(r.id, 'p', id))
-	}
+	addAll('n', maps.Keys(r.nodes))
+	addAll('q', maps.Keys(r.requests))
+	addAll('c', maps.Keys(r.corrAt))
+	addAll('p', maps.Keys(r.plans))
 	for _, c := range r.chunks {
 		add(journalKey(r.id, c.first))
 	}
-	if d := r.dirty; d != nil {
-		for id := range d.nodes {
-			add(runKey(r.id, 'n', id))
-		}
-		for id := range d.requests {
-			add(runKey(r.id, 'q', id))
-		}
-		for id := range d.handles {
-			add(runKey(r.id, 'c', id))
-		}
-		for id := range d.plans {
-			add(runKey(r.id, 'p', id))
-		}
+	if d := r.dirty; d != nil { // parts deleted since the last commit too
+		addAll('n', maps.Keys(d.nodes))
+		addAll('q', maps.Keys(d.requests))
+		addAll('c', maps.Keys(d.handles))
+		addAll('p', maps.Keys(d.plans))
 		for _, k := range d.legacy {
 			add(k)
 		}
