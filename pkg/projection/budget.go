@@ -69,30 +69,38 @@ func (r *Run) Footprint() int64 {
 		footprintDigest*int64(r.digests.Len())
 }
 
-// account brings r's share of the projection's and the budget's bytes up
-// to date.
+// account brings r's share of the projection's bytes up to date. The
+// budget, which the partitions share, learns of it at the next commit
+// (publish): an atomic add per event on a cache line every partition's
+// goroutine writes would be paid on the hot path for nothing, since only
+// eviction, after a commit, reads the total.
 func (p *Projection) account(r *Run) {
 	f := r.Footprint()
-	d := f - r.footprint
-	if d == 0 {
-		return
-	}
+	p.hotBytes += f - r.footprint
 	r.footprint = f
-	p.hotBytes += d
-	if p.cfg.Memory != nil {
-		p.cfg.Memory.used.Add(d)
-	}
 }
 
-// drop removes r from memory, and its bytes from the accounts.
+// drop removes r from memory, and its bytes from the account.
 func (p *Projection) drop(r *Run) {
 	delete(p.runs, r.id)
 	p.hotNodes -= len(r.nodes)
 	p.hotBytes -= r.footprint
-	if p.cfg.Memory != nil {
-		p.cfg.Memory.used.Add(-r.footprint)
-	}
 	r.footprint = 0
+}
+
+// publish adds to the shared budget what changed in this projection's
+// account and counters since the last publish.
+func (p *Projection) publish() {
+	b := p.cfg.Memory
+	if b == nil {
+		return
+	}
+	b.used.Add(p.hotBytes - p.published)
+	p.published = p.hotBytes
+	b.hits.Add(p.hits)
+	b.misses.Add(p.misses)
+	b.evictions.Add(p.evictions)
+	p.hits, p.misses, p.evictions = 0, 0, 0
 }
 
 // HotBytes returns the estimated footprint of the runs this projection holds
@@ -106,6 +114,7 @@ func (p *Projection) Release() {
 	for _, r := range p.runs {
 		p.drop(r)
 	}
+	p.publish()
 }
 
 // evict drops the least recently used runs from memory while too many are
@@ -118,6 +127,8 @@ func (p *Projection) Release() {
 // one used last, however large, so that a run bigger than the budget is not
 // read back from Pebble for every event.
 func (p *Projection) evict() {
+	p.publish()
+	defer p.publish()
 	nodeTarget, byteTarget := p.hotNodes, p.hotBytes
 	if p.hotNodes > p.cfg.MaxHotNodes {
 		nodeTarget = p.cfg.MaxHotNodes * 8 / 10
@@ -143,8 +154,6 @@ func (p *Projection) evict() {
 			continue
 		}
 		p.drop(r)
-		if p.cfg.Memory != nil {
-			p.cfg.Memory.evictions.Add(1)
-		}
+		p.evictions++
 	}
 }

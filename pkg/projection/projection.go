@@ -36,10 +36,12 @@ type Projection struct {
 	due      map[string]int64
 	dueDirty map[string]struct{}
 	hotNodes int
-	// hotBytes is the estimated footprint of the runs in memory (see
-	// Budget).
-	hotBytes int64
-	tick     uint64
+	// hotBytes is the estimated footprint of the runs in memory, published
+	// the last time the shared Budget was told (budget.go); hits, misses
+	// and evictions are counted here until then.
+	hotBytes, published     int64
+	hits, misses, evictions int64
+	tick                    uint64
 	// lastChanges is how many changes the last Prepare gathered: the next
 	// one's starting capacity.
 	lastChanges int
@@ -101,9 +103,7 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 	p.tick++
 	if r, ok := p.runs[id]; ok {
 		r.lastUsed = p.tick
-		if p.cfg.Memory != nil {
-			p.cfg.Memory.hits.Add(1)
-		}
+		p.hits++
 		return r, nil
 	}
 	var r *Run
@@ -123,9 +123,7 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 		}
 		if ok {
 			r = loaded
-			if p.cfg.Memory != nil {
-				p.cfg.Memory.misses.Add(1)
-			}
+			p.misses++
 		}
 	}
 	if r == nil {
