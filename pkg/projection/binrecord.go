@@ -110,6 +110,34 @@ func (r *recReader) strs(what string) []string {
 	return out
 }
 
+// recordBody tells a stored record's encoding by its first byte: the
+// earlier JSON ('{', still read), or version; anything else fails naming
+// the version. what names the record in errors.
+func recordBody(v []byte, what string, version byte) (isJSON bool, body []byte, err error) {
+	switch {
+	case len(v) == 0:
+		return false, nil, fmt.Errorf("empty %s", what)
+	case v[0] == '{':
+		return true, v, nil
+	case v[0] != version:
+		return false, nil, fmt.Errorf("%w: %s version %d, this build reads %d and JSON (was the state written by a newer canopy?)",
+			errRecordVersion, what, v[0], version)
+	}
+	return false, v[1:], nil
+}
+
+// done is the reader's verdict once a record is read: its first problem,
+// or bytes left over.
+func (r *recReader) done(what string) error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d trailing bytes", len(r.b))
+	}
+	if r.err != nil {
+		return fmt.Errorf("%s: %w", what, r.err)
+	}
+	return nil
+}
+
 // encodeNode appends r's binary encoding to dst.
 func encodeNode(dst []byte, r *nodeRecord) []byte {
 	// Sized at once: growing it field by field cost more allocations than
@@ -167,17 +195,14 @@ func encodeNode(dst []byte, r *nodeRecord) []byte {
 // decodeNode reads a node record in either encoding.
 func decodeNode(v []byte) (nodeRecord, error) {
 	var r nodeRecord
-	switch {
-	case len(v) == 0:
-		return r, fmt.Errorf("empty node record")
-	case v[0] == '{':
-		err := json.Unmarshal(v, &r)
+	isJSON, body, err := recordBody(v, "node record", nodeBinaryVersion)
+	if err != nil || isJSON {
+		if err == nil {
+			err = json.Unmarshal(body, &r)
+		}
 		return r, err
-	case v[0] != nodeBinaryVersion:
-		return r, fmt.Errorf("%w: node record version %d, this build reads %d and JSON (was the state written by a newer canopy?)",
-			errRecordVersion, v[0], nodeBinaryVersion)
 	}
-	rd := recReader{b: v[1:]}
+	rd := recReader{b: body}
 	r.AgentID = rd.str("agent id")
 	r.Role = rd.str("role")
 	r.Parent = rd.str("parent")
@@ -207,13 +232,7 @@ func decodeNode(v []byte) (nodeRecord, error) {
 			GraceDue: rd.int("grace due"),
 		}
 	}
-	if rd.err == nil && len(rd.b) != 0 {
-		rd.err = fmt.Errorf("%d trailing bytes", len(rd.b))
-	}
-	if rd.err != nil {
-		return r, fmt.Errorf("node record: %w", rd.err)
-	}
-	return r, nil
+	return r, rd.done("node record")
 }
 
 // Run meta records are binary too (issue 17: the last JSON a commit wrote
@@ -253,19 +272,17 @@ func encodeMeta(dst []byte, m *metaRecord) []byte {
 // decodeMeta reads a run meta record in either encoding.
 func decodeMeta(v []byte) (*metaRecord, error) {
 	m := new(metaRecord)
-	switch {
-	case len(v) == 0:
-		return nil, fmt.Errorf("empty run meta record")
-	case v[0] == '{':
-		if err := json.Unmarshal(v, m); err != nil {
+	isJSON, body, err := recordBody(v, "run meta record", metaBinaryVersion)
+	if err != nil {
+		return nil, err
+	}
+	if isJSON {
+		if err := json.Unmarshal(body, m); err != nil {
 			return nil, err
 		}
 		return m, nil
-	case v[0] != metaBinaryVersion:
-		return nil, fmt.Errorf("%w: run meta record version %d, this build reads %d and JSON (was the state written by a newer canopy?)",
-			errRecordVersion, v[0], metaBinaryVersion)
 	}
-	rd := recReader{b: v[1:]}
+	rd := recReader{b: body}
 	m.Seq = rd.int("seq")
 	m.Clock = rd.int("clock")
 	m.SessionID = rd.str("session id")
@@ -290,11 +307,8 @@ func decodeMeta(v []byte) (*metaRecord, error) {
 			d.Detail = rd.str("diagnostic detail")
 		}
 	}
-	if rd.err == nil && len(rd.b) != 0 {
-		rd.err = fmt.Errorf("%d trailing bytes", len(rd.b))
-	}
-	if rd.err != nil {
-		return nil, fmt.Errorf("run meta record: %w", rd.err)
+	if err := rd.done("run meta record"); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
