@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // DefaultPrefix and DefaultVersion make the default topic names, e.g.
@@ -80,20 +81,56 @@ type Spec struct {
 	Configs       map[string]string
 }
 
+// DefaultTombstoneRetention is how long the changelog keeps the tombstone
+// of a deleted key (its delete.retention.ms) unless TombstoneRetention says
+// otherwise: a day, Kafka's own default.
+const DefaultTombstoneRetention = 24 * time.Hour
+
+// changelogSegment is the changelog's segment.ms at most: Apache Kafka's
+// cleaner never cleans a partition's active segment (rolled every 7 days by
+// default), so a tombstone could otherwise outlive its delete.retention.ms
+// by a week.
+const changelogSegment = time.Hour
+
+// SpecOption changes what Specs makes.
+type SpecOption func(*specOptions)
+
+type specOptions struct {
+	tombstones time.Duration
+}
+
+// TombstoneRetention sets the changelog's delete.retention.ms: how long
+// compaction keeps a deleted key's tombstone, so how long the changelog
+// keeps deletions besides the live state. Its segment.ms is an hour, or d
+// if that is shorter. A projector trusts a Pebble checkpoint for half of d
+// (it reads the topic's value at start), so it never resumes past a
+// deletion whose tombstone may be gone. d below a millisecond keeps the
+// default.
+func TombstoneRetention(d time.Duration) SpecOption {
+	return func(o *specOptions) {
+		if d >= time.Millisecond {
+			o.tombstones = d
+		}
+	}
+}
+
 // Specs returns the specs of every canopy topic for a partition count. The
 // inputs and the changelog are co-partitioned; wakes are co-partitioned too so
 // a conductor consuming a subset of runs reads the same partition numbers.
-func (n Names) Specs(partitions int32) []Spec {
-	week := strconv.Itoa(7 * 24 * 3600 * 1000)
-	day := strconv.Itoa(24 * 3600 * 1000)
+func (n Names) Specs(partitions int32, opts ...SpecOption) []Spec {
+	o := specOptions{tombstones: DefaultTombstoneRetention}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	week := ms(7 * 24 * time.Hour)
+	day := ms(24 * time.Hour)
 	return []Spec{
 		{Name: n.AgentEvents(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": week}},
 		{Name: n.HumanInput(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": week}},
-		// Tombstones stay a week: a projector trusts a Pebble checkpoint
-		// for at most half that (changelog.Config.MaxCheckpointAge), so it
-		// never resumes past a deletion it could no longer see.
 		{Name: n.Changelog(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{
-			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "delete.retention.ms": week}},
+			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
+			"delete.retention.ms": ms(o.tombstones), "segment.ms": ms(min(changelogSegment, o.tombstones))}},
 		{Name: n.Wakes(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": day}},
 		{Name: n.PriorityWakes(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": day}},
 		{Name: n.DeadLetter(), Partitions: partitions, Configs: map[string]string{"retention.ms": week}},

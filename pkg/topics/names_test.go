@@ -2,10 +2,12 @@ package topics_test
 
 import (
 	"math"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -164,6 +166,14 @@ func TestSpecs(t *testing.T) {
 			if lag, err := strconv.Atoi(s.Configs["min.compaction.lag.ms"]); err != nil || lag <= 0 {
 				t.Errorf("%s: min.compaction.lag.ms = %q", w.name, s.Configs["min.compaction.lag.ms"])
 			}
+			// Tombstones for a day, Kafka's default, in segments of an
+			// hour that Apache Kafka's cleaner can clean within it.
+			if got := s.Configs["delete.retention.ms"]; got != day {
+				t.Errorf("%s: delete.retention.ms = %q, want %q", w.name, got, day)
+			}
+			if got := s.Configs["segment.ms"]; got != "3600000" {
+				t.Errorf("%s: segment.ms = %q, want 3600000", w.name, got)
+			}
 		} else {
 			if policy != "" && policy != "delete" {
 				t.Errorf("%s: cleanup.policy = %q", w.name, policy)
@@ -190,6 +200,48 @@ func TestSpecs(t *testing.T) {
 		for _, s := range n.Specs(p) {
 			if s.Partitions != p {
 				t.Errorf("Specs(%d): %s has %d", p, s.Name, s.Partitions)
+			}
+		}
+	}
+}
+
+// TestSpecsTombstoneRetention: the changelog's tombstone window is the one
+// asked for, its segments no longer than it, and no other topic changes.
+func TestSpecsTombstoneRetention(t *testing.T) {
+	n := topics.DefaultNames()
+	plain := n.Specs(3)
+	for _, c := range []struct {
+		d                 time.Duration
+		deletion, segment string
+	}{
+		{10 * time.Minute, "600000", "600000"},
+		{60 * time.Second, "60000", "60000"},
+		{time.Hour, "3600000", "3600000"},
+		{3 * 24 * time.Hour, "259200000", "3600000"},
+		{1500 * time.Microsecond, "1", "1"},
+		{0, "86400000", "3600000"},                // the default
+		{-time.Hour, "86400000", "3600000"},       // the default
+		{time.Microsecond, "86400000", "3600000"}, // the default: no whole millisecond
+	} {
+		specs := n.Specs(3, topics.TombstoneRetention(c.d))
+		if len(specs) != len(plain) {
+			t.Fatalf("%v: %d specs, want %d", c.d, len(specs), len(plain))
+		}
+		for i, s := range specs {
+			if s.Name != n.Changelog() {
+				if !reflect.DeepEqual(s, plain[i]) {
+					t.Errorf("%v: %s changed: %+v, want %+v", c.d, s.Name, s, plain[i])
+				}
+				continue
+			}
+			if got := s.Configs["delete.retention.ms"]; got != c.deletion {
+				t.Errorf("%v: delete.retention.ms = %q, want %q", c.d, got, c.deletion)
+			}
+			if got := s.Configs["segment.ms"]; got != c.segment {
+				t.Errorf("%v: segment.ms = %q, want %q", c.d, got, c.segment)
+			}
+			if s.Configs["cleanup.policy"] != "compact" || s.Configs["min.compaction.lag.ms"] != "60000" || len(s.Configs) != 4 {
+				t.Errorf("%v: changelog configs %v", c.d, s.Configs)
 			}
 		}
 	}
