@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // ErrRestore wraps every restore failure.
@@ -77,8 +78,10 @@ type Config struct {
 	BatchRecords int
 	// MaxCheckpointAge is how old a checkpoint may be and still be resumed
 	// from; an older one is restored from scratch, because a tombstone the
-	// store has not seen may have been compacted away since. Default 72h,
-	// half of the changelog's delete.retention.ms (topics.Names.Specs).
+	// store has not seen may have been compacted away since. It must be at
+	// most half the changelog's delete.retention.ms: the projector reads
+	// that from the topic at start and passes half of it. Default 12h,
+	// half of topics.DefaultTombstoneRetention.
 	MaxCheckpointAge time.Duration
 	// Now is the wall clock; default time.Now.
 	Now func() time.Time
@@ -92,7 +95,7 @@ func (c *Config) defaults() {
 		c.BatchRecords = 20000
 	}
 	if c.MaxCheckpointAge <= 0 {
-		c.MaxCheckpointAge = 72 * time.Hour
+		c.MaxCheckpointAge = topics.DefaultTombstoneRetention / 2
 	}
 	if c.Now == nil {
 		c.Now = time.Now

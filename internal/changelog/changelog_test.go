@@ -359,11 +359,29 @@ func testUntrustedStores(t *testing.T, b *brokertest.Broker) {
 		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("deleted long ago")}}, nil, true); err != nil {
 			t.Fatal(err)
 		}
-		later := func(cfg *Config) { cfg.Now = func() time.Time { return time.Now().Add(100 * time.Hour) } }
+		// Past the default window, half of a day's tombstones.
+		later := func(cfg *Config) { cfg.Now = func() time.Time { return time.Now().Add(13 * time.Hour) } }
 		if res := c.restore(store, later); res.Wiped == "" {
 			t.Fatal("a store with a checkpoint older than MaxCheckpointAge was not wiped")
 		}
 		same(t, "after wiping", dump(t, db), w.want)
+	})
+	t.Run("young checkpoint", func(t *testing.T) {
+		db, store := openStore(t)
+		c.restore(store)
+		w.commit()
+		// A key the changelog does not have stays: the store is resumed,
+		// not read again.
+		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("kept")}}, nil, true); err != nil {
+			t.Fatal(err)
+		}
+		later := func(cfg *Config) { cfg.Now = func() time.Time { return time.Now().Add(11 * time.Hour) } }
+		if res := c.restore(store, later); res.Wiped != "" || res.From == 0 || res.Records == 0 {
+			t.Fatalf("a store with a checkpoint younger than MaxCheckpointAge: %+v, want it resumed", res)
+		}
+		want := maps.Clone(w.want)
+		want["r999"] = []byte("kept")
+		same(t, "after resuming", dump(t, db), want)
 	})
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,8 +32,10 @@ var errMissingTopics = errors.New("missing")
 // that the topics have been created", AdminClient's documentation), so a
 // projector started at once could otherwise find a topic missing. kfake's
 // metadata has it at once.
-func CreateTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16) error {
-	if err := createTopics(ctx, adm, names, partitions, replication); err != nil {
+//
+// opts shape the topics' configs (topics.TombstoneRetention).
+func CreateTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16, opts ...topics.SpecOption) error {
+	if err := createTopics(ctx, adm, names, partitions, replication, opts); err != nil {
 		return err
 	}
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -50,8 +54,8 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, names topics.Names, par
 	}
 }
 
-func createTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16) error {
-	for _, s := range names.Specs(partitions) {
+func createTopics(ctx context.Context, adm *kadm.Client, names topics.Names, partitions int32, replication int16, opts []topics.SpecOption) error {
+	for _, s := range names.Specs(partitions, opts...) {
 		cfg := make(map[string]*string, len(s.Configs))
 		for k, v := range s.Configs {
 			cfg[k] = &v
@@ -111,4 +115,64 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, names topics.Names) (int
 			ErrNotCoPartitioned, names.AgentEvents(), n, strings.Join(bad, ", "), n)
 	}
 	return n, nil
+}
+
+// TombstoneRetention returns the changelog topic's delete.retention.ms as
+// the broker has it: how long compaction keeps the tombstone of a deleted
+// key. An operator may have altered it since create-topics.
+func TombstoneRetention(ctx context.Context, adm *kadm.Client, names topics.Names) (time.Duration, error) {
+	topic := names.Changelog()
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("describing the configs of %s: %w", topic, err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		if rc.ErrMessage != "" {
+			err = fmt.Errorf("%w: %s", err, rc.ErrMessage)
+		}
+		return 0, fmt.Errorf("describing the configs of %s: %w", topic, err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key != "delete.retention.ms" {
+			continue
+		}
+		if c.Value == nil {
+			return 0, fmt.Errorf("%s: delete.retention.ms has no value", topic)
+		}
+		ms, err := strconv.ParseInt(*c.Value, 10, 64)
+		if err != nil || ms < 0 {
+			return 0, fmt.Errorf("%s: delete.retention.ms %q is not a count of milliseconds", topic, *c.Value)
+		}
+		return time.Duration(ms) * time.Millisecond, nil
+	}
+	return 0, fmt.Errorf("%s: the broker's answer has no delete.retention.ms", topic)
+}
+
+// checkpointTrust is how old a partition's Pebble checkpoint may be and
+// still be resumed from (changelog.Config.MaxCheckpointAge): half the
+// changelog's tombstone retention, read from the broker, so that a store
+// never resumes past a deletion whose tombstone compaction may have dropped
+// since. When the broker does not say, half the default, with a warning.
+func checkpointTrust(ctx context.Context, adm *kadm.Client, names topics.Names, log *slog.Logger) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := TombstoneRetention(ctx, adm, names)
+	if err != nil {
+		trust := topics.DefaultTombstoneRetention / 2
+		log.Warn("the changelog's tombstone retention could not be read: a Pebble checkpoint is trusted for half the default; "+
+			"if the topic's delete.retention.ms is shorter, a restore may miss deletions",
+			"topic", names.Changelog(), "max_checkpoint_age", trust, "err", err)
+		return trust
+	}
+	// At least a nanosecond: a MaxCheckpointAge of 0 would mean the
+	// default. A changelog that keeps tombstones no time trusts no
+	// checkpoint behind it.
+	trust := max(d/2, time.Nanosecond)
+	log.Info("changelog tombstone retention read: a Pebble checkpoint older than half of it is restored from scratch",
+		"topic", names.Changelog(), "delete_retention", d, "max_checkpoint_age", trust)
+	return trust
 }

@@ -74,7 +74,10 @@ type Projector struct {
 	prod       *kgo.Client // at least once: wakes, dead letters, reroutes, changelog
 	common     []kgo.Opt   // connection options every client shares
 	partitions int32
-	standby    *standby // nil unless Config.Standby
+	// trust is how old a checkpoint may be and still be resumed from:
+	// half the changelog's delete.retention.ms (checkpointTrust).
+	trust   time.Duration
+	standby *standby // nil unless Config.Standby
 
 	mu      sync.Mutex
 	workers map[int32]*worker
@@ -140,9 +143,11 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))...); err != nil {
 		return fail(fmt.Errorf("projector: producer: %w", err))
 	}
-	if p.partitions, err = CheckTopics(ctx, kadm.NewClient(p.prod), cfg.Names); err != nil {
+	adm := kadm.NewClient(p.prod)
+	if p.partitions, err = CheckTopics(ctx, adm, cfg.Names); err != nil {
 		return fail(err)
 	}
+	p.trust = checkpointTrust(ctx, adm, cfg.Names, p.log)
 	if cfg.Standby {
 		if p.standby, err = newStandby(p); err != nil {
 			return fail(err)
@@ -207,6 +212,11 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 
 // Partitions is the partition count of the co-partitioned topics.
 func (p *Projector) Partitions() int32 { return p.partitions }
+
+// CheckpointTrust is how old a partition's Pebble checkpoint may be and
+// still be resumed from (changelog.Config.MaxCheckpointAge): half the
+// changelog topic's delete.retention.ms, as the broker said at New.
+func (p *Projector) CheckpointTrust() time.Duration { return p.trust }
 
 // Memory returns the figures of the budget of runs in memory, shared by
 // the instance's partitions (Config.MemoryLimit).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -61,6 +62,15 @@ func (s *standby) track(parts []int32) {
 		}
 		r := &replica{store: projection.NewStore(s.p.db, part)}
 		cp, ok, err := r.store.Checkpoint()
+		if age := s.p.cfg.Now().Sub(time.UnixMilli(cp.At)); err == nil && ok && age > s.p.trust {
+			// A checkpoint older than the restore trusts: a tombstone
+			// it has not seen may be gone from the changelog, and
+			// reading on from it would give the store a fresh
+			// checkpoint the restore would trust. Start it over.
+			s.p.log.Info("standby replica starts from scratch", "partition", part,
+				"reason", fmt.Sprintf("checkpoint written %v ago, more than %v", age.Round(time.Second), s.p.trust))
+			ok = false
+		}
 		if err == nil && !ok {
 			// A store without a checkpoint is not from the changelog:
 			// start it over.

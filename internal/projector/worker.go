@@ -145,7 +145,7 @@ func (w *worker) init() error {
 	p.Stats.Restoring.Add(1)
 	var counted int64 // of this restore, in RestoredRecords already
 	res, err := changelog.Restore(w.ctx, changelog.Config{
-		ClientOpts: p.common, Topic: p.cfg.Names.Changelog(), Logger: p.log, Now: p.cfg.Now,
+		ClientOpts: p.common, Topic: p.cfg.Names.Changelog(), Logger: p.log, Now: p.cfg.Now, MaxCheckpointAge: p.trust,
 		Progress: func(_ int32, done, _ int64) { p.Stats.RestoredRecords.Add(done - counted); counted = done },
 	}, w.part, w.store)
 	p.Stats.RestoredRecords.Add(res.Records - counted)
