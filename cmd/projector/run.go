@@ -24,6 +24,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // env is kafkaconn.Env: every flag of the command has a CANOPY_* variable.
@@ -67,7 +68,9 @@ func runProjector(args []string, stderr io.Writer) int {
 			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081 (CANOPY_ADVERTISE_ADDR)")
 	httpAddr := fs.String("http-addr", env("CANOPY_HTTP_ADDR", ":8081"),
 		"listen address of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it (CANOPY_HTTP_ADDR)")
-	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", 1_000_000, "nodes kept in memory per partition; colder runs are read back from Pebble")
+	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", projection.DefaultMaxHotNodes, "nodes kept in memory per partition; colder runs are read back from Pebble")
+	fs.IntVar(&cfg.Projection.MaxHotNodesPerRun, "max-hot-nodes-per-run", projection.DefaultMaxHotNodesPerRun,
+		"nodes of one run kept in memory: a larger run keeps those it used last and reads the others back from Pebble when needed")
 	fs.DurationVar(&cfg.Projection.Retention, "retention", 7*24*time.Hour,
 		"how long a finished run (root terminal, no open request, lease or timer) is kept after its last event; then its\n"+
 			"state is deleted and reads and events for it are answered as expired for as long again. 0 keeps runs for ever (CANOPY_RETENTION)")
@@ -236,12 +239,24 @@ func createTopics(args []string, stderr io.Writer) int {
 	k.Register(fs, "")
 	partitions := fs.Int("partitions", 12, "partitions of every co-partitioned topic")
 	replication := fs.Int("replication-factor", -1, "replication factor (-1: the broker's default)")
+	tombstones := fs.Duration("changelog-tombstone-retention", topics.DefaultTombstoneRetention,
+		"the changelog's delete.retention.ms: how long it keeps the tombstones of deleted state (expired runs). A projector\n"+
+			"restores a partition from scratch when its Pebble checkpoint is older than half of it. A topic that exists is left\n"+
+			"alone (CANOPY_CHANGELOG_TOMBSTONE_RETENTION)")
 	check := checkConfigFlag(fs)
+	if err := kafkaconn.EnvFlag(fs, "changelog-tombstone-retention", "CANOPY_CHANGELOG_TOMBSTONE_RETENTION"); err != nil {
+		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
+		return 2
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if err := k.Names().Validate(); err != nil || len(k.BrokerList()) == 0 || *partitions < 1 {
 		fmt.Fprintf(stderr, "projector create-topics: want -brokers, a valid -topic-prefix and -partitions >= 1 (%v)\n", err)
+		return 2
+	}
+	if *tombstones < time.Millisecond {
+		fmt.Fprintf(stderr, "projector create-topics: -changelog-tombstone-retention %v: want at least 1ms\n", *tombstones)
 		return 2
 	}
 	opts, err := k.ClientOpts()
@@ -261,7 +276,7 @@ func createTopics(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	if err := projector.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication)); err != nil {
+	if err := projector.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication), topics.TombstoneRetention(*tombstones)); err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1
 	}

@@ -481,9 +481,9 @@ func TestSecretsReferencedNotInlined(t *testing.T) {
 }
 
 // TestTopicsJob: topic creation is a pre-install/pre-upgrade hook running
-// `projector create-topics` with the partitions from values, only when
-// asked for. A hook runs before the chart's ServiceAccount exists, so it
-// must not use it.
+// `projector create-topics` with the partitions and the changelog's
+// tombstone retention from values, only when asked for. A hook runs before
+// the chart's ServiceAccount exists, so it must not use it.
 func TestTopicsJob(t *testing.T) {
 	r := template(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI)
 	var j batchv1.Job
@@ -498,6 +498,9 @@ func TestTopicsJob(t *testing.T) {
 	}
 	if p, _ := arg(c, "partitions"); p != "24" {
 		t.Errorf("-partitions=%q, want 24", p)
+	}
+	if d, _ := arg(c, "changelog-tombstone-retention"); d != "36h" {
+		t.Errorf("-changelog-tombstone-retention=%q, want 36h", d)
 	}
 	if sa := j.Spec.Template.Spec.ServiceAccountName; sa != "" {
 		t.Errorf("the hook uses ServiceAccount %q, which a pre-install hook runs before", sa)
@@ -622,16 +625,18 @@ func TestGrafanaDashboards(t *testing.T) {
 // into install errors, at the top level and nested.
 func TestSchemaRejects(t *testing.T) {
 	for _, set := range []string{
-		"replicaCount=3",                  // unknown top-level key
-		"projector.replica=3",             // misspelt nested key
-		"kafka.tls.caSecret.nam=x",        // misspelt deep key
-		"projector.replicas=three",        // wrong type
-		"projector.persistence.enabled=1", // wrong type
-		"kafka.sasl.mechanism=GSSAPI",     // not supported
-		"projector.sessionTimeout=6",      // not a duration
-		"projector.readyLag=-1",           // below the minimum
-		"kafka.brokers=kafka",             // not host:port
-		"otel.protocol=http/json",         // the binaries refuse it at start
+		"replicaCount=3",                        // unknown top-level key
+		"projector.replica=3",                   // misspelt nested key
+		"kafka.tls.caSecret.nam=x",              // misspelt deep key
+		"projector.replicas=three",              // wrong type
+		"projector.persistence.enabled=1",       // wrong type
+		"kafka.sasl.mechanism=GSSAPI",           // not supported
+		"projector.sessionTimeout=6",            // not a duration
+		"topics.changelogTombstoneRetention=1d", // not a Go duration
+		"topics.changelogTombstoneRetention=0",  // none: a projector would trust no checkpoint
+		"projector.readyLag=-1",                 // below the minimum
+		"kafka.brokers=kafka",                   // not host:port
+		"otel.protocol=http/json",               // the binaries refuse it at start
 	} {
 		out, err := templateErr(t, "-f", requiredValues, "--set", set)
 		if err == nil || !strings.Contains(string(out), "schema") {
