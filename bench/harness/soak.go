@@ -18,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // soak: bounded memory and state (issue 18). Runs that finish are sent open
@@ -39,7 +41,8 @@ import (
 // up to what the projector has provably applied, and up to what the
 // harness's reader has read), so that the embedded broker's memory, which
 // holds every record, does not bound the scenario; the changelog is never
-// touched.
+// touched; its tombstones are kept for soakTombstones of the retention
+// (delete.retention.ms).
 
 // soak's default rate: soakShare of the maximum measured by max, at most
 // soakMaxRate. The cap, because what bounds soak is memory rather than CPU:
@@ -67,6 +70,18 @@ const soakSessionTimeout = 30 * time.Second
 // the broker frees a deleted record's memory only with its whole segment,
 // 100 MiB by default in kfake.
 const soakSegmentBytes = 8 << 20
+
+// soakTombstones is how long soak's changelog keeps the tombstones of
+// deleted keys (its delete.retention.ms) for a -retention: three times it,
+// and at least 10 s. canopy's default, a day, is longer than a soak of
+// minutes, in which the changelog would only grow; a window on the runs'
+// own time scale lets the scenario see it level off at the live runs'
+// state plus the window's tombstones. Its projector trusts a checkpoint for
+// half of it. At least 10 s so that the last expiries' tombstones are still
+// there for the census at the end of a tiny soak (TestRun's).
+func soakTombstones(retention time.Duration) time.Duration {
+	return max(3*retention, 10*time.Second)
+}
 
 // soakGrowthLimit is how much a measure may grow over the last third of the
 // sends, its largest sample over the first, and still count as flat: the
@@ -170,7 +185,8 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	if rate <= 0 {
 		return nil, errors.New("no rate: give -soak-rate, or let max run first")
 	}
-	s, err := h.newStage(ctx, "soak")
+	tombstones := soakTombstones(c.SoakRetention)
+	s, err := h.newStage(ctx, "soak", topics.TombstoneRetention(tombstones))
 	if err != nil {
 		return nil, err
 	}
@@ -212,8 +228,8 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	s.resetMeasures()
 	st.mix = NewMix(MixSpec{Prefix: "soak", Runs: c.Runs, Nodes: c.SoakNodes, HugeShare: -1, Finish: true, FinishTimers: c.SoakTimers})
 	d := time.Duration(float64(c.SoakEvents)/rate*float64(time.Second)) + time.Millisecond
-	fmt.Fprintf(c.Progress, "soak: %s events at %s events/s (%v), runs of %d nodes that finish, -retention %v; a sample every %v\n",
-		num(float64(c.SoakEvents)), num(rate), d.Round(time.Second), c.SoakNodes, c.SoakRetention, c.SoakSampleEvery)
+	fmt.Fprintf(c.Progress, "soak: %s events at %s events/s (%v), runs of %d nodes that finish, -retention %v, changelog tombstones kept %v; a sample every %v\n",
+		num(float64(c.SoakEvents)), num(rate), d.Round(time.Second), c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery)
 	s.startSampler()
 	began := time.Now()
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -253,14 +269,16 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	}
 	last := samples[len(samples)-1]
 	r := s.result("soak", fmt.Sprintf("bounded state: %s events/s (%s) open loop from %d runs under way, each of %d nodes and finishing "+
-		"(every lease released, the root completed), to 1 projector instance with -retention %v; sampled every %v during the sends (load) and after them until every ended run expired (drain)",
-		num(rate), why, c.Runs, c.SoakNodes, c.SoakRetention, c.SoakSampleEvery), "open-loop", 1, stats)
+		"(every lease released, the root completed), to 1 projector instance with -retention %v, its changelog keeping tombstones %v (delete.retention.ms; canopy's default: a day); "+
+		"sampled every %v during the sends (load) and after them until every ended run expired (drain)",
+		num(rate), why, c.Runs, c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery), "open-loop", 1, stats)
 	r.TargetRate = rate
 	r.DurationSeconds = loadEnd.Seconds()
 	r.AggregatedPublishRate = float64(s.acked.Load()) / loadEnd.Seconds()
 	r.AggregatedConsumeRate = float64(projectedInLoad) / loadEnd.Seconds()
 	r.Baselines["maxRate"] = h.maxRate
 	r.Baselines["retentionSeconds"] = c.SoakRetention.Seconds()
+	r.Baselines["changelogTombstoneRetentionSeconds"] = tombstones.Seconds()
 	r.Baselines["memoryLimitBytes"] = float64(last.memLimit)
 	r.Baselines["hotRunsLimitBytes"] = float64(last.hotLimit)
 	r.Baselines["runsStarted"] = float64(last.started)
@@ -289,8 +307,8 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 		if last.expired > 0 {
 			perRun = float64(cen.tombstones) / float64(last.expired)
 		}
-		r.Notes = append(r.Notes, fmt.Sprintf("the changelog at the end, after a last compaction (%s MiB as the broker counts it): %s records with a value (%s MiB of keys and values: the state of the runs still under way, expiry markers, offsets) and %s tombstones (%s MiB of keys; %.1f per expired run), the deleted keys of expired runs, which compaction keeps for the topic's delete.retention.ms",
-			mb(endBytes), commas(cen.values), mb(cen.valueBytes), commas(cen.tombstones), mb(cen.tombstoneBytes), perRun))
+		r.Notes = append(r.Notes, fmt.Sprintf("the changelog at the end, after a last compaction (%s MiB as the broker counts it): %s records with a value (%s MiB of keys and values: the state of the runs still under way, expiry markers, offsets) and %s tombstones (%s MiB of keys; %.1f per expired run), the keys deleted in the last %v (the topic's delete.retention.ms, %s the retention), which compaction keeps that long",
+			mb(endBytes), commas(cen.values), mb(cen.valueBytes), commas(cen.tombstones), mb(cen.tombstoneBytes), perRun, tombstones, times(tombstones, c.SoakRetention)))
 	}
 	var top soakSample
 	for _, x := range samples {
@@ -308,10 +326,11 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 		r.Baselines["compactions"] = float64(n)
 		r.Baselines["compactionMsMedian"] = ms(cs[n/2])
 		r.Baselines["compactionMsMax"] = ms(cs[n-1])
-		r.Notes = append(r.Notes, fmt.Sprintf("the embedded broker was compacted %d times (every %v; kfake's own cleaner runs hourly), %.0f ms each at the median, %.0f ms at most, during which the broker answered nothing; kfake compacts every batch but the last, whatever min.compaction.lag.ms says, and keeps tombstones for the topic's delete.retention.ms (canopy's changelog: 7 days)",
-			n, c.SoakCompactEvery, ms(cs[n/2]), ms(cs[n-1])))
+		r.Notes = append(r.Notes, fmt.Sprintf("the embedded broker was compacted %d times (every %v; kfake's own cleaner runs hourly), %.0f ms each at the median, %.0f ms at most, during which the broker answered nothing; kfake compacts every batch but the last, whatever min.compaction.lag.ms says, and drops a tombstone once the topic's delete.retention.ms (here %v) has passed since its record's timestamp",
+			n, c.SoakCompactEvery, ms(cs[n/2]), ms(cs[n-1]), tombstones))
 	} else if h.cluster == nil {
-		r.Notes = append(r.Notes, "the broker is not the embedded one: its own cleaner compacts the changelog, on its own schedule (Kafka compacts closed segments only: segment.ms defaults to 7 days)")
+		r.Notes = append(r.Notes, fmt.Sprintf("the broker is not the embedded one: its own cleaner compacts the changelog, on its own schedule: closed segments only (this changelog's segment.ms: %v), and a tombstone goes in a cleaning once its delete.retention.ms (%v) has passed since the cleaning that first kept it",
+			min(time.Hour, tombstones), tombstones))
 	}
 	if st.scrapeErr != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projector's /metrics failed (those samples lack its figures): %v", st.scrapeErr))
@@ -406,6 +425,14 @@ func soakTargets(samples []soakSample, loadEnd time.Duration, rssMax, limit int6
 
 // mb is b in MiB, for reading.
 func mb(b int64) string { return num(float64(b) / (1 << 20)) }
+
+// times says how many times b a is, e.g. "3x".
+func times(a, b time.Duration) string {
+	if b <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(a)/float64(b), 'g', 3, 64) + "x"
+}
 
 // sample takes a sample every SoakSampleEvery until ctx ends, and on the
 // way deletes consumed input and read wakes from the broker. drainFrom

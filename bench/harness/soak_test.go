@@ -1,9 +1,16 @@
 package harness
 
 import (
+	"context"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestParseMetrics reads Prometheus's text format as the projector serves
@@ -76,5 +83,87 @@ func TestSoakTargets(t *testing.T) {
 	// The RSS limit is checked throughout, drain included.
 	if tg := find("projector RSS, largest sample"); tg.Met || tg.Measured != "600 MiB" {
 		t.Errorf("RSS against the limit: %+v, want 600 MiB, missed", tg)
+	}
+}
+
+// TestSoakTombstones: soak's changelog keeps tombstones three times the
+// projector's retention (at least 10 s), and they really go: the embedded
+// broker's compaction, which soak runs, drops the changelog's tombstones
+// older than that and keeps the younger ones and every live value.
+func TestSoakTombstones(t *testing.T) {
+	for _, c := range []struct{ retention, want time.Duration }{
+		{20 * time.Second, time.Minute}, {time.Minute, 3 * time.Minute}, {time.Second, 10 * time.Second},
+	} {
+		if got := soakTombstones(c.retention); got != c.want {
+			t.Errorf("soakTombstones(%v) = %v, want %v", c.retention, got, c.want)
+		}
+	}
+
+	h := &Harness{cfg: Config{Partitions: 1, WorkDir: t.TempDir(), Progress: io.Discard}, began: time.Now()}
+	defer h.close()
+	if err := h.open(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	window := soakTombstones(time.Second)
+	s, err := h.newStage(ctx, "soak", topics.TombstoneRetention(window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	topic := s.names.Changelog()
+	rcs, err := h.adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, cfg := range rc.Configs {
+		if cfg.Value != nil {
+			got[cfg.Key] = *cfg.Value
+		}
+	}
+	if got["delete.retention.ms"] != "10000" || got["segment.ms"] != "10000" {
+		t.Errorf("the changelog's delete.retention.ms %q, segment.ms %q; want 10000 both", got["delete.retention.ms"], got["segment.ms"])
+	}
+
+	// Tombstones written before the window and within it, a live value,
+	// and a last batch (which compaction never touches), each produced
+	// on its own, as batches of their own.
+	now := time.Now()
+	recs := []*kgo.Record{
+		{Key: []byte("old-1"), Timestamp: now.Add(-window - time.Minute)},
+		{Key: []byte("old-2"), Timestamp: now.Add(-window - time.Second)},
+		{Key: []byte("young"), Timestamp: now.Add(-window + 5*time.Second)},
+		{Key: []byte("live"), Value: []byte("v"), Timestamp: now.Add(-time.Hour)},
+		{Key: []byte("last"), Value: []byte("v"), Timestamp: now},
+	}
+	for _, r := range recs {
+		r.Topic = topic
+		if err := s.producer.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.cluster.Compact()
+
+	cl, err := kgo.NewClient(append(h.clientOpts(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var keys []string
+	for !slices.Contains(keys, "last") {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatalf("reading the changelog: %v (so far %v)", err, keys)
+		}
+		fs.EachRecord(func(r *kgo.Record) { keys = append(keys, string(r.Key)) })
+	}
+	if want := []string{"young", "live", "last"}; !slices.Equal(keys, want) {
+		t.Errorf("after compaction the changelog holds %v, want %v: tombstones older than %v gone, the rest kept", keys, want, window)
 	}
 }

@@ -75,12 +75,14 @@ type stage struct {
 // lateAfter is how far behind its schedule a send counts as late.
 const lateAfter = 10 * time.Millisecond
 
-func (h *Harness) newStage(ctx context.Context, name string) (*stage, error) {
+// newStage makes a stage of topics of its own, created with canopy's
+// configs changed by opts.
+func (h *Harness) newStage(ctx context.Context, name string, opts ...topics.SpecOption) (*stage, error) {
 	h.stages++
 	s := &stage{h: h, name: name, partitions: int32(h.cfg.Partitions), tr: newTracker(), publishDelay: newHist(),
 		names: topics.Names{Prefix: fmt.Sprintf("bench-%s-%d-%d", name, h.began.Unix(), h.stages), Version: 1}}
 	s.group = s.names.Prefix
-	if err := projector.CreateTopics(ctx, h.adm, s.names, s.partitions, -1); err != nil {
+	if err := projector.CreateTopics(ctx, h.adm, s.names, s.partitions, -1, opts...); err != nil {
 		return nil, fmt.Errorf("%s: creating topics: %w", name, err)
 	}
 	var err error
