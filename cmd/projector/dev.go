@@ -51,6 +51,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
 		memtableMB = fs.Float64("memtable-mb", 32, "size of each of the projector's Pebble memtables, in MiB")
 		maxHot     = fs.Int("max-hot-nodes", 0, "nodes the projector keeps in memory per partition (default: run's default); a small value shows eviction")
+		maxHotRun  = fs.Int("max-hot-nodes-per-run", 0, "nodes of one run the projector keeps in memory (default: run's default); a small value shows nodes read back")
 		kafka      = fs.String("kafka", "kfake", "the broker to start: kfake (embedded, instant) or real (Apache Kafka from tools/kafka/lib,\n"+
 			"a KRaft node in a child JVM; ./tools/install.sh installs it)")
 		brokers = fs.String("brokers", "", "use this Kafka (host:port,...) instead of starting one; the demo's topics get a prefix of their own")
@@ -70,7 +71,7 @@ func runDev(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
-		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), maxHotNodes: *maxHot, kafka: *kafka,
+		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), maxHotNodes: *maxHot, maxHotPerRun: *maxHotRun, kafka: *kafka,
 		brokers: splitList(*brokers)}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "projector dev: %v\n", err)
 		return 1
@@ -86,6 +87,7 @@ type devOptions struct {
 	httpAddr, gatewayAddr string
 	memTableSize          int
 	maxHotNodes           int
+	maxHotPerRun          int
 	kafka                 string   // kfake or real: the broker to start
 	brokers               []string // a Kafka to use instead
 }
@@ -169,6 +171,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
 		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
 	pcfg.Projection.MaxHotNodes = o.maxHotNodes
+	pcfg.Projection.MaxHotNodesPerRun = o.maxHotPerRun
 	in, err := instrument(ctx, &pcfg)
 	if err != nil {
 		return err

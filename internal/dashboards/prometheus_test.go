@@ -80,7 +80,10 @@ func TestQueriesAgainstPrometheus(t *testing.T) {
 		// Fewer nodes in memory per partition than two of its runs have,
 		// so that runs are evicted and read back (the Runs in memory
 		// panel): partition 1 gets run-1, run-2 and run-3.
-		"-max-hot-nodes", "100")
+		"-max-hot-nodes", "100",
+		// And fewer nodes of a run than it has (70), so that nodes are
+		// dropped and read back too (the same panel).
+		"-max-hot-nodes-per-run", "40")
 	devOut := startProcess(t, dev)
 	addrs := devOut.await(t, regexp.MustCompile(`embedded Kafka on ([0-9.:]+),`),
 		regexp.MustCompile(`gateway on http://([0-9.:]+) `), regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`))

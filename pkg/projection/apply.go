@@ -182,7 +182,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	case *topics.WakeReceived:
 		// An acknowledgement never wakes: that would loop.
 		for _, id := range p.AgentIDs {
-			if m, ok := r.nodes[id]; ok {
+			if m := r.get(id); m != nil {
 				r.forwarded(m, at)
 			}
 		}
@@ -241,13 +241,13 @@ func (r *Run) create(n *node, p *topics.NodeCreated, at topics.Time, cfg *Config
 	if n.Status == topics.StatusUnknown {
 		r.setStatus(n, topics.StatusIdle, at, "created")
 	}
-	switch parent, ok := r.nodes[p.ParentAgentID]; {
+	switch parent := r.peek(p.ParentAgentID); {
 	case p.ParentAgentID == "":
 		n.depth = 0
 		if p.Role == topics.RoleConductor && r.root == "" {
 			r.root = n.AgentID
 		}
-	case ok && parent.depth >= 0:
+	case parent != nil && parent.depth >= 0:
 		n.depth = parent.depth + 1
 	}
 	if cfg.MaxDepth >= 0 && n.depth > cfg.MaxDepth {

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sync/atomic"
 )
@@ -18,6 +19,7 @@ type Budget struct {
 	limit                   int64
 	used                    atomic.Int64
 	hits, misses, evictions atomic.Int64
+	nodeReads, nodeDrops    atomic.Int64
 }
 
 // NewBudget returns a budget of limit bytes of hot runs.
@@ -32,11 +34,15 @@ type BudgetStats struct {
 	// Misses runs read back from Pebble, Evictions runs dropped from memory
 	// to keep the budget.
 	Hits, Misses, Evictions int64
+	// NodeReads count nodes of runs larger than Config.MaxHotNodesPerRun
+	// read back from Pebble, NodeEvictions such nodes dropped from memory.
+	NodeReads, NodeEvictions int64
 }
 
 // Stats returns the budget's figures.
 func (b *Budget) Stats() BudgetStats {
-	return BudgetStats{Limit: b.limit, Used: b.used.Load(), Hits: b.hits.Load(), Misses: b.misses.Load(), Evictions: b.evictions.Load()}
+	return BudgetStats{Limit: b.limit, Used: b.used.Load(), Hits: b.hits.Load(), Misses: b.misses.Load(), Evictions: b.evictions.Load(),
+		NodeReads: b.nodeReads.Load(), NodeEvictions: b.nodeDrops.Load()}
 }
 
 // The footprint model of a run in memory: constants fitted (non-negative
@@ -53,6 +59,11 @@ const (
 	footprintID      = 67   // an event id in the dedupe window (ring + set)
 	footprintHistory = 110  // a history entry
 	footprintRequest = 160  // an open request, its map entry and timer
+	// A node of a run larger than Config.MaxHotNodesPerRun that is not in
+	// memory: its entries in the run's indexes and timers, its share of
+	// plans and active correlation handles (fitted by
+	// TestFootprintEstimateTrimmed: 20,000 nodes, 500 in memory).
+	footprintIndexed = 400
 	// A node's digest cached for wakes (snapshot.Cache: the digest, its
 	// encoding, its slot), at most 1.5 max_nodes + 1 per run.
 	footprintDigest = 1000
@@ -62,7 +73,8 @@ const (
 // It costs O(1): counts only.
 func (r *Run) Footprint() int64 {
 	return footprintRun +
-		footprintNode*int64(len(r.nodes)) +
+		footprintNode*int64(r.resident) +
+		footprintIndexed*int64(len(r.nodes)-r.resident) +
 		footprintID*int64(len(r.ids.ring)) +
 		footprintHistory*int64(r.hist.len()) +
 		footprintRequest*int64(len(r.requests)) +
@@ -78,14 +90,86 @@ func (p *Projection) account(r *Run) {
 	f := r.Footprint()
 	p.hotBytes += f - r.footprint
 	r.footprint = f
+	p.hotNodes += r.resident - r.hot
+	r.hot = r.resident
+	p.nodeReads += r.reads
+	r.reads = 0
+	if r.hot > p.cfg.MaxHotNodesPerRun && p.store != nil {
+		if p.large == nil {
+			p.large = make(map[string]*Run)
+		}
+		p.large[r.id] = r
+	}
+}
+
+// trimRuns brings every run over Config.MaxHotNodesPerRun nodes in memory
+// back under it (Run.trim). Called after a commit's Write, as evict is.
+func (p *Projection) trimRuns() {
+	for id, r := range p.large {
+		if p.runs[id] == r {
+			p.nodeDrops += int64(r.trim(p.cfg.MaxHotNodesPerRun))
+			p.account(r)
+		}
+		if p.runs[id] != r || r.hot <= p.cfg.MaxHotNodesPerRun {
+			delete(p.large, id)
+		}
+	}
+}
+
+// trim drops the least recently used nodes of a run with more than most in
+// memory, down to 80% of most (so that it trims again only after that many
+// more were used), keeping the root, which every snapshot includes, and
+// every node changed since the commit in flight was prepared, which the
+// store does not hold yet. A dropped node keeps its entries in the run's
+// indexes and is read back from the store when it is needed (Run.get).
+func (r *Run) trim(most int) (dropped int) {
+	if r.resident <= most || r.store == nil || r.dirty == nil {
+		return 0
+	}
+	target := most * 8 / 10
+	old := make([]*node, 0, r.resident)
+	for id, n := range r.nodes {
+		if n == nil {
+			continue
+		}
+		if _, changed := r.dirty.nodes[id]; !changed && id != r.root {
+			old = append(old, n)
+		}
+	}
+	slices.SortFunc(old, func(a, b *node) int {
+		if c := cmp.Compare(a.used, b.used); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.AgentID, b.AgentID)
+	})
+	for _, n := range old {
+		if r.resident <= target {
+			break
+		}
+		r.nodes[n.AgentID] = nil
+		r.resident--
+		dropped++
+	}
+	return dropped
+}
+
+// settle accounts r after something that may have read nodes of it back
+// from the store (timers, snapshots), and makes a failure of such a read the
+// projection's sticky error.
+func (p *Projection) settle(r *Run) error {
+	p.account(r)
+	if r.nodeErr != nil && p.err == nil {
+		p.err = fmt.Errorf("projection: %w", r.nodeErr)
+	}
+	return p.err
 }
 
 // drop removes r from memory, and its bytes from the account.
 func (p *Projection) drop(r *Run) {
 	delete(p.runs, r.id)
-	p.hotNodes -= len(r.nodes)
+	p.hotNodes -= r.hot
 	p.hotBytes -= r.footprint
-	r.footprint = 0
+	r.footprint, r.hot = 0, 0
 }
 
 // publish adds to the shared budget what changed in this projection's
@@ -100,7 +184,9 @@ func (p *Projection) publish() {
 	b.hits.Add(p.hits)
 	b.misses.Add(p.misses)
 	b.evictions.Add(p.evictions)
-	p.hits, p.misses, p.evictions = 0, 0, 0
+	b.nodeReads.Add(p.nodeReads)
+	b.nodeDrops.Add(p.nodeDrops)
+	p.hits, p.misses, p.evictions, p.nodeReads, p.nodeDrops = 0, 0, 0, 0, 0
 }
 
 // HotBytes returns the estimated footprint of the runs this projection holds
@@ -129,6 +215,7 @@ func (p *Projection) Release() {
 func (p *Projection) evict() {
 	p.publish()
 	defer p.publish()
+	p.trimRuns()
 	nodeTarget, byteTarget := p.hotNodes, p.hotBytes
 	if p.hotNodes > p.cfg.MaxHotNodes {
 		nodeTarget = p.cfg.MaxHotNodes * 8 / 10

@@ -28,6 +28,14 @@ type Config struct {
 	// memory; colder runs are read back from Pebble when next used.
 	// Default 1,000,000.
 	MaxHotNodes int
+	// MaxHotNodesPerRun bounds the nodes of one run a store-backed
+	// projection keeps in memory: a larger run keeps those it used last
+	// (each node's facts; every node keeps its entries in the run's
+	// indexes, about a tenth of a node's footprint) and reads the others
+	// back from Pebble when an event, a timer or a snapshot needs one, so
+	// that a run's memory does not grow with its size. Runs at or under
+	// it are wholly in memory, as before. Default 4,096.
+	MaxHotNodesPerRun int
 	// Memory, when set, bounds the bytes of runs kept in memory, shared with
 	// every projection given the same Budget (a process's partitions);
 	// least recently used runs are evicted to Pebble beyond it. Default nil:
@@ -56,12 +64,13 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxDepth         = 4
-	DefaultProgressInterval = 5 * time.Second
-	DefaultForwardGrace     = 30 * time.Second
-	DefaultMaxHotNodes      = 1_000_000
-	DefaultHistorySize      = 256
-	DefaultDedupeWindow     = 1024
+	DefaultMaxDepth          = 4
+	DefaultProgressInterval  = 5 * time.Second
+	DefaultForwardGrace      = 30 * time.Second
+	DefaultMaxHotNodes       = 1_000_000
+	DefaultMaxHotNodesPerRun = 4096
+	DefaultHistorySize       = 256
+	DefaultDedupeWindow      = 1024
 )
 
 // MaxDedupeWindow bounds Config.DedupeWindow: the ids are kept in memory
@@ -91,6 +100,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxHotNodes == 0 {
 		c.MaxHotNodes = DefaultMaxHotNodes
 	}
+	if c.MaxHotNodesPerRun == 0 {
+		c.MaxHotNodesPerRun = DefaultMaxHotNodesPerRun
+	}
 	if c.HistorySize == 0 {
 		c.HistorySize = DefaultHistorySize
 	}
@@ -117,6 +129,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHotNodes < 0 {
 		errs = append(errs, fmt.Sprintf("max hot nodes %d: must not be negative", c.MaxHotNodes))
+	}
+	if c.MaxHotNodesPerRun < 0 {
+		errs = append(errs, fmt.Sprintf("max hot nodes per run %d: must not be negative (0: the default, %d)", c.MaxHotNodesPerRun, DefaultMaxHotNodesPerRun))
 	}
 	if c.HistorySize < 0 || c.HistorySize > MaxHistorySize {
 		errs = append(errs, fmt.Sprintf("history size %d: want 0 (default) to %d", c.HistorySize, MaxHistorySize))

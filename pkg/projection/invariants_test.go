@@ -77,18 +77,21 @@ func checkInvariants(r *Run) error {
 			return fmt.Errorf("index %s:\nwant %v\nhave %v", c.name, c.want, c.have)
 		}
 	}
-	for corr, t := range r.byCorr {
-		var want []string
-		for _, id := range ids {
-			if r.nodes[id].LastCorrelationID == corr {
-				want = append(want, id)
-			}
+	var wantCorr, haveCorr []corrNode
+	for _, id := range ids {
+		if c := r.nodes[id].LastCorrelationID; c != "" {
+			wantCorr = append(wantCorr, corrNode{c, id})
 		}
-		var have []string
-		t.Ascend(func(a string) bool { have = append(have, a); return true })
-		if !slices.Equal(want, have) {
-			return fmt.Errorf("correlation %s: want %v have %v", corr, want, have)
+	}
+	slices.SortFunc(wantCorr, func(a, b corrNode) int {
+		if byCorrThenID(a, b) {
+			return -1
 		}
+		return 1
+	})
+	r.byCorr.Ascend(func(k corrNode) bool { haveCorr = append(haveCorr, k); return true })
+	if !slices.Equal(wantCorr, haveCorr) {
+		return fmt.Errorf("correlation index: want %v have %v", wantCorr, haveCorr)
 	}
 	st := r.Stats()
 	if st.ByStatus != byStatus || st.OverdueLeases != overdue || st.NodeCount != len(ids) {

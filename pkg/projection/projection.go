@@ -36,11 +36,16 @@ type Projection struct {
 	due      map[string]int64
 	dueDirty map[string]struct{}
 	hotNodes int
+	// large are the runs that had more than Config.MaxHotNodesPerRun
+	// nodes in memory at their last account, to trim after the next
+	// commit (budget.go).
+	large map[string]*Run
 	// hotBytes is the estimated footprint of the runs in memory, published
 	// the last time the shared Budget was told (budget.go); hits, misses
 	// and evictions are counted here until then.
 	hotBytes, published     int64
 	hits, misses, evictions int64
+	nodeReads, nodeDrops    int64
 	tick                    uint64
 	// lastChanges is how many changes the last Prepare gathered: the next
 	// one's starting capacity.
@@ -134,10 +139,10 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 	}
 	if p.store != nil && r.dirty == nil {
 		r.dirty = newDirt()
+		r.store = p.store
 	}
 	r.lastUsed = p.tick
 	p.runs[id] = r
-	p.hotNodes += len(r.nodes)
 	p.account(r)
 	return r, nil
 }
@@ -159,13 +164,14 @@ func (p *Projection) ApplyEvent(ev *topics.Event) (trigs []topics.Trigger, dup b
 	if err != nil {
 		return nil, false, err
 	}
-	before := len(r.nodes)
 	trigs, dup, err = r.apply(ev, &p.cfg)
+	if err == nil {
+		err = r.nodeErr
+	}
 	if err != nil {
 		p.err = fmt.Errorf("projection: run %q: %w", r.id, err)
 		return nil, false, p.err
 	}
-	p.hotNodes += len(r.nodes) - before
 	p.account(r)
 	p.updateDue(r)
 	return trigs, dup, nil
@@ -178,6 +184,9 @@ func (p *Projection) Advance(runID string, to topics.Time) []topics.Trigger {
 		return nil
 	}
 	trigs := r.advance(to, &p.cfg, nil)
+	if p.settle(r) != nil {
+		return nil
+	}
 	p.updateDue(r)
 	return trigs
 }
@@ -232,6 +241,9 @@ func (p *Projection) FireDue(now topics.Time, pending *Pending) {
 			continue
 		}
 		pending.Add(r.id, r.advance(topics.UnixMilliTime(k.at), &p.cfg, nil))
+		if p.settle(r) != nil {
+			return
+		}
 		p.updateDue(r)
 	}
 }
@@ -439,6 +451,9 @@ func (p *Projection) Wakes(b *Pending, now time.Time, source topics.Time) ([]Bui
 				return out, fmt.Errorf("projection: run %q has triggers pending but is not in memory", id)
 			}
 			w, info, err := p.wake(r, lane, trigs, now, source)
+			if err == nil {
+				err = p.settle(r)
+			}
 			if err != nil {
 				return out, err
 			}
@@ -510,7 +525,11 @@ func (p *Projection) CurrentSnapshot(runID string, now time.Time, source topics.
 		At:         r.clock,
 		Source:     source,
 	}
-	return snapshot.Build(r, w, p.cfg.Limits, now)
+	s, info, err := snapshot.Build(r, w, p.cfg.Limits, now)
+	if err == nil {
+		err = p.settle(r)
+	}
+	return s, info, err
 }
 
 // WakeID is the deterministic id of the wake for triggers of run at seq (the

@@ -225,7 +225,11 @@ func (p *Projection) ReadModel(runID string, now time.Time, stale bool) (*ReadMo
 	if r == nil {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRun, runID)
 	}
-	return r.readModel(now, stale), nil
+	m := r.readModel(now, stale)
+	if err := p.settle(r); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func (r *Run) readModel(now time.Time, stale bool) *ReadModel {
@@ -243,8 +247,8 @@ func (r *Run) readModel(now time.Time, stale bool) *ReadModel {
 		Counts: ReadModelCounts{Events: r.seq, Nodes: st.NodeCount, ByStatus: st.ByStatus, OpenRequests: st.OpenRequests,
 			OverdueLeases: st.OverdueLeases, ActiveCorrelationHandles: st.ActiveCorrelations, Plans: len(r.plans)},
 	}
-	switch root, ok := r.nodes[r.root]; {
-	case !ok:
+	switch root := r.peek(r.root); {
+	case root == nil:
 		m.Status = Fact[topics.Status]{Status: Unknown, Reason: "no root conductor node has been seen"}
 	case root.Status == topics.StatusUnknown:
 		m.Status = Fact[topics.Status]{Status: Unknown, Reason: "the root node has reported no status"}
@@ -321,7 +325,7 @@ func (r *Run) list(idx *btree.BTreeG[timed], total int, keep func(*node) bool) N
 	scanned := 0
 	idx.Ascend(func(k timed) bool {
 		scanned++
-		if n := r.nodes[k.id]; n != nil && keep(n) {
+		if n := r.peek(k.id); n != nil && keep(n) {
 			l.Nodes = append(l.Nodes, n.ref())
 		}
 		return len(l.Nodes) < MaxReadModelList && len(l.Nodes) < total && scanned < readModelScan
@@ -339,7 +343,7 @@ func (r *Run) waiting() NodeList {
 	ids := slices.Sorted(maps.Keys(agents))
 	l := NodeList{Total: len(ids), Nodes: []ReadModelNode{}}
 	for _, id := range ids[:min(len(ids), MaxReadModelList)] {
-		if n := r.nodes[id]; n != nil {
+		if n := r.peek(id); n != nil {
 			l.Nodes = append(l.Nodes, n.ref())
 		}
 	}
@@ -361,7 +365,7 @@ func (r *Run) recentTerminal(total int) NodeList {
 			continue
 		}
 		seen[e.AgentID] = struct{}{}
-		if n := r.nodes[e.AgentID]; n != nil && (n.Status == topics.StatusCompleted || n.Status == topics.StatusFailed) {
+		if n := r.peek(e.AgentID); n != nil && (n.Status == topics.StatusCompleted || n.Status == topics.StatusFailed) {
 			l.Nodes = append(l.Nodes, n.ref())
 		}
 	}

@@ -52,8 +52,8 @@ func (e *ExpiredError) Unwrap() error { return ErrRunExpired }
 // event: its root is terminal and it holds no open request, no lease and no
 // timer.
 func (r *Run) Finished() bool {
-	root, ok := r.nodes[r.root]
-	if r.root == "" || !ok || (root.Status != topics.StatusCompleted && root.Status != topics.StatusFailed) {
+	root := r.peek(r.root)
+	if r.root == "" || root == nil || (root.Status != topics.StatusCompleted && root.Status != topics.StatusFailed) {
 		return false
 	}
 	if len(r.requests) > 0 || r.leases.Len() > 0 {

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"fmt"
 	"iter"
 	"slices"
 
@@ -25,6 +26,10 @@ type node struct {
 	overdue bool
 	// requests are the ids of the node's open requests.
 	requests []string
+	// used is the run's seq when the node was last needed: the least
+	// recently used nodes of a run over Config.MaxHotNodesPerRun leave
+	// memory first (Run.trim).
+	used int64
 }
 
 // Watchdog is seed 004's delivery state of a dispatched node. Every status is
@@ -72,6 +77,18 @@ func newestFirst(a, b timed) bool {
 	return a.id < b.id
 }
 
+// corrNode is an entry of the correlation index: a node and its last
+// correlation id.
+type corrNode struct{ corr, id string }
+
+// byCorrThenID orders the correlation index by correlation id, then agent id.
+func byCorrThenID(a, b corrNode) bool {
+	if a.corr != b.corr {
+		return a.corr < b.corr
+	}
+	return a.id < b.id
+}
+
 // soonestFirst orders by time ascending, then id ascending.
 func soonestFirst(a, b timed) bool {
 	if a.at != b.at {
@@ -87,9 +104,20 @@ const btreeDegree = 16
 type Run struct {
 	id, sessionID, threadID string
 	root                    string
-	nodes                   map[string]*node
-	seq                     int64
-	clock                   topics.Time
+	// nodes are the run's nodes by agent id: all of them in memory (in
+	// resident of them), unless the run belongs to a store and has more
+	// than Config.MaxHotNodesPerRun, when the others are nil here and read
+	// back from store as they are needed (get, peek). An id that is not a
+	// key is no node of the run, known without reading the store.
+	nodes    map[string]*node
+	resident int
+	store    *Store
+	// nodeErr is the first failure to read a node back from the store: the
+	// run no longer matches its store, and the projection stops (sticky).
+	nodeErr error
+	reads   int64 // nodes read back since the projection last accounted the run
+	seq     int64
+	clock   topics.Time
 	// ids are the last Config.DedupeWindow applied event ids.
 	ids   idWindow
 	stats snapshot.Stats
@@ -98,7 +126,10 @@ type Run struct {
 	urgent  *btree.BTreeG[timed] // blocked/failed nodes, newest status change first
 	leases  *btree.BTreeG[timed] // held leases by expiry
 	signals *btree.BTreeG[timed] // every node by last signal, newest first
-	byCorr  map[string]*btree.BTreeG[string]
+	// byCorr holds every node with a correlation id, by that id: one tree
+	// for the run rather than one per correlation id, which cost a tree
+	// per node when each node works under a correlation of its own.
+	byCorr *btree.BTreeG[corrNode]
 	// Active correlation handles, newest activity first.
 	corrActive *btree.BTreeG[timed]
 	corrAt     map[string]int64
@@ -133,8 +164,9 @@ type Run struct {
 	chunks   []chunkRef
 	lastUsed uint64
 	// footprint is what the run last accounted in its projection's bytes
-	// (Footprint, at the time).
+	// (Footprint, at the time), hot its nodes in memory at the time.
 	footprint int64
+	hot       int
 }
 
 // mark records that part kind ('n' node, 'q' request, 'c' handle, 'p' plan)
@@ -163,7 +195,7 @@ func newRun(id string) *Run {
 		urgent:      newTimedTree(newestFirst),
 		leases:      newTimedTree(soonestFirst),
 		signals:     newTimedTree(newestFirst),
-		byCorr:      make(map[string]*btree.BTreeG[string]),
+		byCorr:      newCorrTree(),
 		corrActive:  newTimedTree(newestFirst),
 		corrAt:      make(map[string]int64),
 		leaseDue:    newTimedTree(soonestFirst),
@@ -188,6 +220,57 @@ func (r *Run) Clock() topics.Time { return r.clock }
 // Len is the number of nodes.
 func (r *Run) Len() int { return len(r.nodes) }
 
+// Resident is the number of nodes in memory: Len, unless the run is larger
+// than Config.MaxHotNodesPerRun.
+func (r *Run) Resident() int { return r.resident }
+
+// get returns the node with id, reading it back from the store into memory
+// if it is not there; nil when the run has no such node (or the read
+// failed: nodeErr says so). Whatever changes a node gets it with get.
+func (r *Run) get(id string) *node {
+	n, ok := r.nodes[id]
+	if !ok {
+		return nil
+	}
+	if n == nil {
+		if n = r.load(id); n == nil {
+			return nil
+		}
+		r.nodes[id] = n
+		r.resident++
+	}
+	n.used = r.seq
+	return n
+}
+
+// peek is get for a reader that only looks: a node read back from the store
+// is not kept in memory, so a read model listing thousands of nodes does not
+// displace the ones the run's events are using.
+func (r *Run) peek(id string) *node {
+	n, ok := r.nodes[id]
+	if ok && n == nil {
+		n = r.load(id)
+	}
+	return n
+}
+
+// load reads a node of the run that is not in memory from the store.
+func (r *Run) load(id string) *node {
+	if r.store == nil || r.nodeErr != nil {
+		return nil
+	}
+	n, ok, err := r.store.loadNode(r.id, id)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: not in the store", ErrStore)
+	}
+	if err != nil {
+		r.nodeErr = fmt.Errorf("run %q: reading node %q back: %w", r.id, id, err)
+		return nil
+	}
+	r.reads++
+	return n
+}
+
 // RunID implements snapshot.Tree.
 func (r *Run) RunID() string { return r.id }
 
@@ -205,10 +288,11 @@ func (r *Run) Root() (snapshot.Node, bool) {
 	return r.Node(r.root)
 }
 
-// Node implements snapshot.Tree.
+// Node implements snapshot.Tree. The nodes a snapshot includes are kept in
+// memory (get): the next wake most likely includes them again.
 func (r *Run) Node(id string) (snapshot.Node, bool) {
-	n, ok := r.nodes[id]
-	if !ok {
+	n := r.get(id)
+	if n == nil {
 		return snapshot.Node{}, false
 	}
 	return n.Node, true
@@ -217,11 +301,13 @@ func (r *Run) Node(id string) (snapshot.Node, bool) {
 // WithCorrelation implements snapshot.Tree.
 func (r *Run) WithCorrelation(id string) iter.Seq[snapshot.Node] {
 	return func(yield func(snapshot.Node) bool) {
-		t, ok := r.byCorr[id]
-		if !ok {
-			return
-		}
-		t.Ascend(func(a string) bool { return yield(r.nodes[a].Node) })
+		r.byCorr.AscendGreaterOrEqual(corrNode{corr: id}, func(k corrNode) bool {
+			if k.corr != id {
+				return false
+			}
+			n := r.get(k.id)
+			return n != nil && yield(n.Node)
+		})
 	}
 }
 
@@ -236,7 +322,10 @@ func (r *Run) ByLastSignal() iter.Seq[snapshot.Node] { return r.walk(r.signals) 
 
 func (r *Run) walk(t *btree.BTreeG[timed]) iter.Seq[snapshot.Node] {
 	return func(yield func(snapshot.Node) bool) {
-		t.Ascend(func(k timed) bool { return yield(r.nodes[k.id].Node) })
+		t.Ascend(func(k timed) bool {
+			n := r.get(k.id)
+			return n != nil && yield(n.Node) // nil: a failed read (nodeErr), the walk ends
+		})
 	}
 }
 
@@ -264,13 +353,14 @@ func (r *Run) Stats() snapshot.Stats {
 // node returns the node with id, creating it (role and status unknown) on
 // first sight: events can arrive for a node whose creation is not yet seen.
 func (r *Run) node(id string) *node {
-	if n, ok := r.nodes[id]; ok {
+	if n := r.get(id); n != nil || r.nodeErr != nil {
 		return n
 	}
-	n := &node{depth: -1}
+	n := &node{depth: -1, used: r.seq}
 	n.AgentID = id
 	n.Status = topics.StatusUnknown
 	r.nodes[id] = n
+	r.resident++
 	r.stats.ByStatus.Add(topics.StatusUnknown, 1)
 	r.signals.ReplaceOrInsert(timed{topics.Time{}.UnixMilli(), id})
 	return n
@@ -308,20 +398,10 @@ func (r *Run) setCorrelation(n *node, id string) {
 		return
 	}
 	if old := n.LastCorrelationID; old != "" {
-		if t := r.byCorr[old]; t != nil {
-			t.Delete(n.AgentID)
-			if t.Len() == 0 {
-				delete(r.byCorr, old)
-			}
-		}
+		r.byCorr.Delete(corrNode{old, n.AgentID})
 	}
 	n.LastCorrelationID = id
-	t := r.byCorr[id]
-	if t == nil {
-		t = newIDTree()
-		r.byCorr[id] = t
-	}
-	t.ReplaceOrInsert(n.AgentID)
+	r.byCorr.ReplaceOrInsert(corrNode{id, n.AgentID})
 }
 
 // touchHandle marks a correlation handle active at at.
@@ -413,7 +493,7 @@ func (r *Run) closeRequest(q *request) {
 	if !q.expires.IsZero() {
 		r.requestDue.Delete(timed{q.expires.UnixMilli(), q.id})
 	}
-	if n, ok := r.nodes[q.agentID]; ok {
+	if n := r.get(q.agentID); n != nil {
 		if i := slices.Index(n.requests, q.id); i >= 0 {
 			n.requests = slices.Delete(n.requests, i, i+1)
 		}

@@ -265,10 +265,12 @@ func (s *Store) dues() (map[string]int64, error) {
 func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	r = newRun(id)
 	r.dirty = newDirt()
+	r.store = s
 	prefix := s.abs(rel([]byte{'r'}, []byte(id), []byte{0}))
 	var meta *metaRecord
 	var expiredAt int64
 	var nodes []*node
+	hot := max(cfg.MaxHotNodesPerRun, 1)
 	var entries, legacy []HistoryEntry
 	err = s.scan(prefix, func(k, v []byte) error {
 		if len(k) == 0 {
@@ -287,7 +289,16 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 			if err != nil {
 				return fmt.Errorf("node %q: %w", rest, err)
 			}
-			nodes = append(nodes, nr.node())
+			n := nr.node()
+			r.index(n)
+			r.nodes[n.AgentID] = nil
+			if len(nodes) < hot {
+				// The rest are read back when needed (Run.get): keys
+				// come in agent id order, so which stay is arbitrary
+				// but deterministic, and what the run uses next soon
+				// replaces them.
+				nodes = append(nodes, n)
+			}
 		case 'q':
 			var q requestRecord
 			if err := json.Unmarshal(v, &q); err != nil {
@@ -358,7 +369,14 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	r.lastProgressWake = fromMs(meta.LastProgressWake)
 	r.planOrder, r.diagnostics = meta.PlanOrder, meta.Diagnostics
 	for _, n := range nodes {
-		r.restore(n)
+		r.nodes[n.AgentID] = n
+	}
+	r.resident = len(nodes)
+	if root := r.root; root != "" {
+		r.get(root) // the root is always in memory (Run.trim)
+		if r.nodeErr != nil {
+			return nil, false, r.nodeErr
+		}
 	}
 	// The scan gave the earlier encoding's entries ('h') before the
 	// journal's ('j'): both in seq order, and the former all older.
@@ -369,10 +387,24 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	return r, true, nil
 }
 
-// restore inserts a loaded node into the run and its indexes.
-func (r *Run) restore(n *node) {
+// loadNode reads one node of a run.
+func (s *Store) loadNode(run, id string) (*node, bool, error) {
+	v, ok, err := s.Get(runKey(run, 'n', id))
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	nr, err := decodeNode(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: node %q of run %q: %v", ErrStore, id, run, err)
+	}
+	return nr.node(), true, nil
+}
+
+// index counts a node read from the store among the run's nodes and enters
+// it in the run's indexes; whether it stays in memory is the caller's
+// choice.
+func (r *Run) index(n *node) {
 	id := n.AgentID
-	r.nodes[id] = n
 	r.stats.ByStatus.Add(n.Status, 1)
 	if isUrgent(n.Status) {
 		r.urgent.ReplaceOrInsert(timed{n.StatusUpdatedAt.UnixMilli(), id})
@@ -388,12 +420,7 @@ func (r *Run) restore(n *node) {
 		}
 	}
 	if c := n.LastCorrelationID; c != "" {
-		t := r.byCorr[c]
-		if t == nil {
-			t = newIDTree()
-			r.byCorr[c] = t
-		}
-		t.ReplaceOrInsert(id)
+		r.byCorr.ReplaceOrInsert(corrNode{c, id})
 	}
 	if w := &n.watchdog; w.Dispatched {
 		if w.Status != "" {
@@ -451,7 +478,8 @@ func (s *Store) write(c *Changes, r *Run, keep int64) error {
 		c.set(runKey(r.id, 'm', ""), encodeMeta(nil, &m))
 	}
 	for id := range d.nodes {
-		if n, ok := r.nodes[id]; ok {
+		// A changed node stays in memory until written (Run.trim).
+		if n := r.nodes[id]; n != nil {
 			rec := n.record()
 			c.set(runKey(r.id, 'n', id), encodeNode(nil, &rec))
 		}

@@ -35,7 +35,8 @@ func openDB(t *testing.T, dir string) *pebble.DB {
 //
 // Runs leave memory by either bound: MaxHotNodes, or a memory Budget
 // smaller than the runs' working set (issue 18: eviction and reload give
-// byte-identical wakes to a projection that never evicts).
+// byte-identical wakes to a projection that never evicts); and the nodes of
+// a run larger than MaxHotNodesPerRun leave memory while the run stays.
 func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 	// A dedupe window smaller than the runs: events sent again both within
 	// it (duplicates) and beyond it (applied again, in memory and with the
@@ -45,6 +46,17 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 	byNodes := Config{MaxHotNodes: 100, HistorySize: 16, DedupeWindow: 40}
 	byBytes := Config{Memory: NewBudget(150 << 10), HistorySize: 16, DedupeWindow: 40}
 	t.Run("max-hot-nodes", func(t *testing.T) { testStoreResumes(t, byNodes) })
+	t.Run("hot-nodes-per-run", func(t *testing.T) {
+		// Runs of 40, 200 and 15 nodes with at most 12 of each in memory:
+		// nodes go and are read back by events, timers and snapshots.
+		cfg := Config{MaxHotNodesPerRun: 12, Memory: NewBudget(1 << 30), HistorySize: 16, DedupeWindow: 40}
+		testStoreResumes(t, cfg)
+		st := cfg.Memory.Stats()
+		t.Logf("at most %d nodes of a run in memory: %d nodes dropped, %d read back", cfg.MaxHotNodesPerRun, st.NodeEvictions, st.NodeReads)
+		if st.NodeEvictions == 0 || st.NodeReads == 0 {
+			t.Errorf("%d nodes dropped from memory, %d read back: the test no longer trims runs", st.NodeEvictions, st.NodeReads)
+		}
+	})
 	t.Run("memory-budget", func(t *testing.T) {
 		testStoreResumes(t, byBytes)
 		st := byBytes.Memory.Stats()
@@ -216,6 +228,7 @@ func testStoreResumes(t *testing.T, cfg Config) {
 		if !ok {
 			t.Fatalf("%s not in the store", run)
 		}
+		loadAll(t, r)
 		if a, b := dumpRun(mem.runs[run]), dumpRun(r); a != b {
 			t.Fatalf("%s differs after reload:\nmemory:\n%s\nstore:\n%s", run, a, b)
 		}
@@ -255,6 +268,16 @@ func testStoreResumes(t *testing.T, cfg Config) {
 				return nil
 			})
 		}
+	}
+}
+
+// loadAll reads every node of r that is not in memory back into it, so
+// that tests can compare the whole run.
+func loadAll(t *testing.T, r *Run) {
+	t.Helper()
+	r.signals.Ascend(func(k timed) bool { return r.get(k.id) != nil })
+	if r.nodeErr != nil || r.resident != len(r.nodes) {
+		t.Fatalf("run %s: %d of %d nodes in memory after reading them all back (%v)", r.id, r.resident, len(r.nodes), r.nodeErr)
 	}
 }
 

@@ -74,20 +74,29 @@ func (r *Run) fire(kind int, id string, due topics.Time, trigs []topics.Trigger)
 	}
 	switch kind {
 	case timerLease:
-		n := r.nodes[id]
+		n := r.get(id)
+		if n == nil { // a failed read: nodeErr stops the projection
+			break
+		}
 		n.overdue = true
 		r.stats.OverdueLeases++
 		r.diagnose("lease_expired", id, due, n.LeaseOwner)
 		timer(topics.TriggerLeaseExpired, id, n.LeaseOwner)
 	case timerDispatch:
-		n := r.nodes[id]
+		n := r.get(id)
+		if n == nil { // a failed read: nodeErr stops the projection
+			break
+		}
 		n.watchdog.wasSuspect = true
 		if r.reclassify(n, due) {
 			r.diagnose(string(n.watchdog.Status), id, due, n.watchdog.StatusReason)
 			timer(topics.TriggerWatchdog, id, string(n.watchdog.Status))
 		}
 	case timerGrace:
-		n := r.nodes[id]
+		n := r.get(id)
+		if n == nil { // a failed read: nodeErr stops the projection
+			break
+		}
 		n.watchdog.graceDue = topics.Time{}
 		if n.watchdog.Status == topics.WatchdogDoneButNotForwarded {
 			r.diagnose(string(topics.WatchdogDoneButNotForwarded), id, due, "no wake_received within the forward grace")

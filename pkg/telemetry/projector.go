@@ -275,12 +275,16 @@ var (
 		"Finished runs whose state was deleted after the retention (-retention) by this instance.", nil, nil)
 	descHotEvictions = prometheus.NewDesc(Namespace+"_projector_hot_run_evictions_total",
 		"Runs dropped from memory to keep the budget (they stay in Pebble).", nil, nil)
+	descNodeReads = prometheus.NewDesc(Namespace+"_projector_run_node_reads_total",
+		"Nodes of runs larger than -max-hot-nodes-per-run read back from Pebble when an event, a timer or a read needed them.", nil, nil)
+	descNodeEvictions = prometheus.NewDesc(Namespace+"_projector_run_node_evictions_total",
+		"Nodes of runs larger than -max-hot-nodes-per-run dropped from memory (they stay in Pebble and the run's indexes).", nil, nil)
 )
 
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descCompactions, descFlushes, descDisk,
 		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes,
-		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descExpired} {
+		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descExpired} {
 		ch <- d
 	}
 }
@@ -304,6 +308,8 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHotHits, prometheus.CounterValue, float64(mem.Hits))
 	ch <- prometheus.MustNewConstMetric(descHotMisses, prometheus.CounterValue, float64(mem.Misses))
 	ch <- prometheus.MustNewConstMetric(descHotEvictions, prometheus.CounterValue, float64(mem.Evictions))
+	ch <- prometheus.MustNewConstMetric(descNodeReads, prometheus.CounterValue, float64(mem.NodeReads))
+	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
 	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(p.Stats.Expired.Load()))
 	for _, l := range p.Lag() {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
