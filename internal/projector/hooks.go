@@ -37,7 +37,53 @@ type Hooks interface {
 	// generation for stalled while the brokers answered: the instance
 	// stops, and Serve starts a fresh one, a new member of the group.
 	GroupStalled(stalled time.Duration)
+	// PriorityCommitted reports a human input record once the commit that
+	// published its wake succeeded: how long it spent in each stage of the
+	// priority path.
+	PriorityCommitted(partition int32, stages PriorityStages)
 }
+
+// PriorityStage is a stage of the priority path, the way of a human input
+// record from the broker to its committed wake, in order.
+type PriorityStage int
+
+// The stages of the priority path.
+const (
+	// StageFetch: from the record's timestamp (the gateway's produce,
+	// CreateTime) to the human input client's fetch returning it.
+	StageFetch PriorityStage = iota
+	// StageQueued: from the fetch to its partition's worker taking it up
+	// (the worker was applying agent records, or paused).
+	StageQueued
+	// StageApplied: projecting the record (and the rest of its batch).
+	StageApplied
+	// StageBuilt: building the wakes of the commit that carries it, its
+	// own priority wake first.
+	StageBuilt
+	// StageWaited: waiting for the partition's commit in flight, which
+	// must be written before the next is prepared.
+	StageWaited
+	// StageProduced: preparing the state changes and producing the
+	// commit's records (wakes, changelog, offsets) in its transaction.
+	StageProduced
+	// StageCommitted: ending the transaction and writing Pebble.
+	StageCommitted
+	// NumPriorityStages is the number of stages.
+	NumPriorityStages
+)
+
+var priorityStageNames = [NumPriorityStages]string{"fetch", "queued", "applied", "built", "waited", "produced", "committed"}
+
+// String is the stage's name, as metrics label it.
+func (s PriorityStage) String() string {
+	if s < 0 || s >= NumPriorityStages {
+		return "unknown"
+	}
+	return priorityStageNames[s]
+}
+
+// PriorityStages are the time a human input record spent in each stage.
+type PriorityStages [NumPriorityStages]time.Duration
 
 // Outcome is what became of a consumed record.
 type Outcome string
@@ -95,6 +141,9 @@ func (NopHooks) Restored(int32, changelog.Result, error) {}
 
 // GroupStalled does nothing.
 func (NopHooks) GroupStalled(time.Duration) {}
+
+// PriorityCommitted does nothing.
+func (NopHooks) PriorityCommitted(int32, PriorityStages) {}
 
 // KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
 // projector's Kafka clients, named by role: "group", "human", "producer",

@@ -2,6 +2,8 @@ package projector
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +32,25 @@ import (
 // input itself is (DESIGN.md: stale is honest).
 func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 	brokertest.Run(t, testPriorityLaneOvertakesBacklog)
+}
+
+// stageHooks keeps the priority path's stages of every human input record.
+type stageHooks struct {
+	NopHooks
+	mu     sync.Mutex
+	stages []PriorityStages
+}
+
+func (h *stageHooks) PriorityCommitted(_ int32, s PriorityStages) {
+	h.mu.Lock()
+	h.stages = append(h.stages, s)
+	h.mu.Unlock()
+}
+
+func (h *stageHooks) got() []PriorityStages {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.stages)
 }
 
 func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
@@ -82,12 +103,15 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	// A wall clock at the start of the traffic: no timer falls due, so the
 	// only wakes are the events' own.
 	cfg.Now = func() time.Time { return start }
+	stages := &stageHooks{}
+	cfg.Hooks = stages
 	p, stop := e.start(cfg)
 
 	waitFor(t, 60*time.Second, p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 })
 	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop and summarise"})
 	inputRec := rawRecord(t, e.names.HumanInput(), &input, partitions)
 	inputRec.Timestamp = start
+	produced := time.Now()
 	e.produceRecords(inputRec)
 
 	var prioTS time.Time
@@ -120,6 +144,26 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 		}
 		return true
 	})
+	read := time.Since(produced)
+	// The priority path's stages were timed, once, and add up to no more
+	// than the way from produce to read (the fetch stage starts at the
+	// record's timestamp, an hour back here, so it is left out).
+	waitFor(t, 10*time.Second, p, "the priority path's stages", func() bool { return len(stages.got()) > 0 })
+	if got := stages.got(); len(got) != 1 {
+		t.Errorf("%d records' priority stages reported, want the one human input's", len(got))
+	} else {
+		var sum time.Duration
+		for s := StageQueued; s < NumPriorityStages; s++ {
+			if got[0][s] < 0 {
+				t.Errorf("priority stage %s: %v", s, got[0][s])
+			}
+			sum += got[0][s]
+		}
+		t.Logf("priority stages %v (produce to read %v)", got[0], read)
+		if sum > read {
+			t.Errorf("priority stages after the fetch add up to %v, more than the %v from produce to read: %v", sum, read, got[0])
+		}
+	}
 	// Applied counts the human input too.
 	agentAtWake := appliedAtWake - 1
 	t.Logf("priority wake published with %d of %d backlog events applied", agentAtWake, backlog)

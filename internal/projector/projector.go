@@ -351,6 +351,7 @@ func (p *Projector) pollHuman(ctx context.Context) {
 }
 
 func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
+	fetched := time.Now()
 	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if len(fp.Records) == 0 {
 			return
@@ -361,7 +362,7 @@ func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
 		if w == nil {
 			return // revoked meanwhile: the next owner reads them from its offsets
 		}
-		w.enqueue(batch{records: fp.Records, highWatermark: fp.HighWatermark}, human)
+		w.enqueue(batch{records: fp.Records, highWatermark: fp.HighWatermark, fetched: fetched}, human)
 	})
 }
 

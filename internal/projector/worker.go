@@ -24,6 +24,17 @@ import (
 type batch struct {
 	records       []*kgo.Record
 	highWatermark int64
+	// fetched is when the poll that returned the records came back:
+	// where the priority path's stages after the broker begin (telemetry
+	// only).
+	fetched time.Time
+}
+
+// humanMark times a human input record through the priority path (see
+// PriorityStage): its timestamp, its fetch, its worker taking it up and
+// having applied it. The commit that carries its wake adds the rest.
+type humanMark struct {
+	appended, fetched, taken, applied time.Time
 }
 
 // worker owns one partition: its projection, its offsets, its timers and,
@@ -87,6 +98,8 @@ type worker struct {
 	// triggering record: for the wake's lag and its trace's parent.
 	origins map[string]origin
 	tracer  trace.Tracer
+	// marks time the human input applied since the last commit.
+	marks []humanMark
 }
 
 // origin is the earliest record that triggered a run's wake in a commit.
@@ -281,7 +294,7 @@ func (w *worker) run() {
 // processHuman applies a batch of human input, and any more waiting, and
 // commits them at once. It returns false when the worker must stop.
 func (w *worker) processHuman(b batch) bool {
-	w.apply(b)
+	w.applyHumanBatch(b)
 	w.applyHuman()
 	return w.flush()
 }
@@ -293,11 +306,22 @@ func (w *worker) applyHuman() bool {
 	for {
 		select {
 		case b := <-w.human:
-			w.apply(b)
+			w.applyHumanBatch(b)
 			applied = true
 		default:
 			return applied
 		}
+	}
+}
+
+// applyHumanBatch applies a batch of human input and marks the time of each
+// of its records for the priority path's stages.
+func (w *worker) applyHumanBatch(b batch) {
+	taken := time.Now()
+	w.apply(b)
+	applied := time.Now()
+	for _, r := range b.records {
+		w.marks = append(w.marks, humanMark{appended: r.Timestamp, fetched: b.fetched, taken: taken, applied: applied})
 	}
 }
 
@@ -530,10 +554,18 @@ type commitJob struct {
 	built   []projection.Built
 	spans   []trace.Span
 	origins map[string]origin
-	// Set by the committer before done closes.
-	err         error
-	committedAt time.Time
-	done        chan struct{}
+	// marks are the human input records the commit carries, built when
+	// its wakes were built and waited when the commit before it was
+	// reaped (telemetry: PriorityStages).
+	marks             []humanMark
+	builtAt, waitedAt time.Time
+	// Set by the committer before done closes: the error, the commit's
+	// time on the projector's clock (Config.Now), and when the produce
+	// and the whole commit ended (for the priority path's stages).
+	err                 error
+	committedAt         time.Time
+	produced, committed time.Time
+	done                chan struct{}
 }
 
 // publish builds the wakes of the pending triggers and hands them, with the
@@ -555,8 +587,10 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		w.p.fail(err)
 		return false
 	}
-	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{})}
+	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{}),
+		marks: w.marks, builtAt: time.Now()}
 	w.origins = make(map[string]origin)
+	w.marks = nil
 	for i, b := range built {
 		// The snapshot as the builder encoded it, spliced in: one encoding
 		// of its 24 KB fewer per wake.
@@ -592,6 +626,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		j.end()
 		return false
 	}
+	j.waitedAt = time.Now()
 	changes, err := w.proj.Prepare(w.offsets)
 	if err != nil {
 		j.end()
@@ -652,6 +687,17 @@ func (w *worker) settle() bool {
 		}
 		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), j.spans[i]), cw)
 	}
+	for _, m := range j.marks {
+		w.p.cfg.Hooks.PriorityCommitted(w.part, PriorityStages{
+			StageFetch:     max(m.fetched.Sub(m.appended), 0), // the gateway's clock against ours
+			StageQueued:    m.taken.Sub(m.fetched),
+			StageApplied:   m.applied.Sub(m.taken),
+			StageBuilt:     j.builtAt.Sub(m.applied),
+			StageWaited:    j.waitedAt.Sub(j.builtAt),
+			StageProduced:  j.produced.Sub(j.waitedAt),
+			StageCommitted: j.committed.Sub(j.produced),
+		})
+	}
 	return true
 }
 
@@ -685,6 +731,7 @@ func (w *worker) commit(j *commitJob) {
 			}
 		}
 		err := w.prod.ProduceSync(ctx, j.out...).FirstErr()
+		j.produced = time.Now()
 		if w.txn {
 			how := kgo.TryCommit
 			if err != nil {
@@ -705,7 +752,7 @@ func (w *worker) commit(j *commitJob) {
 		end := j.out[len(j.out)-1]
 		return w.proj.Write(j.changes, &projection.Checkpoint{Next: end.Offset + 1, At: w.p.cfg.Now().UnixMilli()})
 	}()
-	j.committedAt = w.p.cfg.Now()
+	j.committedAt, j.committed = w.p.cfg.Now(), time.Now()
 }
 
 // DeadLetterUnknownType starts the dead-letter reason of a record whose

@@ -50,6 +50,7 @@ type ProjectorMetrics struct {
 	restores       *prometheus.CounterVec
 	restoreTime    prometheus.Histogram
 	groupStalls    prometheus.Counter
+	priorityStages *prometheus.HistogramVec
 }
 
 // NewProjectorMetrics registers the projector's metrics on reg. events
@@ -103,6 +104,12 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		groupStalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "group_stalls_total",
 			Help: "Times the consumer group gave this process's instance no assignment for the stall timeout while the brokers answered, " +
 				"so that the instance stopped and a fresh one rejoined as a new member."}),
+		priorityStages: prometheus.NewHistogramVec(histogram(sub, "priority_stage_seconds",
+			"Time a human input record spent in each stage of the priority path, observed once the commit that published its wake succeeded: "+
+				"fetch (from its timestamp, the gateway's produce, to the fetch returning it), queued (until its partition's worker took it up), "+
+				"applied, built (the commit's wakes), waited (for the partition's commit in flight), produced (the commit's records, in its transaction), "+
+				"committed (ending the transaction, writing Pebble).",
+			secondsBuckets), []string{"stage"}),
 		restoreTime: prometheus.NewHistogram(histogram(sub, "restore_seconds",
 			"Time to restore one partition from the changelog.", []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
 	}
@@ -116,6 +123,9 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 	for _, r := range []string{"committed", "failed"} {
 		m.commits.WithLabelValues(r)
 	}
+	for s := range projector.NumPriorityStages {
+		m.priorityStages.WithLabelValues(s.String())
+	}
 	for _, lane := range []topics.Lane{topics.LaneNormal, topics.LanePriority} {
 		m.wakes.WithLabelValues(string(lane))
 		m.truncated.WithLabelValues(string(lane))
@@ -123,7 +133,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, gauges{m})
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.priorityStages, gauges{m})
 	return m, err
 }
 
@@ -188,6 +198,14 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 	}
 	if m.events != nil {
 		m.events.Snapshot(ctx, MetaOf(w.Wake, w.Info, w.Build))
+	}
+}
+
+// PriorityCommitted observes the stages of a human input record's way to
+// its committed wake.
+func (m *ProjectorMetrics) PriorityCommitted(_ int32, stages projector.PriorityStages) {
+	for s, d := range stages {
+		m.priorityStages.WithLabelValues(projector.PriorityStage(s).String()).Observe(max(d, 0).Seconds())
 	}
 }
 
