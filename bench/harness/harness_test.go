@@ -237,8 +237,8 @@ func TestRun(t *testing.T) {
 		}
 		soakTargets++
 	}
-	if soakTargets != 4 {
-		t.Errorf("soak: %d targets, want RSS, Pebble and changelog growth and RSS against the limit", soakTargets)
+	if soakTargets != 7 {
+		t.Errorf("soak: %d targets, want RSS, Pebble and changelog growth (largest and trend) and RSS against the limit", soakTargets)
 	}
 	if len(rep.Targets) < 5 {
 		t.Errorf("%d targets reported, want every scenario's", len(rep.Targets))

@@ -379,7 +379,12 @@ func tenths(samples []soakSample) []map[string]any {
 
 // soakTargets are soak's verdicts: over the last third of the sends, the
 // largest sample of RSS, Pebble bytes and changelog bytes against the first
-// sample of that third; and the largest RSS against the memory limit.
+// sample of that third, and their trend (the least-squares line through
+// that third's samples, its end against its start); and the largest RSS
+// against the memory limit. Both growth figures are kept: the first is
+// strict but also measures noise (a changelog compacted every 15 s is a
+// sawtooth, and the third's first sample may fall at its foot); the trend
+// says whether the size is going anywhere.
 func soakTargets(samples []soakSample, loadEnd time.Duration, rssMax, limit int64) []Target {
 	var third []soakSample
 	for _, x := range samples {
@@ -409,6 +414,9 @@ func soakTargets(samples []soakSample, loadEnd time.Duration, rssMax, limit int6
 		}
 		ts = append(ts, atMost("soak", name+", last third of the sends: largest sample / first", float64(most)/float64(first), soakGrowthLimit, "x",
 			fmt.Sprintf("%s MiB at most vs %s MiB at %.0f s; %d samples", mb(most), mb(first), third[0].at.Seconds(), n)))
+		start, end := trend(third, get)
+		ts = append(ts, atMost("soak", name+", last third of the sends: trend, fitted end / fitted start", end/start, soakGrowthLimit, "x",
+			fmt.Sprintf("the least-squares line through its %d samples runs from %s MiB to %s MiB", n, mb(int64(start)), mb(int64(end)))))
 	}
 	growth("projector RSS", func(x soakSample) (int64, bool) { return x.rss, x.rss > 0 })
 	growth("Pebble bytes", func(x soakSample) (int64, bool) { return x.pebble, x.pebble > 0 })
@@ -421,6 +429,32 @@ func soakTargets(samples []soakSample, loadEnd time.Duration, rssMax, limit int6
 			float64(rssMax)/(1<<20), float64(limit)/(1<<20), " MiB", "-memory-limit, as the projector's canopy_projector_memory_limit_bytes says"))
 	}
 	return ts
+}
+
+// trend fits a least-squares line through the samples get measures and
+// returns its values at the first and the last of them.
+func trend(xs []soakSample, get func(soakSample) (int64, bool)) (start, end float64) {
+	var ts, vs []float64
+	for _, x := range xs {
+		if v, ok := get(x); ok {
+			ts, vs = append(ts, x.at.Seconds()), append(vs, float64(v))
+		}
+	}
+	n := float64(len(ts))
+	var mt, mv float64
+	for i := range ts {
+		mt, mv = mt+ts[i]/n, mv+vs[i]/n
+	}
+	var num, den float64
+	for i := range ts {
+		num += (ts[i] - mt) * (vs[i] - mv)
+		den += (ts[i] - mt) * (ts[i] - mt)
+	}
+	slope := 0.0
+	if den > 0 {
+		slope = num / den
+	}
+	return mv + slope*(ts[0]-mt), mv + slope*(ts[len(ts)-1]-mt)
 }
 
 // mb is b in MiB, for reading.

@@ -56,7 +56,7 @@ func TestSoakTargets(t *testing.T) {
 	}
 	xs = append(xs, soakSample{at: 12 * time.Second, drain: true, rss: 600 * mib, changelog: 500 * mib, changelogOK: true})
 	ts := soakTargets(xs, 9*time.Second, 0, 512*mib)
-	if len(ts) != 4 {
+	if len(ts) != 7 {
 		t.Fatalf("%d targets: %+v", len(ts), ts)
 	}
 	find := func(prefix string) Target {
@@ -76,6 +76,13 @@ func TestSoakTargets(t *testing.T) {
 	if tg := find("Pebble bytes, last third"); tg.Met || tg.Measured != "1.43x" {
 		t.Errorf("Pebble growth: %+v, want missed at 1.43x", tg)
 	}
+	// The trend says the same: flat RSS, Pebble on a line from 70 to 100.
+	if tg := find("projector RSS, last third of the sends: trend"); !tg.Met || tg.Measured != "1.00x" {
+		t.Errorf("RSS trend: %+v, want met at 1.00x", tg)
+	}
+	if tg := find("Pebble bytes, last third of the sends: trend"); tg.Met || tg.Measured != "1.43x" {
+		t.Errorf("Pebble trend: %+v, want missed at 1.43x", tg)
+	}
 	// The changelog's jump is in the drain: not counted.
 	if tg := find("changelog bytes, last third"); !tg.Met || tg.Measured != "1.00x" {
 		t.Errorf("changelog growth: %+v, want met at 1.00x", tg)
@@ -83,6 +90,29 @@ func TestSoakTargets(t *testing.T) {
 	// The RSS limit is checked throughout, drain included.
 	if tg := find("projector RSS, largest sample"); tg.Met || tg.Measured != "600 MiB" {
 		t.Errorf("RSS against the limit: %+v, want 600 MiB, missed", tg)
+	}
+}
+
+// TestSoakTrend: a sawtooth (a changelog compacted now and then) whose
+// first sample falls at a foot has a largest/first ratio far over the
+// limit and a flat trend; a steady climb has both.
+func TestSoakTrend(t *testing.T) {
+	get := func(x soakSample) (int64, bool) { return x.changelog, true }
+	var saw, climb []soakSample
+	for i := range 30 {
+		saw = append(saw, soakSample{at: time.Duration(i) * time.Second, changelog: int64(90 + 30*(i%3))})
+	}
+	for i := range 12 {
+		climb = append(climb, soakSample{at: time.Duration(i) * time.Second, changelog: int64(100 + 5*i)})
+	}
+	if largest, first := 150.0, 90.0; largest/first <= soakGrowthLimit {
+		t.Fatal("the sawtooth no longer exceeds the limit by its largest sample")
+	}
+	if s, e := trend(saw, get); e/s > soakGrowthLimit || e/s < 1/soakGrowthLimit {
+		t.Errorf("sawtooth: trend %.1f to %.1f, want flat within %.2fx", s, e, soakGrowthLimit)
+	}
+	if s, e := trend(climb, get); s != 100 || e != 155 {
+		t.Errorf("climb: trend %.1f to %.1f, want 100 to 155", s, e)
 	}
 }
 
