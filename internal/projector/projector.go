@@ -62,6 +62,10 @@ type Stats struct {
 	Restoring, RestoredRecords atomic.Int64
 	// StandbyRecords counts the changelog records standby replicas applied.
 	StandbyRecords atomic.Int64
+	// GatePauses counts the times a partition's worker paused its agent
+	// records while another partition's human input was on its way, and
+	// GatePausedNanos the time they spent paused (gate.go).
+	GatePauses, GatePausedNanos atomic.Int64
 }
 
 // Projector is one projector instance.
@@ -78,6 +82,9 @@ type Projector struct {
 	// half the changelog's delete.retention.ms (checkpointTrust).
 	trust   time.Duration
 	standby *standby // nil unless Config.Standby
+	// gate pauses the partitions' bulk work while one of them has human
+	// input on its way (gate.go).
+	gate *gate
 
 	mu      sync.Mutex
 	workers map[int32]*worker
@@ -118,6 +125,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	}
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{})}
+	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
 
 	db, err := openState(cfg, cfg.Now())
 	if err != nil {

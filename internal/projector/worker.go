@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,27 @@ type worker struct {
 	start map[string]int64
 
 	human, agent chan batch
+	// humanWaiting is set when human input is handed to the worker and
+	// cleared when the worker takes it up: the worker looks at it between
+	// every two agent records it applies (one atomic load), and stops
+	// applying agent records at once to commit the human input first.
+	// humanSignal wakes the worker from a pause at the gate.
+	humanWaiting atomic.Bool
+	humanSignal  chan struct{}
+	// reap is set by the committer when a commit carrying human input is
+	// done, so that the worker reaps it (and releases the gate) at its
+	// next record rather than at its next commit.
+	reap atomic.Bool
+	// gateMu guards holding (the partition holds the instance's gate:
+	// human input on its way) and exited (the worker is gone: it must
+	// not hold the gate again); gateHeld mirrors holding for the record
+	// loop.
+	gateMu          sync.Mutex
+	holding, exited bool
+	gateHeld        atomic.Bool
+	// ignoreGen is the gate's generation this worker gave up waiting for
+	// (gate.wait): it applies on until the gate opens and closes again.
+	ignoreGen uint64
 	// queries are reads of the state (query.go), answered between commits.
 	queries chan *query
 	// lastAt is, per input topic (agent events, human input), the append
@@ -116,7 +138,8 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 	w := &worker{
 		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool), queries: make(chan *query),
-		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
+		humanSignal: make(chan struct{}, 1),
+		ready:       make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 		origins: make(map[string]origin), tracer: p.cfg.TracerProvider.Tracer(tracerName),
 	}
 	w.lag[0].Store(-1)
@@ -211,7 +234,56 @@ func (w *worker) enqueue(b batch, human bool) {
 	select {
 	case ch <- b:
 	case <-w.quit:
+		return
 	}
+	if human {
+		// In this order: the batch is in the channel before the worker
+		// can see the flag, and the other partitions pause only once it
+		// is.
+		w.holdGate()
+		w.humanWaiting.Store(true)
+		select {
+		case w.humanSignal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// holdGate makes the partition hold the instance's gate, unless it does
+// or its worker is gone.
+func (w *worker) holdGate() {
+	w.gateMu.Lock()
+	defer w.gateMu.Unlock()
+	if !w.holding && !w.exited {
+		w.holding = true
+		w.gateHeld.Store(true)
+		w.p.gate.hold()
+	}
+}
+
+// releaseGate lets go of the gate once the partition has no human input on
+// its way: none waiting, none applied and not yet in a commit, none in the
+// commit in flight. With exit, for good: the worker is going.
+func (w *worker) releaseGate(exit bool) {
+	w.gateMu.Lock()
+	defer w.gateMu.Unlock()
+	if exit {
+		w.exited = true
+	} else if len(w.human) > 0 || len(w.marks) > 0 || w.inflight != nil && len(w.inflight.marks) > 0 {
+		return
+	}
+	if w.holding {
+		w.holding = false
+		w.gateHeld.Store(false)
+		w.p.gate.release()
+	}
+}
+
+// preempted reports whether the worker must stop applying agent records:
+// its own human input waits, its commit carrying human input is done and
+// must be reaped, or another partition holds the gate.
+func (w *worker) preempted() bool {
+	return w.humanWaiting.Load() || w.reap.Load() || w.p.gate.closed(w.ignoreGen) && !w.gateHeld.Load()
 }
 
 // stop asks the worker to finish its current chunk and commit, and waits.
@@ -228,11 +300,13 @@ func (w *worker) run() {
 		defer w.prod.Close()
 	}
 	// Last: the runs' bytes go back to the budget the instance's partitions
-	// share, which would otherwise count them for ever.
+	// share, which would otherwise count them for ever; and the gate, if
+	// the partition held it, opens for the others.
 	defer func() {
 		if w.proj != nil {
 			w.proj.Release()
 		}
+		w.releaseGate(true)
 	}()
 	// Before the producer closes (defers run last first): the commit in
 	// flight ends, and its wakes are counted, whichever way the worker
@@ -294,6 +368,7 @@ func (w *worker) run() {
 // processHuman applies a batch of human input, and any more waiting, and
 // commits them at once. It returns false when the worker must stop.
 func (w *worker) processHuman(b batch) bool {
+	w.humanWaiting.Store(false)
 	w.applyHumanBatch(b)
 	w.applyHuman()
 	return w.flush()
@@ -302,6 +377,8 @@ func (w *worker) processHuman(b batch) bool {
 // applyHuman applies the human input waiting, without blocking, and
 // reports whether there was any.
 func (w *worker) applyHuman() bool {
+	// Cleared first: input handed over after this sets it again.
+	w.humanWaiting.Store(false)
 	applied := false
 	for {
 		select {
@@ -318,7 +395,7 @@ func (w *worker) applyHuman() bool {
 // of its records for the priority path's stages.
 func (w *worker) applyHumanBatch(b batch) {
 	taken := time.Now()
-	w.apply(b)
+	w.apply(b, false)
 	applied := time.Now()
 	for _, r := range b.records {
 		w.marks = append(w.marks, humanMark{appended: r.Timestamp, fetched: b.fetched, taken: taken, applied: applied})
@@ -334,23 +411,45 @@ const maxTriggersPerWake = 256
 // more fetched batches wait it goes on applying them into the same commit, up
 // to Config.MaxBatch records: under a backlog each run's triggers coalesce
 // into one wake per commit and the commit's fixed costs are shared, while
-// without one every batch is committed as soon as it is applied. Between
-// chunks it takes any human input that arrived into the commit and commits
-// at once, so a backlog never delays human input by more than one chunk. It
-// returns false when the worker must stop.
+// without one every batch is committed as soon as it is applied.
+//
+// Human input preempts it between any two records (issue 19): the worker
+// stops where it stands, takes the input into the commit and commits at
+// once, so that a backlog delays human input by one record, not a chunk.
+// When another partition of the instance has human input on its way, the
+// worker pauses at its next record until that input's commit is done
+// (gate.go), and when its own commit carrying human input is done, it reaps
+// it at once, so that the gate opens as soon as it can. It returns false
+// when the worker must stop.
 func (w *worker) processAgent(b batch) bool {
 	for {
 		for rs := b.records; len(rs) > 0; {
 			n := min(len(rs), w.p.cfg.Chunk)
 			chunk := batch{records: rs[:n], highWatermark: b.highWatermark}
-			rs = rs[n:]
 			// Counted out before applying, so that the chunk reaching the
-			// high watermark is seen as caught up.
+			// high watermark is seen as caught up; what preemption leaves
+			// unapplied is counted back in.
 			if left := w.pendingAgent.Add(-int64(n)); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
 				w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
 			}
-			w.apply(chunk)
+			done := w.apply(chunk, true)
+			w.pendingAgent.Add(int64(n - done))
+			rs = rs[done:]
+			if w.reap.Load() && !w.settle() {
+				return false
+			}
 			human := w.applyHuman()
+			if !human && w.p.gate.closed(w.ignoreGen) && !w.gateHeld.Load() {
+				// Another partition's human input is on its way: pause
+				// until its commit is done (or this partition's own
+				// input arrives), then go on where this one stopped.
+				w.ignoreGen = w.p.gate.wait(w.ignoreGen, w.humanSignal, w.quit)
+				select {
+				case <-w.humanSignal: // consumed: the flag says it too
+				default:
+				}
+				human = w.applyHuman()
+			}
 			if human || w.consumed >= w.p.cfg.MaxBatch || w.pending.Most() >= maxTriggersPerWake {
 				if !w.flush() {
 					return false
@@ -391,13 +490,19 @@ func (w *worker) flush() bool {
 }
 
 // apply projects a batch's records into the state and gathers their
-// triggers; flush commits them.
-func (w *worker) apply(b batch) {
+// triggers; flush commits them. With preemptible, it stops before any
+// record but the first once the worker is preempted (see preempted) and
+// returns how many it took.
+func (w *worker) apply(b batch, preemptible bool) (done int) {
 	st, hooks := &w.p.Stats, w.p.cfg.Hooks
 	_, span := w.batchSpan(b)
 	defer span.End()
 	var last *kgo.Record
-	for _, r := range b.records {
+	for i, r := range b.records {
+		if preemptible && i > 0 && w.preempted() {
+			break
+		}
+		done++
 		if next, ok := w.offsets[r.Topic]; ok && r.Offset < next {
 			continue // already in the state: fetched again around a rebalance
 		}
@@ -456,12 +561,13 @@ func (w *worker) apply(b batch) {
 		w.pending.Add(ev.RunID, trigs)
 	}
 	if last == nil {
-		return
+		return done
 	}
 	i := w.topicIndex(last.Topic)
 	w.lag[i].Store(max(b.highWatermark-(last.Offset+1), 0))
 	w.lastAt[i] = last.Timestamp
 	w.behind[last.Topic] = last.Offset+1 < b.highWatermark
+	return done
 }
 
 // caughtUp reports whether the partition has applied everything fetched and
@@ -590,7 +696,6 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{}),
 		marks: w.marks, builtAt: time.Now()}
 	w.origins = make(map[string]origin)
-	w.marks = nil
 	for i, b := range built {
 		// The snapshot as the builder encoded it, spliced in: one encoding
 		// of its 24 KB fewer per wake.
@@ -635,13 +740,17 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	}
 	if len(w.out) == 0 && len(changes) == 1 && maps.Equal(w.offsets, w.prepared) {
 		j.end()
+		w.marks = nil
+		w.releaseGate(false)
 		return true // nothing happened: no commit
 	}
 	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
 	j.out, j.changes = w.out, changes
 	w.out, w.spare = w.spare[:0], nil
 	w.prepared = maps.Clone(w.offsets)
-	w.inflight = j
+	// The human input's marks move to the commit in flight only now: until
+	// then w.marks keeps the partition holding the gate (releaseGate).
+	w.inflight, w.marks = j, nil
 	go w.commit(j)
 	return true
 }
@@ -665,6 +774,7 @@ func (w *worker) settle() bool {
 	}
 	w.inflight = nil
 	<-j.done
+	w.reap.Store(false)
 	defer j.end()
 	clear(j.out)
 	w.spare = j.out[:0]
@@ -698,6 +808,7 @@ func (w *worker) settle() bool {
 			StageCommitted: j.committed.Sub(j.produced),
 		})
 	}
+	w.releaseGate(false)
 	return true
 }
 
@@ -753,6 +864,9 @@ func (w *worker) commit(j *commitJob) {
 		return w.proj.Write(j.changes, &projection.Checkpoint{Next: end.Offset + 1, At: w.p.cfg.Now().UnixMilli()})
 	}()
 	j.committedAt, j.committed = w.p.cfg.Now(), time.Now()
+	if len(j.marks) > 0 {
+		w.reap.Store(true) // the worker reaps it at its next record (see preempted)
+	}
 }
 
 // DeadLetterUnknownType starts the dead-letter reason of a record whose

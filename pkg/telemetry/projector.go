@@ -293,6 +293,10 @@ var (
 		"Finished runs whose state was deleted after the retention (-retention) by this instance.", nil, nil)
 	descHotEvictions = prometheus.NewDesc(Namespace+"_projector_hot_run_evictions_total",
 		"Runs dropped from memory to keep the budget (they stay in Pebble).", nil, nil)
+	descGatePauses = prometheus.NewDesc(Namespace+"_projector_priority_gate_pauses_total",
+		"Times a partition paused its agent records while another partition's human input was on its way to its wake.", nil, nil)
+	descGatePaused = prometheus.NewDesc(Namespace+"_projector_priority_gate_paused_seconds_total",
+		"Time partitions spent paused while another partition's human input was on its way to its wake.", nil, nil)
 	descNodeReads = prometheus.NewDesc(Namespace+"_projector_run_node_reads_total",
 		"Nodes of runs larger than -max-hot-nodes-per-run read back from Pebble when an event, a timer or a read needed them.", nil, nil)
 	descNodeEvictions = prometheus.NewDesc(Namespace+"_projector_run_node_evictions_total",
@@ -302,7 +306,7 @@ var (
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descCompactions, descFlushes, descDisk,
 		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes,
-		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descExpired} {
+		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descExpired, descGatePauses, descGatePaused} {
 		ch <- d
 	}
 }
@@ -329,6 +333,8 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descNodeReads, prometheus.CounterValue, float64(mem.NodeReads))
 	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
 	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(p.Stats.Expired.Load()))
+	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(p.Stats.GatePauses.Load()))
+	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, time.Duration(p.Stats.GatePausedNanos.Load()).Seconds())
 	for _, l := range p.Lag() {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
 	}
