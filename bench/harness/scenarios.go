@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -370,15 +371,21 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // runPriority: human input through the gateway while Backlog events wait on
 // the agent lane. The backlog is produced before the projector starts;
-// then the projector starts, and human inputs are sent open loop for
-// Duration. The normal lane is not measured here (its events wait behind
-// the backlog by design).
+// then the projector starts, and for Duration human inputs are sent open
+// loop, at HumanRate in alternate windows of priorityWindow (on, off, on,
+// ...), so that the agent lane's drain rate with human input and without
+// it are measured in the same run, in interleaved windows that share the
+// drain's slow trends. The normal lane is not measured here (its events
+// wait behind the backlog by design).
 func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 	s, err := h.newStage(ctx, "priority")
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
+	// The query endpoint on a free loopback port: its /metrics has the
+	// priority path's stages and the records consumed.
+	s.args = []string{"-http-addr", "127.0.0.1:0"}
 	fmt.Fprintf(h.cfg.Progress, "priority: producing a backlog of %s events\n", num(float64(h.cfg.Backlog)))
 	runs := runsFor(h.cfg.Backlog, h.cfg.Nodes)
 	mix := NewMix(MixSpec{Prefix: "backlog", Runs: runs, Nodes: h.cfg.Nodes, HugeShare: -1})
@@ -400,17 +407,45 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 	if err := s.probe(ctx, s.names.HumanInput()); err != nil {
 		return nil, err
 	}
+	addr, err := s.procs[0].httpAddr()
+	if err != nil {
+		return nil, err
+	}
+	metrics := "http://" + addr + "/metrics"
 	s.resetMeasures()
 	s.startSampler()
 	rng := rand.New(rand.NewPCG(9, 9))
+	began := time.Now()
+	on := func(t time.Time) bool { return int(t.Sub(began)/priorityWindow)%2 == 0 }
+	client := &http.Client{Timeout: 5 * time.Second}
+	dm := &drainMeter{url: metrics, topic: s.names.AgentEvents(), client: client, on: on}
 	hctx, cancel := context.WithTimeout(ctx, h.cfg.Duration)
-	s.humanInputs(hctx, h.cfg.HumanRate, func() string { return fmt.Sprintf("backlog-%05d", rng.IntN(mix.Started())) })
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); dm.run(hctx, 250*time.Millisecond) }()
+	s.humanInputs(hctx, h.cfg.HumanRate, func() string {
+		if !on(time.Now()) {
+			return ""
+		}
+		return fmt.Sprintf("backlog-%05d", rng.IntN(mix.Started()))
+	})
 	cancel()
+	wg.Wait()
 	s.drain(ctx, 15*time.Second)
 	projected := s.reader.stats().projected
+	var ss []stageFigures
+	if fams, err := scrapeFamilies(ctx, client, metrics); err == nil {
+		ss = stages(fams)
+	}
 	st := s.sampler.close()
-	r := s.result("priority", fmt.Sprintf("human input at %s/s through the gateway for %v while %s agent events wait on the agent lane (%d runs of %d nodes), 1 projector instance",
-		num(h.cfg.HumanRate), h.cfg.Duration, num(float64(h.cfg.Backlog)), runs, h.cfg.Nodes), "open-loop", 1, st)
+	r := s.result("priority", fmt.Sprintf("human input at %s/s through the gateway, in alternate windows of %v (on, off, ...) for %v, while %s agent events wait on the agent lane (%d runs of %d nodes), 1 projector instance",
+		num(h.cfg.HumanRate), priorityWindow, h.cfg.Duration, num(float64(h.cfg.Backlog)), runs, h.cfg.Nodes), "open-loop", 1, st)
+	r.Notes = append(r.Notes, stagesNote(ss))
+	off, withHuman, derr := dm.rates()
+	if derr != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projector's /metrics failed: %v", derr))
+	}
+	r.Baselines["drainWithoutHumanInput"], r.Baselines["drainWithHumanInput"] = off, withHuman
 	r.Events = int64(h.cfg.Backlog)
 	remaining := int64(h.cfg.Backlog) - projected
 	r.Baselines["backlogAtEnd"] = float64(remaining)
@@ -422,8 +457,17 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 	}
 	r.Targets = append(r.Targets, atMost("priority", fmt.Sprintf("priority lane end-to-end p99 with a %s-event agent backlog", num(float64(h.cfg.Backlog))),
 		r.EndToEndLatency["priority"].P99, 20, " ms", note))
+	r.Targets = append(r.Targets, atMost("priority", fmt.Sprintf("priority lane end-to-end p99.9 with a %s-event agent backlog", num(float64(h.cfg.Backlog))),
+		r.EndToEndLatency["priority"].P999, 50, " ms", fmt.Sprintf("%d human inputs; %s", r.EndToEndLatency["priority"].Count, note)))
+	if off > 0 {
+		r.Targets = append(r.Targets, atLeast("priority", "agent drain rate with human input / without (alternate windows of the same run)",
+			withHuman/off, 0.9, "x", fmt.Sprintf("%s vs %s agent records/s", num(withHuman), num(off))))
+	}
 	return r, nil
 }
+
+// priorityWindow is how long priority's human input is on, then off.
+const priorityWindow = 5 * time.Second
 
 // runScale: the maximum throughput (as max) with each of Instances
 // projector instances, each on a stage of its own, and the raw consume

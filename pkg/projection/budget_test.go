@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -62,7 +64,14 @@ func TestFootprintEstimate(t *testing.T) {
 // MaxHotNodesPerRun, most of whose nodes are in Pebble only.
 func TestFootprintEstimateTrimmed(t *testing.T) {
 	events := workload.Generate(workload.Spec{RunID: "run-large", Nodes: 20_000, Seed: 1})
-	db := openDB(t, t.TempDir())
+	// Small memtables and block cache: under the race detector Pebble
+	// allocates them on the Go heap, which would count here.
+	cache := pebble.NewCache(1 << 20)
+	defer cache.Unref()
+	db, err := pebble.Open(t.TempDir(), &pebble.Options{MemTableSize: 256 << 10, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
 	p, err := Open(Config{MaxHotNodesPerRun: 500}, NewStore(db, 1))
 	if err != nil {
