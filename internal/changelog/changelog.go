@@ -16,6 +16,12 @@
 // back to its restored value (Rollback) and closes that with an offsets
 // record of its own. Whoever reads the log later replays the torn commit and
 // its undoing in order, and ends in the right state.
+//
+// One key stands outside commits: the priority path's watermark
+// (projection.WokenKey), which a partition's second producer writes in the
+// transactions that publish human input's wakes, between or after the
+// commits of the first. Restore applies it wherever it is, also after the
+// last complete commit, and it is never part of a torn tail.
 package changelog
 
 import (
@@ -61,6 +67,10 @@ func Change(r *kgo.Record) projection.Change {
 
 // IsCommitEnd reports whether a changelog record closes a commit.
 func IsCommitEnd(r *kgo.Record) bool { return string(r.Key) == string(projection.OffsetsKey) }
+
+// IsWoken reports whether a changelog record is the priority path's
+// watermark, which stands outside commits (see the package doc).
+func IsWoken(r *kgo.Record) bool { return string(r.Key) == string(projection.WokenKey) }
 
 // Config configures Restore.
 type Config struct {
@@ -134,7 +144,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 	if err != nil {
 		return fail(err)
 	}
-	last, tail, err := lastCommit(ctx, cfg, partition, start, end)
+	last, tail, woken, err := lastCommit(ctx, cfg, partition, start, end)
 	if err != nil {
 		return fail(err)
 	}
@@ -202,6 +212,13 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 	})
 	if err != nil {
 		return fail(err)
+	}
+	// The priority path's watermark after the last complete commit is
+	// committed state too (read_committed): applied, though the
+	// checkpoint stays at the commit's end, where a later restore reads it
+	// again.
+	if woken != nil {
+		batch = append(batch, Change(woken))
 	}
 	// The last write is synced and carries the final checkpoint, also when
 	// nothing was read: a current store's checkpoint is thereby renewed.
@@ -284,27 +301,32 @@ func bounds(ctx context.Context, cfg Config, partition int32) (start, end int64,
 }
 
 // lastCommit finds the offset of the last record that closes a commit before
-// end (-1 if there is none) and the keys written after it. It reads
-// backwards in growing windows: the last commit is almost always near the
-// end.
-func lastCommit(ctx context.Context, cfg Config, partition int32, start, end int64) (int64, [][]byte, error) {
+// end (-1 if there is none), the keys written after it, and the last
+// priority watermark record after it (nil if none), which is no part of the
+// tail. It reads backwards in growing windows: the last commit is almost
+// always near the end.
+func lastCommit(ctx context.Context, cfg Config, partition int32, start, end int64) (int64, [][]byte, *kgo.Record, error) {
 	for window := int64(4096); ; window *= 8 {
 		lo := max(start, end-window)
 		last := int64(-1)
 		var tail [][]byte
+		var woken *kgo.Record
 		err := scan(ctx, cfg, partition, lo, end, func(r *kgo.Record) error {
-			if IsCommitEnd(r) {
-				last, tail = r.Offset, tail[:0]
-			} else {
+			switch {
+			case IsCommitEnd(r):
+				last, tail, woken = r.Offset, tail[:0], nil
+			case IsWoken(r):
+				woken = r
+			default:
 				tail = append(tail, r.Key)
 			}
 			return nil
 		})
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		if last >= 0 || lo == start {
-			return last, tail, nil
+			return last, tail, woken, nil
 		}
 	}
 }

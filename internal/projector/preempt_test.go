@@ -30,9 +30,10 @@ func TestHumanPreemptsMidChunk(t *testing.T) {
 // TestOtherPartitionsPauseForHumanInput: while one partition's human input
 // is on its way to its wake, the instance's other partitions pause their
 // agent backlog (the gate), and resume: both backlogs drain, every record
-// applied once. The embedded broker holds the human input's partition's
-// EndTxn for a second once the input is produced, so that the input is on
-// its way for that long whatever the machine's speed (kfake only).
+// applied once. The embedded broker holds the EndTxn of the human input's
+// partition's priority path for a second once the input is produced, so
+// that the input is on its way for that long whatever the machine's speed
+// (kfake only).
 func TestOtherPartitionsPauseForHumanInput(t *testing.T) {
 	testHumanPreempts(t, brokertest.NewKfake(t), 2)
 }
@@ -105,11 +106,11 @@ func testHumanPreempts(t *testing.T, b *brokertest.Broker, partitions int32) {
 	closeRelease := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(closeRelease)
 	if partitions > 1 {
-		// The target's partition is 0: its transactions end with a
-		// second's delay while hold is set.
+		// The target's partition is 0: its priority path's transactions
+		// end with a second's delay while hold is set.
 		b.Cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			b.Cluster.KeepControl()
-			if hold.Load() && strings.HasSuffix(req.(*kmsg.EndTxnRequest).TransactionalID, "-0") {
+			if hold.Load() && strings.HasSuffix(req.(*kmsg.EndTxnRequest).TransactionalID, "-0-priority") {
 				b.Cluster.SleepControl(func() {
 					select {
 					case <-release:

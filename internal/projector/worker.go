@@ -64,10 +64,35 @@ type worker struct {
 	// humanSignal wakes the worker from a pause at the gate.
 	humanWaiting atomic.Bool
 	humanSignal  chan struct{}
-	// reap is set by the committer when a commit carrying human input is
-	// done, so that the worker reaps it (and releases the gate) at its
-	// next record rather than at its next commit.
-	reap atomic.Bool
+	// prio is the partition's second producer, for the priority path:
+	// human input's wakes go out in transactions of their own, never
+	// behind the agent lane's commit in flight (priority.go). Its own
+	// transactional id, fenced like the first; at least once, the
+	// projector's shared producer.
+	prio *kgo.Client
+	// woken is the priority path's watermark: the first human input
+	// offset whose wake is not yet published (projection.WokenKey).
+	// Human input below it, applied again after a restore, changes the
+	// state and wakes nobody: its wake is out already.
+	woken int64
+	// prioPending are the human input triggers applied and not yet
+	// published, prioOrigins their earliest records, prioInflight the
+	// priority commit in flight (at most one: one transaction at a time
+	// per producer).
+	prioPending  projection.Pending
+	prioOrigins  map[string]origin
+	prioInflight *commitJob
+	// reapPrio is set by the priority committer when its commit is done,
+	// so that the worker reaps it (and releases the gate) at its next
+	// record.
+	reapPrio atomic.Bool
+	// pebbleMu orders the two committers' Pebble writes: a priority
+	// commit holds it from before it produces until its watermark is in
+	// Pebble, and an agent commit takes it to write its batch and its
+	// checkpoint. So a checkpoint never passes a watermark record that
+	// Pebble does not have, and a restore from that checkpoint cannot miss
+	// it.
+	pebbleMu sync.Mutex
 	// gateMu guards holding (the partition holds the instance's gate:
 	// human input on its way) and exited (the worker is gone: it must
 	// not hold the gate again); gateHeld mirrors holding for the record
@@ -120,7 +145,7 @@ type worker struct {
 	// triggering record: for the wake's lag and its trace's parent.
 	origins map[string]origin
 	tracer  trace.Tracer
-	// marks time the human input applied since the last commit.
+	// marks time the human input applied since the last priority commit.
 	marks []humanMark
 }
 
@@ -138,8 +163,8 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 	w := &worker{
 		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool), queries: make(chan *query),
-		humanSignal: make(chan struct{}, 1),
-		ready:       make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
+		humanSignal: make(chan struct{}, 1), prioOrigins: make(map[string]origin),
+		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 		origins: make(map[string]origin), tracer: p.cfg.TracerProvider.Tracer(tracerName),
 	}
 	w.lag[0].Store(-1)
@@ -158,6 +183,22 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 			w.cancel()
 			return nil, fmt.Errorf("projector: partition %d: transactional producer: %w", part, err)
 		}
+		// The priority path's producer: a transactional id of its own
+		// per partition, so that the next owner fences it too.
+		w.prio, err = kgo.NewClient(append(slices.Clip(p.common),
+			kgo.ClientID(fmt.Sprintf("%s-p%d-priority", p.cfg.ClientID, part)),
+			kgo.WithHooks(p.cfg.KafkaHooks(fmt.Sprintf("txn-%d-priority", part))...),
+			kgo.TransactionalID(fmt.Sprintf("%s-%d-priority", p.cfg.TransactionalIDPrefix, part)),
+			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
+			kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.ProducerLinger(0))...)
+		if err != nil {
+			w.prod.Close()
+			w.cancel()
+			return nil, fmt.Errorf("projector: partition %d: priority transactional producer: %w", part, err)
+		}
+	} else {
+		w.prio = p.prod
 	}
 	return w, nil
 }
@@ -176,6 +217,9 @@ func (w *worker) init() error {
 		// everything that will ever be committed before this point.
 		if _, _, err := w.prod.ProducerID(w.ctx); err != nil {
 			return fail(fmt.Errorf("fencing the previous writer: %w", err))
+		}
+		if _, _, err := w.prio.ProducerID(w.ctx); err != nil {
+			return fail(fmt.Errorf("fencing the previous writer's priority path: %w", err))
 		}
 	}
 	p.Stats.Restoring.Add(1)
@@ -197,6 +241,12 @@ func (w *worker) init() error {
 		return fail(err)
 	}
 	w.start, w.prepared = maps.Clone(w.offsets), maps.Clone(w.offsets)
+	w.woken = w.offsets[p.cfg.Names.HumanInput()]
+	if next, ok, err := w.store.Woken(); err != nil {
+		return fail(err)
+	} else if ok {
+		w.woken = max(w.woken, next)
+	}
 	if len(res.Tail) > 0 {
 		undo, err := changelog.Rollback(w.store, res.Tail)
 		if err != nil {
@@ -269,7 +319,7 @@ func (w *worker) releaseGate(exit bool) {
 	defer w.gateMu.Unlock()
 	if exit {
 		w.exited = true
-	} else if len(w.human) > 0 || len(w.marks) > 0 || w.inflight != nil && len(w.inflight.marks) > 0 {
+	} else if len(w.human) > 0 || len(w.marks) > 0 || w.prioPending.Len() > 0 || w.prioInflight != nil {
 		return
 	}
 	if w.holding {
@@ -280,10 +330,12 @@ func (w *worker) releaseGate(exit bool) {
 }
 
 // preempted reports whether the worker must stop applying agent records:
-// its own human input waits, its commit carrying human input is done and
-// must be reaped, or another partition holds the gate.
+// its own human input waits, or its priority commit is in flight (the
+// worker waits for it: it is short, and the machine is its meanwhile) or
+// done, or another partition holds the gate.
 func (w *worker) preempted() bool {
-	return w.humanWaiting.Load() || w.reap.Load() || w.p.gate.closed(w.ignoreGen) && !w.gateHeld.Load()
+	return w.humanWaiting.Load() || w.prioInflight != nil || w.reapPrio.Load() ||
+		w.p.gate.closed(w.ignoreGen) && !w.gateHeld.Load()
 }
 
 // stop asks the worker to finish its current chunk and commit, and waits.
@@ -308,10 +360,14 @@ func (w *worker) run() {
 		}
 		w.releaseGate(true)
 	}()
-	// Before the producer closes (defers run last first): the commit in
-	// flight ends, and its wakes are counted, whichever way the worker
+	if w.txn {
+		defer w.prio.Close()
+	}
+	// Before the producers close (defers run last first): the commits in
+	// flight end, and their wakes are counted, whichever way the worker
 	// stops.
 	defer w.settle()
+	defer w.settlePriority()
 	if err := w.init(); err != nil {
 		if w.ctx.Err() == nil { // not a stop interrupting the restore
 			w.p.fail(err)
@@ -354,10 +410,17 @@ func (w *worker) run() {
 			if !w.settle() {
 				return
 			}
+		case <-w.prioDone():
+			// The input's wake is out; its state change and offset are
+			// committed with the agent lane, at once when that is idle.
+			if !w.settlePriority() || !w.flush() {
+				return
+			}
 		case q := <-w.queries:
 			// Human input that came meanwhile goes first, even before a
-			// read.
-			if w.applyHuman() && !w.flush() || !w.settle() {
+			// read; then everything applied is committed, so that the
+			// read sees committed state.
+			if w.applyHuman() && !w.publishPriority() || !w.flush() || !w.settlePriority() || !w.settle() {
 				return
 			}
 			w.answer(q)
@@ -366,12 +429,13 @@ func (w *worker) run() {
 }
 
 // processHuman applies a batch of human input, and any more waiting, and
-// commits them at once. It returns false when the worker must stop.
+// publishes their wakes at once on the priority path. It returns false
+// when the worker must stop.
 func (w *worker) processHuman(b batch) bool {
 	w.humanWaiting.Store(false)
 	w.applyHumanBatch(b)
 	w.applyHuman()
-	return w.flush()
+	return w.publishPriority()
 }
 
 // applyHuman applies the human input waiting, without blocking, and
@@ -435,7 +499,7 @@ func (w *worker) processAgent(b batch) bool {
 			done := w.apply(chunk, true)
 			w.pendingAgent.Add(int64(n - done))
 			rs = rs[done:]
-			if w.reap.Load() && !w.settle() {
+			if (w.prioInflight != nil || w.reapPrio.Load()) && !w.settlePriority() {
 				return false
 			}
 			human := w.applyHuman()
@@ -450,7 +514,10 @@ func (w *worker) processAgent(b batch) bool {
 				}
 				human = w.applyHuman()
 			}
-			if human || w.consumed >= w.p.cfg.MaxBatch || w.pending.Most() >= maxTriggersPerWake {
+			if human && !w.publishPriority() {
+				return false
+			}
+			if w.consumed >= w.p.cfg.MaxBatch || w.pending.Most() >= maxTriggersPerWake {
 				if !w.flush() {
 					return false
 				}
@@ -545,17 +612,23 @@ func (w *worker) apply(b batch, preemptible bool) (done int) {
 			st.Applied.Add(1)
 			hooks.Consumed(r.Topic, ev.Type, OutcomeApplied)
 		}
+		if r.Topic == w.p.cfg.Names.HumanInput() {
+			// Human input's own triggers go out at once on the priority
+			// path (priority.go), unless its wake is out already (below
+			// the watermark: applied again after a restore); the timers
+			// that fell due before it go with the agent lane's.
+			var human []topics.Trigger
+			human, trigs = splitHuman(trigs)
+			if len(human) > 0 && r.Offset >= w.woken {
+				if _, ok := w.prioOrigins[ev.RunID]; !ok {
+					w.prioOrigins[ev.RunID] = w.origin(r, span)
+				}
+				w.prioPending.Add(ev.RunID, human)
+			}
+		}
 		if len(trigs) > 0 {
 			if _, ok := w.origins[ev.RunID]; !ok {
-				// The record's trace context is read whether or not this
-				// process records spans: the wake carries it on, so that
-				// the conductor's spans join the agent's trace.
-				o := origin{appended: r.Timestamp, batch: span.SpanContext(),
-					span: trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), topics.HeaderCarrier{Headers: &r.Headers}))}
-				if o.span.IsValid() && len(w.origins) < maxLinks {
-					span.AddLink(trace.Link{SpanContext: o.span})
-				}
-				w.origins[ev.RunID] = o
+				w.origins[ev.RunID] = w.origin(r, span)
 			}
 		}
 		w.pending.Add(ev.RunID, trigs)
@@ -660,11 +733,13 @@ type commitJob struct {
 	built   []projection.Built
 	spans   []trace.Span
 	origins map[string]origin
-	// marks are the human input records the commit carries, built when
-	// its wakes were built and waited when the commit before it was
-	// reaped (telemetry: PriorityStages).
+	// marks are the human input records a priority commit carries;
+	// builtAt is when its wakes were built and waitedAt when the commit
+	// before it was reaped (telemetry: PriorityStages). woken is the
+	// priority path's watermark a priority commit sets.
 	marks             []humanMark
 	builtAt, waitedAt time.Time
+	woken             int64
 	// Set by the committer before done closes: the error, the commit's
 	// time on the projector's clock (Config.Now), and when the produce
 	// and the whole commit ended (for the priority path's stages).
@@ -693,18 +768,53 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		w.p.fail(err)
 		return false
 	}
-	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{}),
-		marks: w.marks, builtAt: time.Now()}
+	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{}), builtAt: time.Now()}
 	w.origins = make(map[string]origin)
-	for i, b := range built {
+	if w.out, err = w.wakeRecords(j, w.out); err != nil {
+		j.end()
+		w.p.fail(err)
+		return false
+	}
+	// The commit before must be written before this one is prepared: a
+	// Kafka producer has one transaction at a time, the changelog's order
+	// is the commits' order, and reaping it evicts only runs whose every
+	// change is in Pebble, which holds only after their Write. And the
+	// wakes of the human input this commit carries the offsets of must be
+	// out first (priority.go): its commit closes their way.
+	if w.prioPending.Len() > 0 && !w.publishPriority() || !w.awaitInflight() || !w.settlePriority() {
+		j.end()
+		return false
+	}
+	j.waitedAt = time.Now()
+	changes, err := w.proj.Prepare(w.offsets)
+	if err != nil {
+		j.end()
+		w.p.fail(err)
+		return false
+	}
+	if len(w.out) == 0 && len(changes) == 1 && maps.Equal(w.offsets, w.prepared) {
+		j.end()
+		return true // nothing happened: no commit
+	}
+	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
+	j.out, j.changes = w.out, changes
+	w.out, w.spare = w.spare[:0], nil
+	w.prepared = maps.Clone(w.offsets)
+	w.inflight = j
+	go w.commit(j)
+	return true
+}
+
+// wakeRecords appends the records of a commit's wakes to out, each with
+// its publish span (in j.spans), and returns it.
+func (w *worker) wakeRecords(j *commitJob, out []*kgo.Record) ([]*kgo.Record, error) {
+	for i, b := range j.built {
 		// The snapshot as the builder encoded it, spliced in: one encoding
 		// of its 24 KB fewer per wake.
 		enc, err := topics.AppendWakeJSON(nil, b.Wake, b.Info.Encoded)
-		built[i].Info.Encoded = nil // the wake's own bytes outlive it
+		j.built[i].Info.Encoded = nil // the wake's own bytes outlive it
 		if err != nil {
-			j.end()
-			w.p.fail(err)
-			return false
+			return out, err
 		}
 		rec := &kgo.Record{
 			Topic: w.p.cfg.Names.WakeTopic(b.Wake.Lane), Partition: w.part, Key: []byte(b.Wake.RunID), Value: enc,
@@ -721,38 +831,22 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 			// carries the triggering record's context on.
 			propagation.TraceContext{}.Inject(sctx, topics.HeaderCarrier{Headers: &rec.Headers})
 		}
-		w.out = append(w.out, rec)
+		out = append(out, rec)
 	}
-	// The commit before must be written before this one is prepared: a
-	// Kafka producer has one transaction at a time, the changelog's order
-	// is the commits' order, and reaping it evicts only runs whose every
-	// change is in Pebble, which holds only after their Write.
-	if !w.settle() {
-		j.end()
-		return false
+	return out, nil
+}
+
+// origin is r's origin as the earliest record triggering its run's wake.
+// The record's trace context is read whether or not this process records
+// spans: the wake carries it on, so that the conductor's spans join the
+// agent's trace.
+func (w *worker) origin(r *kgo.Record, batch trace.Span) origin {
+	o := origin{appended: r.Timestamp, batch: batch.SpanContext(),
+		span: trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), topics.HeaderCarrier{Headers: &r.Headers}))}
+	if o.span.IsValid() && len(w.origins)+len(w.prioOrigins) < maxLinks {
+		batch.AddLink(trace.Link{SpanContext: o.span})
 	}
-	j.waitedAt = time.Now()
-	changes, err := w.proj.Prepare(w.offsets)
-	if err != nil {
-		j.end()
-		w.p.fail(err)
-		return false
-	}
-	if len(w.out) == 0 && len(changes) == 1 && maps.Equal(w.offsets, w.prepared) {
-		j.end()
-		w.marks = nil
-		w.releaseGate(false)
-		return true // nothing happened: no commit
-	}
-	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
-	j.out, j.changes = w.out, changes
-	w.out, w.spare = w.spare[:0], nil
-	w.prepared = maps.Clone(w.offsets)
-	// The human input's marks move to the commit in flight only now: until
-	// then w.marks keeps the partition holding the gate (releaseGate).
-	w.inflight, w.marks = j, nil
-	go w.commit(j)
-	return true
+	return o
 }
 
 // inflightDone is closed when the commit in flight is done; nil (never
@@ -774,7 +868,6 @@ func (w *worker) settle() bool {
 	}
 	w.inflight = nil
 	<-j.done
-	w.reap.Store(false)
 	defer j.end()
 	clear(j.out)
 	w.spare = j.out[:0]
@@ -785,6 +878,13 @@ func (w *worker) settle() bool {
 		w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false
 	}
+	w.reported(j)
+	return true
+}
+
+// reported counts a successful commit's wakes and hands them to the hooks,
+// with the priority path's stages of the human input it carries.
+func (w *worker) reported(j *commitJob) {
 	st := &w.p.Stats
 	for i, b := range j.built {
 		st.Wakes.Add(1)
@@ -808,8 +908,6 @@ func (w *worker) settle() bool {
 			StageCommitted: j.committed.Sub(j.produced),
 		})
 	}
-	w.releaseGate(false)
-	return true
 }
 
 // end ends the spans of a commit's wakes.
@@ -861,12 +959,13 @@ func (w *worker) commit(j *commitJob) {
 			return fmt.Errorf("producing: %w", err)
 		}
 		end := j.out[len(j.out)-1]
+		// Not while a priority commit is between its produce and its
+		// watermark's Pebble write: see pebbleMu.
+		w.pebbleMu.Lock()
+		defer w.pebbleMu.Unlock()
 		return w.proj.Write(j.changes, &projection.Checkpoint{Next: end.Offset + 1, At: w.p.cfg.Now().UnixMilli()})
 	}()
 	j.committedAt, j.committed = w.p.cfg.Now(), time.Now()
-	if len(j.marks) > 0 {
-		w.reap.Store(true) // the worker reaps it at its next record (see preempted)
-	}
 }
 
 // DeadLetterUnknownType starts the dead-letter reason of a record whose

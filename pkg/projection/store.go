@@ -15,6 +15,8 @@ import (
 // 'p' + partition (4 bytes, big endian):
 //
 //	'o'                        next offset to consume per input topic (JSON)
+//	'w'                        the next human input offset whose wake is not yet published
+//	                           (8 bytes, big endian): see WokenKey
 //	'd' run                    the run's next timer due time (8 bytes, ms)
 //	'r' run 0x00 'm'           run meta (JSON)
 //	'r' run 0x00 'n' agent     node (binary, versioned: binrecord.go; JSON from earlier builds is read)
@@ -61,6 +63,36 @@ func NewStore(db *pebble.DB, partition int32) *Store {
 var OffsetsKey = []byte{'o'}
 
 var checkpointKey = []byte{'k'}
+
+// WokenKey is the relative key of the priority path's watermark: the offset
+// of the first human input record whose wake is not yet published. The
+// projector publishes human input's wakes in transactions of their own,
+// ahead of the commit that carries the input's state change and offset,
+// and writes this key in the same transaction as the wakes: a new owner
+// that applies such an input again (its offset not yet committed) knows
+// its wake is out and does not publish it twice. It stands outside the
+// commits OffsetsKey closes (internal/changelog reads it wherever it is).
+var WokenKey = []byte{'w'}
+
+// WokenChange is the change that sets WokenKey to next.
+func WokenChange(next int64) Change {
+	v := make([]byte, 8)
+	binary.BigEndian.PutUint64(v, uint64(next))
+	return Change{Key: WokenKey, Value: v}
+}
+
+// Woken returns the priority path's watermark (see WokenKey); ok is false
+// when no human input's wake was ever published from this partition.
+func (s *Store) Woken() (next int64, ok bool, err error) {
+	v, ok, err := s.Get(WokenKey)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("%w: woken watermark of %d bytes, want 8", ErrStore, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), true, nil
+}
 
 func (s *Store) abs(rel []byte) []byte {
 	k := make([]byte, 0, len(s.prefix)+len(rel))
