@@ -153,6 +153,18 @@ func (w *worker) commitPriority(j *commitJob) {
 	w.reapPrio.Store(true) // the worker reaps it at its next record (see preempted)
 }
 
+// between takes human input up between two wakes of an agent commit
+// (Projection.WakesBetween): applied, and its wake published on the
+// priority path. A failure stops the worker once the wakes are built.
+func (w *worker) between() {
+	if w.humanWaiting.Load() && !w.stopping {
+		w.applyHuman()
+		if !w.publishPriority() {
+			w.stopping = true
+		}
+	}
+}
+
 // awaitInflight waits for the agent lane's commit in flight and reaps it
 // (settle), taking human input up meanwhile on the priority path, whose
 // transactions do not wait for that commit. It returns false when the

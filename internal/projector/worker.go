@@ -82,6 +82,11 @@ type worker struct {
 	prioPending  projection.Pending
 	prioOrigins  map[string]origin
 	prioInflight *commitJob
+	// late are triggers of human input applied again below the watermark
+	// (its timers), for the agent lane's next commit; stopping is set when
+	// human input taken up between two wakes of a commit (between) failed.
+	late     projection.Pending
+	stopping bool
 	// reapPrio is set by the priority committer when its commit is done,
 	// so that the worker reaps it (and releases the gate) at its next
 	// record.
@@ -613,18 +618,24 @@ func (w *worker) apply(b batch, preemptible bool) (done int) {
 			hooks.Consumed(r.Topic, ev.Type, OutcomeApplied)
 		}
 		if r.Topic == w.p.cfg.Names.HumanInput() {
-			// Human input's own triggers go out at once on the priority
-			// path (priority.go), unless its wake is out already (below
-			// the watermark: applied again after a restore); the timers
-			// that fell due before it go with the agent lane's.
-			var human []topics.Trigger
-			human, trigs = splitHuman(trigs)
-			if len(human) > 0 && r.Offset >= w.woken {
-				if _, ok := w.prioOrigins[ev.RunID]; !ok {
-					w.prioOrigins[ev.RunID] = w.origin(r, span)
+			// A human input record's triggers (its own, and the timers of
+			// its run that fell due before it) go out at once on the
+			// priority path (priority.go), never into the agent lane's
+			// pending commit, which may be being built meanwhile. Below
+			// the watermark (applied again after a restore) its own are
+			// out already, and the timers go with the agent lane's next
+			// commit (late).
+			if r.Offset >= w.woken {
+				if len(trigs) > 0 {
+					if _, ok := w.prioOrigins[ev.RunID]; !ok {
+						w.prioOrigins[ev.RunID] = w.origin(r, span)
+					}
+					w.prioPending.Add(ev.RunID, trigs)
 				}
-				w.prioPending.Add(ev.RunID, human)
+			} else if _, rest := splitHuman(trigs); len(rest) > 0 {
+				w.late.Add(ev.RunID, rest)
 			}
+			continue
 		}
 		if len(trigs) > 0 {
 			if _, ok := w.origins[ev.RunID]; !ok {
@@ -762,10 +773,25 @@ type commitJob struct {
 // same state (the projection is deterministic). Reads of the state settle
 // first (serveQueries), so a reader never sees uncommitted state.
 func (w *worker) publish(now time.Time, source topics.Time) bool {
-	built, err := w.proj.Wakes(&w.pending, now, source)
+	w.pending.Merge(&w.late)
+	w.late.Reset()
+	// Human input that arrives while a large commit's wakes are built is
+	// taken up between two of them, and its wake goes out at once.
+	built, err := w.proj.WakesBetween(&w.pending, now, source, w.between)
 	w.pending.Reset()
+	if err == nil && w.late.Len() > 0 {
+		// Timers of human input taken up meanwhile below the watermark:
+		// this commit carries its offset, so it carries their wakes.
+		var more []projection.Built
+		more, err = w.proj.Wakes(&w.late, now, source)
+		built = append(built, more...)
+		w.late.Reset()
+	}
 	if err != nil {
 		w.p.fail(err)
+		return false
+	}
+	if w.stopping {
 		return false
 	}
 	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{}), builtAt: time.Now()}
@@ -801,6 +827,12 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	w.out, w.spare = w.spare[:0], nil
 	w.prepared = maps.Clone(w.offsets)
 	w.inflight = j
+	// While another partition's human input is on its way, this commit
+	// waits to start: its records would queue at the broker ahead of the
+	// input's.
+	if w.p.gate.closed(w.ignoreGen) && !w.gateHeld.Load() {
+		w.ignoreGen = w.p.gate.wait(w.ignoreGen, w.humanSignal, w.quit)
+	}
 	go w.commit(j)
 	return true
 }

@@ -406,6 +406,13 @@ func (b *Pending) Add(runID string, trigs []topics.Trigger) {
 	b.most = max(b.most, len(b.trigs[runID]))
 }
 
+// Merge adds o's triggers to b, run by run in o's order.
+func (b *Pending) Merge(o *Pending) {
+	for _, id := range o.order {
+		b.Add(id, o.trigs[id])
+	}
+}
+
 // Len is the number of runs with pending triggers.
 func (b *Pending) Len() int { return len(b.order) }
 
@@ -436,6 +443,16 @@ type Built struct {
 // clock, which makes the whole wake a pure function of the input, as replay
 // wants).
 func (p *Projection) Wakes(b *Pending, now time.Time, source topics.Time) ([]Built, error) {
+	return p.WakesBetween(b, now, source, nil)
+}
+
+// WakesBetween is Wakes that calls between, when not nil, after each wake it
+// builds, so that its caller can attend to something more urgent between
+// two (the projector applies human input there and publishes its wake on
+// the priority path, while a large commit's wakes are built). between may
+// apply events and build other wakes, but must leave b alone; a wake built
+// after it reflects what it applied.
+func (p *Projection) WakesBetween(b *Pending, now time.Time, source topics.Time, between func()) ([]Built, error) {
 	out := make([]Built, 0, len(b.order))
 	for _, lane := range []topics.Lane{topics.LanePriority, topics.LaneNormal} {
 		for _, id := range b.order {
@@ -458,6 +475,9 @@ func (p *Projection) Wakes(b *Pending, now time.Time, source topics.Time) ([]Bui
 				return out, err
 			}
 			out = append(out, Built{w, info, time.Since(began)})
+			if between != nil {
+				between()
+			}
 		}
 	}
 	return out, nil
