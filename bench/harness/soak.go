@@ -477,6 +477,12 @@ func (st *soakState) sample(ctx context.Context, began time.Time, drainFrom <-ch
 	var loadEnd time.Duration
 	for {
 		x := st.take(ctx, began)
+		if ctx.Err() != nil {
+			// Sampling was stopped while this one was taken: its scrapes
+			// may have been cut short, leaving zeros that would read as
+			// the end's figures.
+			return
+		}
 		x.drain = loadEnd > 0
 		st.mu.Lock()
 		st.samples = append(st.samples, x)

@@ -228,34 +228,17 @@ func testKill9(t *testing.T, b *brokertest.Broker) {
 	// The projector processes, one at a time.
 	dataDir := filepath.Join(tmp, "data")
 	group := "kill-" + names.Prefix
-	var children []*child
-	t.Cleanup(func() {
-		for _, c := range children {
-			c.kill()
-		}
-	})
+	procs := newChildren(t)
 	startChild := func(name string) *child {
 		t.Helper()
-		c := &child{name: name, exited: make(chan struct{})}
 		// The same group and static instance id each time, as a restarted
 		// pod would: the new process takes the dead one's place in the group
 		// at once instead of after its session timeout.
-		c.cmd = exec.Command(bin, "run", "-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
+		return procs.run(bin, name, "run", "-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
 			"-data-dir", dataDir, "-group", group, "-instance-id", "kill-test", "-session-timeout", "6s", "-log-level", "info",
 			"-http-addr", "127.0.0.1:0")
-		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-		if err := c.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { c.err = c.cmd.Wait(); close(c.exited) }()
-		children = append(children, c)
-		return c
 	}
-	dump := func() {
-		for _, c := range children {
-			t.Logf("output of %s:\n%s", c.name, c.out.String())
-		}
-	}
+	dump := procs.dump
 	// waitFor waits until cond holds, failing if the deadline passes, the
 	// reader fails, or the running child exits.
 	waitFor := func(what string, c *child, cond func() bool) {
@@ -388,6 +371,44 @@ type child struct {
 	out    testenv.Buffer
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
+}
+
+// children are a test's projector processes: killed when it ends, their
+// output logged on demand.
+type children struct {
+	t    *testing.T
+	list []*child
+}
+
+func newChildren(t *testing.T) *children {
+	cs := &children{t: t}
+	t.Cleanup(func() {
+		for _, c := range cs.list {
+			c.kill()
+		}
+	})
+	return cs
+}
+
+// run starts bin with args as the child name, its output kept.
+func (cs *children) run(bin, name string, args ...string) *child {
+	cs.t.Helper()
+	c := &child{name: name, exited: make(chan struct{})}
+	c.cmd = exec.Command(bin, args...)
+	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
+	if err := c.cmd.Start(); err != nil {
+		cs.t.Fatal(err)
+	}
+	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
+	cs.list = append(cs.list, c)
+	return c
+}
+
+// dump logs every child's output.
+func (cs *children) dump() {
+	for _, c := range cs.list {
+		cs.t.Logf("output of %s:\n%s", c.name, c.out.String())
+	}
 }
 
 // kill sends SIGKILL, unless the process has exited, and waits for it.

@@ -138,30 +138,13 @@ func testPriorityWakeOnceAcrossKill(t *testing.T, fresh bool) {
 		}
 		return seen
 	}
-	var children []*child
-	t.Cleanup(func() {
-		for _, c := range children {
-			c.kill()
-		}
-	})
+	procs := newChildren(t)
 	start := func(name, dataDir string) *child {
-		c := &child{name: name, exited: make(chan struct{})}
-		c.cmd = exec.Command(bin, "run", "-brokers", strings.Join(b.Addrs, ","), "-topic-prefix", names.Prefix,
+		return procs.run(bin, name, "run", "-brokers", strings.Join(b.Addrs, ","), "-topic-prefix", names.Prefix,
 			"-data-dir", dataDir, "-group", group, "-instance-id", "prio-test", "-session-timeout", "6s", "-log-level", "info",
 			"-http-addr", "127.0.0.1:0")
-		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-		if err := c.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { c.err = c.cmd.Wait(); close(c.exited) }()
-		children = append(children, c)
-		return c
 	}
-	dump := func() {
-		for _, c := range children {
-			t.Logf("output of %s:\n%s", c.name, c.out.String())
-		}
-	}
+	dump := procs.dump
 
 	first := start("first", filepath.Join(tmp, "data-1"))
 	produce(names.AgentEvents(), ev("root", "conductor", &topics.NodeCreated{Role: topics.RoleConductor}),

@@ -177,35 +177,38 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	if w.txn {
 		var err error
-		w.prod, err = kgo.NewClient(append(slices.Clip(p.common),
-			kgo.ClientID(fmt.Sprintf("%s-p%d", p.cfg.ClientID, part)),
-			kgo.WithHooks(p.cfg.KafkaHooks(fmt.Sprintf("txn-%d", part))...),
-			kgo.TransactionalID(fmt.Sprintf("%s-%d", p.cfg.TransactionalIDPrefix, part)),
-			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
-			kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			kgo.ProducerLinger(0))...)
-		if err != nil {
+		if w.prod, err = p.txnProducer(part, ""); err != nil {
 			w.cancel()
-			return nil, fmt.Errorf("projector: partition %d: transactional producer: %w", part, err)
+			return nil, err
 		}
 		// The priority path's producer: a transactional id of its own
 		// per partition, so that the next owner fences it too.
-		w.prio, err = kgo.NewClient(append(slices.Clip(p.common),
-			kgo.ClientID(fmt.Sprintf("%s-p%d-priority", p.cfg.ClientID, part)),
-			kgo.WithHooks(p.cfg.KafkaHooks(fmt.Sprintf("txn-%d-priority", part))...),
-			kgo.TransactionalID(fmt.Sprintf("%s-%d-priority", p.cfg.TransactionalIDPrefix, part)),
-			kgo.TransactionTimeout(p.cfg.TransactionTimeout),
-			kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			kgo.ProducerLinger(0))...)
-		if err != nil {
+		if w.prio, err = p.txnProducer(part, "-priority"); err != nil {
 			w.prod.Close()
 			w.cancel()
-			return nil, fmt.Errorf("projector: partition %d: priority transactional producer: %w", part, err)
+			return nil, err
 		}
 	} else {
 		w.prio = p.prod
 	}
 	return w, nil
+}
+
+// txnProducer is one of a partition's transactional producers: its id is
+// the prefix, the partition and suffix, the same on every instance, so that
+// the partition's next owner fences it.
+func (p *Projector) txnProducer(part int32, suffix string) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(slices.Clip(p.common),
+		kgo.ClientID(fmt.Sprintf("%s-p%d%s", p.cfg.ClientID, part, suffix)),
+		kgo.WithHooks(p.cfg.KafkaHooks(fmt.Sprintf("txn-%d%s", part, suffix))...),
+		kgo.TransactionalID(fmt.Sprintf("%s-%d%s", p.cfg.TransactionalIDPrefix, part, suffix)),
+		kgo.TransactionTimeout(p.cfg.TransactionTimeout),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(0))...)
+	if err != nil {
+		return nil, fmt.Errorf("projector: partition %d: transactional producer%s: %w", part, suffix, err)
+	}
+	return cl, nil
 }
 
 // init fences the partition's previous writer, restores the partition from
