@@ -43,6 +43,10 @@ type Diagnostic struct {
 	Detail  string
 }
 
+// DiagnosticLeaseReleaseIgnored is the kind of the diagnostic a lease.released
+// raises when it names an owner other than the lease's: the lease stays.
+const DiagnosticLeaseReleaseIgnored = "lease_release_ignored"
+
 // Bounds on the read-model parts of a run, so that a hostile or buggy
 // producer cannot grow them without limit.
 const (
@@ -178,7 +182,16 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		effect = handleOpen
 		r.setLease(n, p.Owner, p.ExpiresAt)
 	case *topics.LeaseReleased:
-		r.dropLease(n)
+		// Only the lease's owner ends it (seed 004: status from evidence):
+		// a release naming another owner (a previous holder, late, or a
+		// confused agent) is no evidence that the current lease ended. It
+		// is ignored and reported. A release that names no owner ends
+		// whatever lease the node holds.
+		if p.Owner != "" && n.LeaseOwner != "" && p.Owner != n.LeaseOwner {
+			r.diagnose(DiagnosticLeaseReleaseIgnored, n.AgentID, at, "released by "+p.Owner+", held by "+n.LeaseOwner)
+		} else {
+			r.dropLease(n)
+		}
 	case *topics.WakeReceived:
 		// An acknowledgement never wakes: that would loop.
 		for _, id := range p.AgentIDs {
