@@ -109,10 +109,14 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		effect = handleOpen
 		r.dispatch(n, p, at)
 	case *topics.NodeStatus:
+		if !r.setStatus(n, p.Status, at, p.Reason) {
+			// Older than the node's status: history, not the present.
+			// It changes nothing and wakes nobody.
+			break
+		}
 		if p.Status == topics.StatusRunning || p.Status == topics.StatusBlocked {
 			effect = handleOpen
 		}
-		r.setStatus(n, p.Status, at, p.Reason)
 		if strings.HasPrefix(p.Reason, "guard:") {
 			r.diagnose(p.Reason, n.AgentID, at, "")
 			trig(topics.TriggerGuard, p.Reason)

@@ -367,8 +367,15 @@ func (r *Run) node(id string) *node {
 }
 
 // setStatus moves a node to status s at time at, keeping counts and the
-// urgent index right.
-func (r *Run) setStatus(n *node, s topics.Status, at topics.Time, reason string) {
+// urgent index right, unless at is before the node's status time: a node's
+// status is that of its newest status event by event time (of two at the
+// same time, the later to arrive), so an older one arriving late (a
+// producer's retry, a slow clock) does not undo a newer one
+// (docs/CONTRACT.md "Order"). It reports whether the status was set.
+func (r *Run) setStatus(n *node, s topics.Status, at topics.Time, reason string) bool {
+	if !n.StatusUpdatedAt.IsZero() && at.Before(n.StatusUpdatedAt) {
+		return false
+	}
 	if isUrgent(n.Status) {
 		r.urgent.Delete(timed{n.StatusUpdatedAt.UnixMilli(), n.AgentID})
 	}
@@ -378,6 +385,7 @@ func (r *Run) setStatus(n *node, s topics.Status, at topics.Time, reason string)
 	if isUrgent(s) {
 		r.urgent.ReplaceOrInsert(timed{at.UnixMilli(), n.AgentID})
 	}
+	return true
 }
 
 func isUrgent(s topics.Status) bool { return s == topics.StatusBlocked || s == topics.StatusFailed }
