@@ -192,3 +192,78 @@ func TestReplayIsDeterministic(t *testing.T) {
 		t.Fatalf("two replays differ (%d and %d bytes)", len(a), len(b))
 	}
 }
+
+// TestEqualIDsMeanEqualContent: for random event logs (shuffled across runs,
+// with duplicates and late events), batch sizes, wall clocks and sources,
+// two wakes with one wake_id have byte-identical content but for the
+// wall-clock fields generated_at, snapshot_age_ms and stale (issue 20: a
+// conductor may drop a wake by its id only if the id means the content).
+// Inclusion, truncation and lease_remaining_ms are decided on the run's
+// logical clock, never on the wall clock.
+func TestEqualIDsMeanEqualContent(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 26))
+	byID := map[string]string{}
+	compared := 0
+	for trial := range 6 {
+		var events []topics.Event
+		for i, n := range []int{30, 120, 400} {
+			events = append(events, workload.Generate(workload.Spec{RunID: fmt.Sprintf("run-%d-%d", trial, i), Nodes: n, Seed: uint64(trial*10 + i + 1)})...)
+		}
+		rng.Shuffle(len(events), func(i, j int) {
+			if events[i].RunID != events[j].RunID || rng.IntN(20) == 0 { // now and then out of order within a run too
+				events[i], events[j] = events[j], events[i]
+			}
+		})
+		end := events[len(events)-1].Time.Std()
+		for _, batch := range []int{1, 3, 64} {
+			for _, clock := range []struct {
+				now    time.Time
+				source topics.Time
+			}{
+				{}, // the run's clock: replay
+				{now: end.Add(time.Hour), source: topics.NewTime(end)},
+				{now: end.Add(-time.Hour), source: topics.NewTime(end.Add(-2 * time.Hour))},
+				{now: end.Add(400 * 24 * time.Hour), source: topics.NewTime(end.Add(time.Minute))},
+			} {
+				p, _ := New(Config{Limits: snapshot.Limits{MaxNodes: 24 + trial*8, MaxBytes: 6000 + trial*3000}})
+				var pending Pending
+				flush := func() {
+					built, err := p.Wakes(&pending, clock.now, clock.source)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pending.Reset()
+					for _, b := range built {
+						w := *b.Wake
+						w.AgentTreeSnapshot.GeneratedAt, w.AgentTreeSnapshot.SnapshotAgeMs, w.AgentTreeSnapshot.Stale = topics.Time{}, 0, false
+						enc, err := topics.Marshal(&w)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if prev, ok := byID[w.WakeID]; ok {
+							compared++
+							if prev != string(enc) {
+								t.Fatalf("trial %d, batch %d, now %v: wake %s has other content under the same id:\nbefore: %s\nnow:    %s",
+									trial, batch, clock.now, w.WakeID, prev, enc)
+							}
+						} else {
+							byID[w.WakeID] = string(enc)
+						}
+					}
+				}
+				for i := range events {
+					trigs, _ := p.Apply(&events[i])
+					pending.Add(events[i].RunID, trigs)
+					if (i+1)%batch == 0 {
+						flush()
+					}
+				}
+				flush()
+			}
+		}
+	}
+	t.Logf("%d wakes compared with another of the same id", compared)
+	if compared < 1000 {
+		t.Fatalf("only %d wakes shared an id: the test no longer varies what it should", compared)
+	}
+}
