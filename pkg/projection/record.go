@@ -51,6 +51,9 @@ type wdRecord struct {
 type requestRecord struct {
 	AgentID string `json:"agent"`
 	Expires int64  `json:"expires,omitempty"`
+	// DedupeKey is absent from the records of earlier builds: such a
+	// request is superseded by its request id only.
+	DedupeKey string `json:"key,omitempty"`
 }
 
 type metaRecord struct {

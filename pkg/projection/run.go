@@ -60,6 +60,8 @@ type request struct {
 	id      string
 	agentID string
 	expires topics.Time // zero: no TTL
+	// dedupeKey is the request's dedupe_key, "" when it has none.
+	dedupeKey string
 }
 
 // timed orders index entries by a time and an id.
@@ -463,12 +465,21 @@ func (r *Run) dropLease(n *node) {
 	n.LeaseOwner, n.LeaseExpiresAt = "", topics.Time{}
 }
 
-// openRequest adds an open request.
+// openRequest adds an open request. A request with the dedupe key of an
+// open request of the same node is the same request asked again (seed 002's
+// dedupe_key): it takes that one's place, so the node counts it once.
 func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
 	if old, ok := r.requests[p.RequestID]; ok {
 		r.closeRequest(old)
 	}
-	q := &request{id: p.RequestID, agentID: n.AgentID}
+	if p.DedupeKey != "" {
+		for _, id := range slices.Clone(n.requests) {
+			if old := r.requests[id]; old != nil && old.dedupeKey == p.DedupeKey {
+				r.closeRequest(old)
+			}
+		}
+	}
+	q := &request{id: p.RequestID, agentID: n.AgentID, dedupeKey: p.DedupeKey}
 	if p.TTLMs > 0 {
 		q.expires = at.Add(msDuration(p.TTLMs))
 		r.requestDue.ReplaceOrInsert(timed{q.expires.UnixMilli(), q.id})

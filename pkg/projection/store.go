@@ -336,7 +336,7 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 			if err := json.Unmarshal(v, &q); err != nil {
 				return fmt.Errorf("request %q: %v", rest, err)
 			}
-			r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires)}
+			r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires), dedupeKey: q.DedupeKey}
 			if q.Expires != 0 {
 				r.requestDue.ReplaceOrInsert(timed{q.Expires, rest})
 			}
@@ -519,7 +519,7 @@ func (s *Store) write(c *Changes, r *Run, keep int64) error {
 	for id := range d.requests {
 		k := runKey(r.id, 'q', id)
 		if q, ok := r.requests[id]; ok {
-			if err := put(k, requestRecord{AgentID: q.agentID, Expires: ms(q.expires)}); err != nil {
+			if err := put(k, requestRecord{AgentID: q.agentID, Expires: ms(q.expires), DedupeKey: q.dedupeKey}); err != nil {
 				return err
 			}
 		} else {
