@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -518,9 +519,39 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 		SchemaVersion:     topics.WakeSchemaVersion,
 		RunID:             r.id,
 		Lane:              lane,
-		Triggers:          trigs,
+		Triggers:          cutTriggers(trigs, p.cfg.Limits.MaxStringLength),
 		AgentTreeSnapshot: *s,
 	}, info, nil
+}
+
+// cutTriggers returns trigs with their agent and correlation ids cut as the
+// snapshot cuts ids (snapshot.CutID), so that a trigger's agent matches its
+// node and its correlation id the snapshot's handle however long the ids:
+// a copy when an id is cut, trigs itself when none is.
+func cutTriggers(trigs []topics.Trigger, limit int) []topics.Trigger {
+	var out []topics.Trigger
+	for i, t := range trigs {
+		agent, cutAgent := snapshot.CutID(t.AgentID, limit)
+		var corr string
+		cutCorr := false
+		if t.CorrelationID != nil {
+			corr, cutCorr = snapshot.CutID(*t.CorrelationID, limit)
+		}
+		if !cutAgent && !cutCorr {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(trigs)
+		}
+		out[i].AgentID = agent
+		if cutCorr {
+			out[i].CorrelationID = &corr
+		}
+	}
+	if out == nil {
+		return trigs
+	}
+	return out
 }
 
 // Snapshot builds the current snapshot of a run, for readers rather than for a

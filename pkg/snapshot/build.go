@@ -466,9 +466,10 @@ func statusOf(n Node) topics.Status {
 	return n.Status
 }
 
-// str cuts s to the string bound, on a character boundary, counting cuts.
+// str cuts an id (the run, the session, the thread, the root, a handle) to
+// the string bound as CutID does, counting cuts.
 func (b *builder) str(s string) string {
-	s, cut := cutString(s, b.cut)
+	s, cut := CutID(s, b.cut)
 	if cut {
 		b.cuts++
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -199,19 +198,22 @@ func intLen(v int64) int {
 // one allocation of its exact size.
 func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
 	e := &digestEnc{cut: cut, maxKeys: maxKeys}
-	str := func(s string) string {
-		c, cutIt := cutString(s, cut)
+	// Ids are cut so as to stay distinct and matchable, text between
+	// grapheme clusters (cut.go).
+	str := func(s string, cutter func(string, int) (string, bool)) string {
+		c, cutIt := cutter(s, cut)
 		if cutIt {
 			e.cuts++
 		}
 		return c
 	}
+	id := func(s string) string { return str(s, CutID) }
 	nstr := 0
-	ptr := func(s string) *string {
+	ptr := func(s string, cutter func(string, int) (string, bool)) *string {
 		if s == "" {
 			return nil
 		}
-		e.strs[nstr] = str(s)
+		e.strs[nstr] = str(s, cutter)
 		nstr++
 		return &e.strs[nstr-1]
 	}
@@ -226,25 +228,25 @@ func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
 	}
 	d := &e.d
 	*d = topics.NodeDigest{
-		AgentID:           str(n.AgentID),
+		AgentID:           id(n.AgentID),
 		Role:              roleOf(*n),
-		ParentAgentID:     ptr(n.ParentAgentID),
+		ParentAgentID:     ptr(n.ParentAgentID, CutID),
 		Status:            statusOf(*n),
 		StatusUpdatedAt:   timePtr(n.StatusUpdatedAt),
-		ActiveRunID:       ptr(n.ActiveRunID),
-		ActiveTaskID:      ptr(n.ActiveTaskID),
-		Capability:        ptr(n.Capability),
+		ActiveRunID:       ptr(n.ActiveRunID, CutID),
+		ActiveTaskID:      ptr(n.ActiveTaskID, CutID),
+		Capability:        ptr(n.Capability, CutText),
 		LastSignalAt:      timePtr(n.LastSignalAt),
-		LastCorrelationID: ptr(n.LastCorrelationID),
+		LastCorrelationID: ptr(n.LastCorrelationID, CutID),
 		OpenRequestCount:  max(n.OpenRequestCount, 0),
-		LastRequestKind:   ptr(n.LastRequestKind),
+		LastRequestKind:   ptr(n.LastRequestKind, CutText),
 	}
 	if n.LastSignalKind != "" {
 		e.kind = n.LastSignalKind
 		d.LastSignalKind = &e.kind
 	}
 	if !n.LeaseExpiresAt.IsZero() {
-		d.LeaseOwner = ptr(n.LeaseOwner)
+		d.LeaseOwner = ptr(n.LeaseOwner, CutID)
 		d.LeaseExpiresAt = timePtr(n.LeaseExpiresAt)
 	}
 	keys := n.RecentDedupeKeys
@@ -259,7 +261,7 @@ func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
 		d.RecentRequestDedupeKeys = make([]string, len(keys))
 	}
 	for i, k := range keys {
-		d.RecentRequestDedupeKeys[i] = str(k)
+		d.RecentRequestDedupeKeys[i] = id(k)
 	}
 
 	enc, err := d.AppendJSON((*scratch)[:0])
@@ -386,17 +388,3 @@ func roleOf(n Node) topics.Role {
 	return n.Role
 }
 
-// cutString cuts s to at most cut characters, on a character boundary, and
-// says whether it did.
-func cutString(s string, cut int) (string, bool) {
-	if len(s) <= cut || utf8.RuneCountInString(s) <= cut {
-		return s, false
-	}
-	i, n := 0, 0
-	for n < cut {
-		_, w := utf8.DecodeRuneInString(s[i:])
-		i += w
-		n++
-	}
-	return s[:i], true
-}

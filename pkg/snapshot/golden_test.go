@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -317,16 +318,29 @@ func goldenCases(tb testing.TB) []goldenCase {
 		src := longNode(n)
 		add(goldenCase{name: fmt.Sprintf("strings_%d", n), tree: t, check: func(t *testing.T, s *topics.AgentTreeSnapshot, _ []byte) {
 			d := s.Nodes[1]
-			for _, f := range []struct{ got, src string }{
-				{d.AgentID, src.AgentID}, {*d.ParentAgentID, src.ParentAgentID}, {*d.LeaseOwner, src.LeaseOwner},
-				{*d.ActiveRunID, src.ActiveRunID}, {*d.ActiveTaskID, src.ActiveTaskID}, {*d.Capability, src.Capability},
-				{*d.LastCorrelationID, src.LastCorrelationID}, {*d.LastRequestKind, src.LastRequestKind},
-				{d.RecentRequestDedupeKeys[0], src.RecentDedupeKeys[0]}, {d.RecentRequestDedupeKeys[1], src.RecentDedupeKeys[1]},
-				{s.Scope.RunID, strings.Repeat("R", n)}, {*s.Scope.SessionID, strings.Repeat("ß", n)},
-				{s.Summary.ActiveCorrelationHandles[0], strings.Repeat("h", n)},
+			// Ids are cut to stay distinct and matchable; the two text
+			// fields, capability and last_request_kind, to a prefix.
+			for _, f := range []struct {
+				got, src string
+				text     bool
+			}{
+				{d.AgentID, src.AgentID, false}, {*d.ParentAgentID, src.ParentAgentID, false}, {*d.LeaseOwner, src.LeaseOwner, false},
+				{*d.ActiveRunID, src.ActiveRunID, false}, {*d.ActiveTaskID, src.ActiveTaskID, false}, {*d.Capability, src.Capability, true},
+				{*d.LastCorrelationID, src.LastCorrelationID, false}, {*d.LastRequestKind, src.LastRequestKind, true},
+				{d.RecentRequestDedupeKeys[0], src.RecentDedupeKeys[0], false}, {d.RecentRequestDedupeKeys[1], src.RecentDedupeKeys[1], false},
+				{s.Scope.RunID, strings.Repeat("R", n), false}, {*s.Scope.SessionID, strings.Repeat("ß", n), false},
+				{s.Summary.ActiveCorrelationHandles[0], strings.Repeat("h", n), false},
 			} {
-				if f.got != runes(f.src, 160) {
-					t.Errorf("%q, want it cut to 160 characters", f.got)
+				want := f.src
+				switch {
+				case len([]rune(f.src)) <= 160:
+				case f.text:
+					want = refCutText(f.src, 160)
+				default:
+					want = refCutID(f.src, 160)
+				}
+				if f.got != want || len([]rune(f.got)) > 160 {
+					t.Errorf("%q, want %q: at most 160 characters", f.got, want)
 				}
 			}
 			if n == 160 {
@@ -337,31 +351,34 @@ func goldenCases(tb testing.TB) []goldenCase {
 		}})
 	}
 
-	// Multi-byte runes, grapheme clusters and escapes straddling the cut: the
-	// cut is by characters (code points), never inside one.
+	// Multi-byte runes, grapheme clusters and escapes straddling the cut:
+	// the cut is by characters (code points) and between grapheme clusters,
+	// never inside one. An id keeps 151 characters of itself before its
+	// "~" and hash, text 160.
 	{
 		a := func(n int) string { return strings.Repeat("a", n) }
-		w := worker(a(159) + "世界")
+		w := worker(a(150) + "世界" + a(9))
 		w.ParentAgentID = "conductor"
-		w.ActiveRunID = a(159) + "😀😀"
-		w.ActiveTaskID = a(158) + "e\u0301x"
+		w.ActiveRunID = a(150) + "😀😀" + a(9)
+		w.ActiveTaskID = a(150) + "e\u0301x" + a(9)
 		w.Capability = a(159) + "e\u0301"
-		w.LastCorrelationID = a(159) + "👩‍👩‍👧"
+		w.LastCorrelationID = a(150) + "👩‍👩‍👧" + a(9)
 		w.LastRequestKind = a(150) + strings.Repeat("\u2028", 11)
-		w.LeaseOwner, w.LeaseExpiresAt = a(157)+`"\"\\`, at(1)
-		w.RecentDedupeKeys = []string{strings.Repeat("日本語", 54), strings.Repeat("🇺🇳", 81), a(159) + "\x01\x02"}
+		w.LeaseOwner, w.LeaseExpiresAt = a(148)+`"\"\\`+a(9), at(1)
+		w.RecentDedupeKeys = []string{strings.Repeat("日本語", 54), strings.Repeat("🇺🇳", 81), a(150) + "\x01\x02" + a(9)}
 		t := tree(conductor(), w)
+		hash := func(s string) string { return "~" + fmt.Sprintf("%x", sha256.Sum256([]byte(s)))[:8] }
 		want := map[string]string{
-			"agent_id":            a(159) + "世",
-			"active_run_id":       a(159) + "😀",
-			"active_task_id":      a(158) + "e\u0301",
-			"capability":          a(159) + "e",
-			"last_correlation_id": a(159) + "👩",
+			"agent_id":            a(150) + "世" + hash(w.AgentID),
+			"active_run_id":       a(150) + "😀" + hash(w.ActiveRunID),
+			"active_task_id":      a(150) + hash(w.ActiveTaskID), // é is two code points: not split
+			"capability":          a(159),                        // nor here
+			"last_correlation_id": a(150) + hash(w.LastCorrelationID),
 			"last_request_kind":   a(150) + strings.Repeat("\u2028", 10),
-			"lease_owner":         a(157) + `"\"`,
-			"key0":                runes(strings.Repeat("日本語", 54), 160),
-			"key1":                runes(strings.Repeat("🇺🇳", 81), 160),
-			"key2":                a(159) + "\x01",
+			"lease_owner":         a(148) + `"\"` + hash(w.LeaseOwner),
+			"key0":                strings.Repeat("日本語", 50) + "日" + hash(w.RecentDedupeKeys[0]),
+			"key1":                strings.Repeat("🇺🇳", 75) + hash(w.RecentDedupeKeys[1]), // a flag is two code points
+			"key2":                a(150) + "\x01" + hash(w.RecentDedupeKeys[2]),
 		}
 		add(goldenCase{name: "cut_non_ascii", tree: t, check: func(t *testing.T, s *topics.AgentTreeSnapshot, _ []byte) {
 			d := s.Nodes[1]

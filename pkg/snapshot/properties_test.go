@@ -2,6 +2,7 @@ package snapshot_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rivo/uniseg"
 
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -42,19 +45,22 @@ func mustMarshal(tb testing.TB, v any) []byte {
 	return b
 }
 
-// cutter cuts strings to cut characters and counts the strings it cut.
+// cutter cuts strings to cut characters and counts the strings it cut:
+// ids (str, ptr) to a prefix, "~" and 8 hex digits of their SHA-256, text
+// (textPtr) to a prefix, both between grapheme clusters (docs/CONTRACT.md
+// "Cuts"; refCutID and refCutText, an implementation of the rule of the
+// test's own).
 type cutter struct {
 	cut  int
 	cuts int
 }
 
 func (c *cutter) str(s string) string {
-	r := []rune(s)
-	if len(r) <= c.cut {
+	if len([]rune(s)) <= c.cut {
 		return s
 	}
 	c.cuts++
-	return string(r[:c.cut])
+	return refCutID(s, c.cut)
 }
 
 func (c *cutter) ptr(s string) *string {
@@ -63,6 +69,52 @@ func (c *cutter) ptr(s string) *string {
 	}
 	v := c.str(s)
 	return &v
+}
+
+func (c *cutter) textPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	if len([]rune(s)) > c.cut {
+		c.cuts++
+		s = refCutText(s, c.cut)
+	}
+	return &s
+}
+
+// refCutText is s cut to at most n code points, whole grapheme clusters.
+func refCutText(s string, n int) string {
+	var b strings.Builder
+	count := 0
+	for _, cl := range graphemes(s) {
+		k := len([]rune(cl))
+		if count+k > n {
+			break
+		}
+		b.WriteString(cl)
+		count += k
+	}
+	return b.String()
+}
+
+// graphemes splits s into its grapheme clusters.
+func graphemes(s string) []string {
+	var out []string
+	g := uniseg.NewGraphemes(s)
+	for g.Next() {
+		out = append(out, g.Str())
+	}
+	return out
+}
+
+// refCutID is an id longer than n code points as canopy cuts it.
+func refCutID(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+	h := fmt.Sprintf("%x", sum)
+	if n < 10 {
+		return h[:n]
+	}
+	return refCutText(s, n-9) + "~" + h[:8]
 }
 
 func timePtr(t topics.Time) *topics.Time {
@@ -82,11 +134,11 @@ func refDigest(n snapshot.Node, at topics.Time, maxKeys int, c *cutter) topics.N
 		StatusUpdatedAt:   timePtr(n.StatusUpdatedAt),
 		ActiveRunID:       c.ptr(n.ActiveRunID),
 		ActiveTaskID:      c.ptr(n.ActiveTaskID),
-		Capability:        c.ptr(n.Capability),
+		Capability:        c.textPtr(n.Capability),
 		LastSignalAt:      timePtr(n.LastSignalAt),
 		LastCorrelationID: c.ptr(n.LastCorrelationID),
 		OpenRequestCount:  max(n.OpenRequestCount, 0),
-		LastRequestKind:   c.ptr(n.LastRequestKind),
+		LastRequestKind:   c.textPtr(n.LastRequestKind),
 	}
 	if d.Role == "" {
 		d.Role = topics.RoleUnknown
@@ -279,7 +331,7 @@ func checkSnapshot(tb testing.TB, o *oracle, now time.Time, s *topics.AgentTreeS
 
 	// The root first.
 	if o.root != nil {
-		if len(s.Nodes) == 0 || s.RootAgentID == nil || s.Nodes[0].AgentID != *s.RootAgentID || !isRunePrefix(s.Nodes[0].AgentID, o.root.AgentID) {
+		if len(s.Nodes) == 0 || s.RootAgentID == nil || s.Nodes[0].AgentID != *s.RootAgentID || !isCutOf(s.Nodes[0].AgentID, o.root.AgentID) {
 			tb.Errorf("tree has root %q: want it first and as root_agent_id, got root_agent_id %v, %d nodes", o.root.AgentID, str(s.RootAgentID), len(s.Nodes))
 		}
 	} else if s.RootAgentID != nil {
@@ -338,7 +390,7 @@ func checkSnapshot(tb testing.TB, o *oracle, now time.Time, s *topics.AgentTreeS
 	}
 	for i, d := range s.Nodes {
 		n := o.ranking[i]
-		if !isRunePrefix(d.AgentID, n.AgentID) {
+		if !isCutOf(d.AgentID, n.AgentID) {
 			tb.Errorf("node %d is %q, want %q (ranking %s)", i, d.AgentID, n.AgentID, ids(o.ranking, len(s.Nodes)+1))
 			break
 		}
@@ -571,9 +623,19 @@ func walkStrings(v any, path string, f func(key, path, v string)) {
 	}
 }
 
-// isRunePrefix reports whether p is s or s cut to some number of characters.
-func isRunePrefix(p, s string) bool {
-	return strings.HasPrefix(s, p) && (len(p) == len(s) || utf8.RuneStart(s[len(p)]))
+// isCutOf reports whether p is the id s, or s cut as an id at some bound:
+// a prefix of it on a character boundary, "~" and the first 8 hex digits of
+// its SHA-256; or, under 10 characters, just the first digits of those.
+func isCutOf(p, s string) bool {
+	if p == s {
+		return true
+	}
+	h := fmt.Sprintf("%x", sha256.Sum256([]byte(s)))
+	if len(p) >= 9 && p[len(p)-9] == '~' && p[len(p)-8:] == h[:8] {
+		prefix := p[:len(p)-9]
+		return strings.HasPrefix(s, prefix) && (len(prefix) == len(s) || utf8.RuneStart(s[len(prefix)]))
+	}
+	return len(p) < 10 && strings.HasPrefix(h, p)
 }
 
 func str(p *string) string {
