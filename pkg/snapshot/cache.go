@@ -387,4 +387,3 @@ func roleOf(n Node) topics.Role {
 	}
 	return n.Role
 }
-

@@ -44,11 +44,11 @@ func TestCutID(t *testing.T) {
 func TestCutText(t *testing.T) {
 	a := strings.Repeat("a", 158)
 	for _, c := range []struct{ in, want string }{
-		{a + "e\u0301x", a + "e\u0301"},                 // é fits whole
-		{a + "x" + "e\u0301", a + "x"},                  // é would need 161
-		{a + "x" + "👩\u200d👩\u200d👧", a + "x"},         // a family is one cluster of 5
-		{a + "🇺🇳", a + "🇺🇳"},                            // a flag is two code points: exactly 160
-		{a + "x🇺🇳", a + "x"},                            // not half a flag
+		{a + "e\u0301x", a + "e\u0301"},        // é fits whole
+		{a + "x" + "e\u0301", a + "x"},         // é would need 161
+		{a + "x" + "👩\u200d👩\u200d👧", a + "x"}, // a family is one cluster of 5
+		{a + "🇺🇳", a + "🇺🇳"},                   // a flag is two code points: exactly 160
+		{a + "x🇺🇳", a + "x"},                   // not half a flag
 		{strings.Repeat("😀", 170), strings.Repeat("😀", 160)},
 	} {
 		got, cut := snapshot.CutText(c.in, 160)
