@@ -76,11 +76,16 @@ func DecodeEvent(value []byte) (*Event, error) {
 		if !ok || string(raw) == "null" {
 			return "", false, ""
 		}
+		if name == attrSchemaVersion {
+			// An Integer attribute: a JSON number in the JSON format (a
+			// ce_ header's text only in binary mode).
+			if raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9' {
+				return string(raw), true, ""
+			}
+			return "", true, "want an integer, got " + clip(string(raw), 40)
+		}
 		if s, ok := unquote(raw); ok {
 			return s, true, ""
-		}
-		if name == attrSchemaVersion && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
-			return string(raw), true, ""
 		}
 		return "", true, "want a string, got " + clip(string(raw), 40)
 	}
@@ -182,6 +187,11 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 			ps.add(prefix+name, "required")
 		case v == "" && required:
 			ps.add(prefix+name, "required; got an empty string")
+		case ok && v == "" && prefix == "":
+			// Optional: absent, or null (CloudEvents' JSON format reads a
+			// null attribute as an absent one), but never empty. (An empty
+			// ce_ header in binary mode reads as absent, as before.)
+			ps.add(prefix+name, "empty; omit the attribute or send null")
 		}
 		return v
 	}
@@ -192,6 +202,7 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 	checkID(&ps, prefix+attrID, ev.ID, false)
 	ev.Source = attr(attrSource, true)
 	checkID(&ps, prefix+attrSource, ev.Source, false)
+	checkURIReference(&ps, prefix+attrSource, ev.Source)
 	ev.Type = EventType(attr(attrType, true))
 	if t := attr(attrTime, true); t != "" {
 		tt, err := ParseTime(t)
@@ -221,7 +232,7 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 	kind := ErrInvalidEvent
 	switch v, ok, bad := get(attrSchemaVersion); {
 	case bad != "":
-		ps.add(prefix+attrSchemaVersion, "want a positive integer")
+		ps.add(prefix+attrSchemaVersion, bad)
 	case !ok:
 		ps.add(prefix+attrSchemaVersion, "required; this build speaks 1")
 	default:
@@ -265,6 +276,9 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 				for _, k := range unknown {
 					ps.add("data."+k, "unknown field for "+string(p.EventType()))
 				}
+				return
+			}
+			if !checkMembers(p.EventType(), keys, ps) {
 				return
 			}
 			// data is one valid JSON object whose every key names a field:

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -487,6 +490,68 @@ func (p *WakeReceived) validate(ps *problems) {
 
 // checkID enforces the contract for identifiers: valid UTF-8, at most
 // MaxIDLength bytes, no control characters.
+// requiredMembers are the payload fields that must be present though their
+// zero value is valid (band 0, step 0, no artifacts), so that the decoded
+// value cannot tell a missing one: checked on the JSON members.
+var requiredMembers = map[EventType][]string{
+	TypePlanCreated:     {"band_count"},
+	TypePlanBandCreated: {"band_index", "step_count"},
+	TypeStepCreated:     {"band_index", "step_index"},
+	TypeParentHint:      {"artifact_ids"},
+}
+
+// emptyMembers are the payload fields whose value may be the empty string
+// (free text); every other string field is an id or an enum, and an empty
+// one is refused rather than read as absent.
+var emptyMembers = map[string]bool{"text": true}
+
+// nullMembers are the payload fields whose value may be null: a parent
+// hint's artifact_ids, always sent, null for none (how Go encodes an empty
+// list). Any other null member is refused: omit the field instead.
+var nullMembers = map[EventType]map[string]bool{TypeParentHint: {"artifact_ids": true}}
+
+// checkMembers checks a payload's JSON members as the JSON Schemas do where
+// the decoded value cannot: a member set to null or to an empty string
+// (omit it instead), and a required member that is absent. It reports
+// whether they were all right.
+func checkMembers(t EventType, ms members, ps *problems) bool {
+	before := len(*ps)
+	for _, m := range ms {
+		switch raw := string(m.raw); {
+		case raw == "null" && !nullMembers[t][m.name]:
+			ps.add("data."+m.name, "null; omit the field instead")
+		case raw == `""` && !emptyMembers[m.name]:
+			ps.add("data."+m.name, "empty; omit the field instead")
+		}
+	}
+	for _, name := range requiredMembers[t] {
+		if _, ok := ms.get(name); !ok {
+			ps.add("data."+name, "required")
+		}
+	}
+	return len(*ps) == before
+}
+
+// checkURIReference checks that v (not empty) is a URI-reference (RFC 3986),
+// as CloudEvents asks of source, the way the JSON Schema's format does.
+func checkURIReference(ps *problems, field, v string) {
+	if v == "" {
+		return
+	}
+	if strings.Contains(v, `\`) {
+		ps.add(field, "not a URI-reference: contains a backslash")
+		return
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		ps.add(field, "not a URI-reference: "+strings.TrimPrefix(err.Error(), "parse "+strconv.Quote(v)+": "))
+		return
+	}
+	if h := u.Hostname(); strings.Contains(h, ":") && (!strings.Contains(u.Host, "[") || net.ParseIP(h) == nil) {
+		ps.add(field, "not a URI-reference: a bad IPv6 host")
+	}
+}
+
 func checkID(ps *problems, field, v string, required bool) {
 	if v == "" {
 		if required {
