@@ -144,9 +144,13 @@ type Run struct {
 	requests    map[string]*request
 
 	lastProgressWake topics.Time
-	plans            map[string]*Plan
-	planOrder        []string
-	diagnostics      []Diagnostic
+	// orphans are, by parent id, the nodes created before their parent
+	// was known, whose depth waits for the parent's (settleDepths). Not
+	// persisted: rebuilt from the nodes when the run is loaded.
+	orphans     map[string][]string
+	plans       map[string]*Plan
+	planOrder   []string
+	diagnostics []Diagnostic
 	// hist is the window of the last Config.HistorySize applied events.
 	hist history
 	// wdCount counts dispatched nodes per watchdog status, so that the read

@@ -437,6 +437,9 @@ func (s *Store) loadNode(run, id string) (*node, bool, error) {
 // choice.
 func (r *Run) index(n *node) {
 	id := n.AgentID
+	if n.created && n.depth < 0 && n.ParentAgentID != "" {
+		r.awaitParent(n.ParentAgentID, id)
+	}
 	r.stats.ByStatus.Add(n.Status, 1)
 	if isUrgent(n.Status) {
 		r.urgent.ReplaceOrInsert(timed{n.StatusUpdatedAt.UnixMilli(), id})
