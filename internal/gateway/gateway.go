@@ -311,20 +311,21 @@ func (g *Gateway) authorizeSession(ctx context.Context, p *Principal, run string
 	if p.CoversRun(run) {
 		return "", nil
 	}
+	// One answer whether the run is unknown, expired, or in a session the
+	// token does not name: whether a run exists is for those it is for.
+	notCovered := problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q does not cover run %q", p.Subject, run)
 	if len(p.Sessions) == 0 {
-		return "", problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q does not cover run %q", p.Subject, run)
+		return "", notCovered
 	}
 	session, prob := g.runSession(ctx, run)
 	if prob != nil {
 		if prob.Type == problem.UnknownRun || prob.Type == problem.RunExpired {
-			// Whether the run expired is for those it was for.
-			return "", problem.New(http.StatusForbidden, problem.Forbidden,
-				"the token of %q does not name run %q, and the run's session is not known (no event of it is projected)", p.Subject, run)
+			return "", notCovered
 		}
 		return "", prob
 	}
 	if !p.CoversSession(session) {
-		return "", problem.New(http.StatusForbidden, problem.Forbidden, "the token of %q covers neither run %q nor its session", p.Subject, run)
+		return "", notCovered
 	}
 	return session, nil
 }
