@@ -63,6 +63,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	fs.StringVar(&jwtKeyFile, "jwt-key-file", env("CANOPY_JWT_KEY_FILE", ""), "file holding the HS256 key of bearer tokens, >= 32 bytes (CANOPY_JWT_KEY_FILE)")
 	fs.StringVar(&cfg.TokenFile, "token-file", env("CANOPY_TOKEN_FILE", ""), "JSON file of static development tokens: {\"<token>\": {\"sub\", \"runs\", \"sessions\"}} (CANOPY_TOKEN_FILE)")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 128<<10, "largest request body (CANOPY_MAX_BODY_BYTES)")
+	fs.StringVar(&cfg.Audience, "jwt-audience", env("CANOPY_JWT_AUDIENCE", ""), "when set, a JWT's aud must name it (CANOPY_JWT_AUDIENCE)")
+	fs.StringVar(&cfg.Issuer, "jwt-issuer", env("CANOPY_JWT_ISSUER", ""), "when set, a JWT's iss must be it (CANOPY_JWT_ISSUER)")
 	fs.Float64Var(&cfg.RatePerSecond, "rate", 10, "requests per second per token subject")
 	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once")
 	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")

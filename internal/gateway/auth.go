@@ -2,18 +2,18 @@ package gateway
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/canopy-dev/canopy/internal/problem"
 )
@@ -28,6 +28,10 @@ type Principal struct {
 	// Sessions the token may touch: a run is covered when its snapshot's
 	// scope names one of them. "*" is every session.
 	Sessions []string `json:"sessions"`
+	// Expires is the JWT's "exp": past it the token is refused, so whatever
+	// it opened (a wake stream) should end then. Zero for a static token,
+	// which does not expire; a token file cannot set it.
+	Expires time.Time `json:"-"`
 }
 
 // CoversRun reports whether the token names run (or every run).
@@ -41,11 +45,33 @@ func (p *Principal) CoversSession(session string) bool {
 }
 
 // authenticator checks bearer tokens: static ones from the token file, and
-// HS256 JWTs signed with the configured key.
+// HS256 JWTs signed with the configured key (github.com/golang-jwt/jwt/v5
+// verifies the signature, exp, nbf, and aud and iss when configured; the
+// checks the library does not make are here).
 type authenticator struct {
-	key    []byte
-	static map[string]Principal
-	now    func() time.Time
+	key              []byte
+	static           map[string]Principal
+	audience, issuer string
+	parser           *jwt.Parser
+}
+
+func newAuthenticator(key []byte, audience, issuer string, now func() time.Time) *authenticator {
+	opts := []jwt.ParserOption{
+		// Only HS256, whatever the header says, so that "alg": "none" or a
+		// public key used as an HMAC secret cannot pass.
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(now),
+		// One encoding per token: no padding, no stray bits.
+		jwt.WithStrictDecoding(),
+	}
+	if audience != "" {
+		opts = append(opts, jwt.WithAudience(audience))
+	}
+	if issuer != "" {
+		opts = append(opts, jwt.WithIssuer(issuer))
+	}
+	return &authenticator{key: key, audience: audience, issuer: issuer, parser: jwt.NewParser(opts...)}
 }
 
 // LoadTokenFile reads a static token file: a JSON object mapping each token
@@ -77,7 +103,7 @@ var unauthorized = func(format string, args ...any) *problem.Problem {
 }
 
 // authenticate returns the request's principal, or a 401 problem saying
-// what is wrong with its credentials.
+// what is wrong with its credentials. No message quotes the token.
 func (a *authenticator) authenticate(r *http.Request) (*Principal, *problem.Problem) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
@@ -97,69 +123,179 @@ func (a *authenticator) authenticate(r *http.Request) (*Principal, *problem.Prob
 	return a.verifyJWT(tok)
 }
 
-// jwtClaims are the claims canopy reads from a token.
-type jwtClaims struct {
-	Principal
-	Exp *float64 `json:"exp"`
-	Nbf *float64 `json:"nbf"`
+// maxJWTBytes bounds the token the JWT parser is given: canopy's claims fit
+// in far less.
+const maxJWTBytes = 8 << 10
+
+// canonicalClaims are the claim names canopy reads. A token naming one of
+// them twice, or in another case ("SUB", "Runs"), is refused: encoding/json
+// would take the last of duplicates and match names case-insensitively, so
+// such a token could mean one thing to its issuer and another here.
+var canonicalClaims = []string{"sub", "runs", "sessions", "exp", "nbf", "aud", "iss", "iat"}
+
+// tokenClaims are the claims canopy reads from a JWT.
+type tokenClaims struct {
+	jwt.RegisteredClaims
+	Runs     []string `json:"runs,omitempty"`
+	Sessions []string `json:"sessions,omitempty"`
 }
 
-// verifyJWT checks an HS256 JWT (RFC 7519) and its exp and nbf. Only HS256
-// is accepted, whatever the header says, so that "alg": "none" or a public
-// key used as an HMAC secret cannot pass.
+// verifyJWT checks an HS256 JWT (RFC 7519): its header, then (the library)
+// its signature, exp, nbf, aud and iss, then its claim names.
 func (a *authenticator) verifyJWT(tok string) (*Principal, *problem.Problem) {
+	if len(tok) > maxJWTBytes {
+		return nil, unauthorized("the token is longer than %d bytes", maxJWTBytes)
+	}
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
 		return nil, unauthorized("the token is neither a known static token nor a JWT")
 	}
-	hb, err1 := base64.RawURLEncoding.DecodeString(parts[0])
-	cb, err2 := base64.RawURLEncoding.DecodeString(parts[1])
-	sig, err3 := base64.RawURLEncoding.DecodeString(parts[2])
-	if err1 != nil || err2 != nil || err3 != nil {
-		return nil, unauthorized("the token is not a JWT: a part is not unpadded base64url")
+	hb, err := base64.RawURLEncoding.Strict().DecodeString(parts[0])
+	if err != nil {
+		return nil, unauthorized("the token is not a JWT: its header is not unpadded base64url")
 	}
-	var head struct {
-		Alg string `json:"alg"`
+	if prob := checkHeader(hb); prob != nil {
+		return nil, prob
 	}
-	if err := json.Unmarshal(hb, &head); err != nil || head.Alg != "HS256" {
-		return nil, unauthorized("the token's alg must be HS256")
+	var c tokenClaims
+	if _, err := a.parser.ParseWithClaims(tok, &c, func(*jwt.Token) (any, error) { return a.key, nil }); err != nil {
+		return nil, a.jwtProblem(err, &c)
 	}
-	mac := hmac.New(sha256.New, a.key)
-	mac.Write([]byte(parts[0] + "." + parts[1]))
-	if !hmac.Equal(sig, mac.Sum(nil)) {
-		return nil, unauthorized("the token's signature does not verify")
+	cb, err := base64.RawURLEncoding.Strict().DecodeString(parts[1])
+	if err != nil { // the parser decoded it already
+		return nil, unauthorized("the token is not a JWT: its claims are not unpadded base64url")
 	}
-	var c jwtClaims
-	if err := json.Unmarshal(cb, &c); err != nil {
-		return nil, unauthorized("the token's claims are not a JSON object of sub, runs, sessions, exp: %v", err)
+	if msg := checkNames(cb, canonicalClaims); msg != "" {
+		return nil, unauthorized("the token's claims: %s", msg)
 	}
-	now := float64(a.now().Unix())
-	switch {
-	case c.Subject == "":
+	if c.Subject == "" {
 		return nil, unauthorized("the token has no sub claim")
-	case c.Exp == nil:
-		return nil, unauthorized("the token has no exp claim; tokens must expire")
-	case math.IsNaN(*c.Exp) || *c.Exp <= now:
-		return nil, unauthorized("the token expired")
-	case c.Nbf != nil && *c.Nbf > now:
-		return nil, unauthorized("the token is not valid yet (nbf)")
 	}
-	return &c.Principal, nil
+	p := &Principal{Subject: c.Subject, Runs: c.Runs, Sessions: c.Sessions}
+	if c.ExpiresAt != nil { // required: the parser refused a token without
+		p.Expires = c.ExpiresAt.Time
+	}
+	return p, nil
+}
+
+// checkHeader refuses a header that is not a JSON object, names a member
+// twice, has an alg other than HS256, or has crit: canopy implements no
+// extension, and RFC 7515 (4.1.11) says a recipient that does not
+// understand a critical extension must refuse the token.
+func checkHeader(hb []byte) *problem.Problem {
+	if msg := checkNames(hb, nil); msg != "" {
+		return unauthorized("the token's header: %s", msg)
+	}
+	var head map[string]any
+	if err := json.Unmarshal(hb, &head); err != nil {
+		return unauthorized("the token's header is not a JSON object")
+	}
+	if alg, _ := head["alg"].(string); alg != jwt.SigningMethodHS256.Alg() {
+		return unauthorized("the token's alg must be HS256")
+	}
+	if _, ok := head["crit"]; ok {
+		return unauthorized("the token's header has crit; canopy understands no critical extension")
+	}
+	return nil
+}
+
+// checkNames walks the member names of the JSON object b and says what is
+// wrong with them: a name given twice, or one of canonical in another case
+// (by Unicode case folding, as strings.EqualFold; "ſub" is "sub" to it,
+// and to encoding/json). "" when nothing is; b's syntax is the decoder's
+// business.
+func checkNames(b []byte, canonical []string) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "not a JSON object"
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "not a JSON object"
+		}
+		name, _ := t.(string)
+		if seen[name] {
+			return fmt.Sprintf("%s is named twice", quoteName(name))
+		}
+		seen[name] = true
+		for _, c := range canonical {
+			if name != c && strings.EqualFold(name, c) {
+				return fmt.Sprintf("%s differs from canopy's %q only in case", quoteName(name), c)
+			}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "not a JSON object"
+		}
+	}
+	return ""
+}
+
+// quoteName quotes a member name for a message, cut short: the name comes
+// from the client.
+func quoteName(s string) string {
+	if len(s) > 32 {
+		return fmt.Sprintf("%q...", strings.ToValidUTF8(s[:32], ""))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// jwtProblem says what the library found wrong with a token, in words of
+// canopy's own: the library's messages can quote the token. c is what the
+// library decoded of the claims.
+func (a *authenticator) jwtProblem(err error, c *tokenClaims) *problem.Problem {
+	var msgs []string
+	if errors.Is(err, jwt.ErrTokenRequiredClaimMissing) {
+		if c.ExpiresAt == nil {
+			msgs = append(msgs, "the token has no exp claim; tokens must expire")
+		}
+		if a.audience != "" && len(c.Audience) == 0 {
+			msgs = append(msgs, "the token has no aud claim; this gateway's audience must be in it")
+		}
+		if a.issuer != "" && c.Issuer == "" {
+			msgs = append(msgs, "the token has no iss claim; it must name this gateway's issuer")
+		}
+	}
+	for _, m := range []struct {
+		err error
+		msg string
+	}{
+		{jwt.ErrTokenMalformed, "the token is not a well-formed JWT: each part must be unpadded base64url, and the claims a JSON object whose sub and iss are strings, aud a string or strings, runs and sessions arrays of strings, and exp, nbf and iat numbers"},
+		{jwt.ErrTokenUnverifiable, "the token's alg must be HS256"},
+		{jwt.ErrTokenSignatureInvalid, "the token's signature does not verify"},
+		{jwt.ErrTokenExpired, "the token expired"},
+		{jwt.ErrTokenNotValidYet, "the token is not valid yet (nbf)"},
+		{jwt.ErrTokenInvalidAudience, "the token's aud does not name this gateway's audience"},
+		{jwt.ErrTokenInvalidIssuer, "the token's iss is not this gateway's issuer"},
+	} {
+		if errors.Is(err, m.err) {
+			msgs = append(msgs, m.msg)
+		}
+	}
+	if len(msgs) == 0 {
+		msgs = append(msgs, "the token is not valid")
+	}
+	return unauthorized("%s", strings.Join(msgs, "; "))
 }
 
 // SignJWT makes an HS256 JWT for p that expires at exp: for tests and for
 // issuing development tokens.
 func SignJWT(key []byte, p Principal, exp time.Time) string {
-	enc := base64.RawURLEncoding
-	head := enc.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`))
-	claims, _ := json.Marshal(jwtClaims{Principal: p, Exp: ptr(float64(exp.Unix()))})
-	msg := head + "." + enc.EncodeToString(claims)
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(msg))
-	return msg + "." + enc.EncodeToString(mac.Sum(nil))
+	return signClaims(key, tokenClaims{
+		RegisteredClaims: jwt.RegisteredClaims{Subject: p.Subject, ExpiresAt: jwt.NewNumericDate(exp)},
+		Runs:             p.Runs, Sessions: p.Sessions,
+	})
 }
 
-func ptr[T any](v T) *T { return &v }
+func signClaims(key []byte, c jwt.Claims) string {
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(key)
+	if err != nil {
+		panic("gateway: signing a JWT: " + err.Error())
+	}
+	return s
+}
 
 // limiter is a token bucket per subject, on the injected clock, so that one
 // token cannot starve the others.

@@ -101,6 +101,12 @@ type Config struct {
 	// trace context an input carries to Kafka; default a no-op provider,
 	// which still passes the caller's traceparent on.
 	TracerProvider trace.TracerProvider
+
+	// Audience, when set, must be in a JWT's "aud"; a token without it is
+	// refused. Default none (aud is not checked).
+	Audience string
+	// Issuer, when set, must be a JWT's "iss". Default none (not checked).
+	Issuer string
 }
 
 // Hooks receive what the gateway serves. Request is called once per request

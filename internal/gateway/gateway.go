@@ -72,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if g.cfg.Entropy == nil {
 		g.cfg.Entropy = ulid.Monotonic(rand.Reader, 0)
 	}
-	g.auth = &authenticator{key: cfg.JWTKey, now: cfg.Now}
+	g.auth = newAuthenticator(cfg.JWTKey, cfg.Audience, cfg.Issuer, cfg.Now)
 	if cfg.TokenFile != "" {
 		var err error
 		if g.auth.static, err = LoadTokenFile(cfg.TokenFile); err != nil {
