@@ -417,7 +417,8 @@ func (s *stage) startGateway(ctx context.Context) error {
 		return err
 	}
 	gw, err := gateway.New(ctx, gateway.Config{Brokers: s.h.brokers, TLS: s.h.tlsCfg, SASL: s.h.sasl, Names: s.names,
-		ProjectorGroup: s.group, TokenFile: tokens, RatePerSecond: 1e9, RateBurst: 1 << 30, Logger: s.h.quiet})
+		ProjectorGroup: s.group, TokenFile: tokens, RatePerSecond: 1e9, RateBurst: 1 << 30,
+		PreAuthRatePerSecond: 1e9, PreAuthBurst: 1 << 30, Logger: s.h.quiet})
 	if err != nil {
 		return fmt.Errorf("%s: starting the gateway: %w", s.name, err)
 	}

@@ -67,6 +67,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	fs.StringVar(&cfg.Issuer, "jwt-issuer", env("CANOPY_JWT_ISSUER", ""), "when set, a JWT's iss must be it (CANOPY_JWT_ISSUER)")
 	fs.Float64Var(&cfg.RatePerSecond, "rate", 10, "requests per second per token subject")
 	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once")
+	fs.Float64Var(&cfg.PreAuthRatePerSecond, "preauth-rate", 50, "requests per second per client address, checked before the token (CANOPY_PREAUTH_RATE)")
+	fs.IntVar(&cfg.PreAuthBurst, "preauth-burst", 100, "requests a client address may make at once (CANOPY_PREAUTH_BURST)")
+	fs.BoolVar(&cfg.TrustForwardedFor, "trust-forwarded-for", env("CANOPY_TRUST_FORWARDED_FOR", "") == "true",
+		"key -preauth-rate by the last X-Forwarded-For address (set only behind a proxy that sets it) (CANOPY_TRUST_FORWARDED_FOR=true)")
 	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", 1000, "concurrent wake streams (CANOPY_MAX_STREAMS)")
 	fs.StringVar(&metricsAddr, "metrics-addr", env("CANOPY_METRICS_ADDR", ":9090"),
@@ -75,7 +79,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	check := fs.Bool("check-config", false, "validate the flags and CANOPY_* variables (files they name included) and exit: 0 if valid, 2 if not; connects to nothing")
 	// Numbers from the environment are parsed as the flags are: a bad value
 	// is an error, not the default.
-	for flagName, envName := range map[string]string{"max-body-bytes": "CANOPY_MAX_BODY_BYTES", "max-streams": "CANOPY_MAX_STREAMS"} {
+	for flagName, envName := range map[string]string{"max-body-bytes": "CANOPY_MAX_BODY_BYTES", "max-streams": "CANOPY_MAX_STREAMS",
+		"preauth-rate": "CANOPY_PREAUTH_RATE", "preauth-burst": "CANOPY_PREAUTH_BURST"} {
 		if err := kafkaconn.EnvFlag(fs, flagName, envName); err != nil {
 			fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 			return 2

@@ -46,7 +46,8 @@ func benchInput(b *testing.B, direct bool, clients int, pace time.Duration) {
 	const partitions = 4
 	e := newEnv(b, partitions)
 	cfg := e.config()
-	cfg.RatePerSecond, cfg.RateBurst = 1e9, 1<<30 // the limiter is not under test
+	cfg.RatePerSecond, cfg.RateBurst = 1e9, 1<<30 // the limiters are not under test
+	cfg.PreAuthRatePerSecond, cfg.PreAuthBurst = 1e9, 1<<30
 	_, srv := e.gateway(cfg)
 	p, _ := e.projector("")
 	for deadline := time.Now().Add(30 * time.Second); len(p.Owned()) < partitions; {

@@ -107,6 +107,19 @@ type Config struct {
 	Audience string
 	// Issuer, when set, must be a JWT's "iss". Default none (not checked).
 	Issuer string
+	// PreAuthRatePerSecond is each client address's sustained request rate,
+	// checked before its token is read, so that a flood of bad tokens costs
+	// little; default 50. Behind a proxy every client has the proxy's
+	// address unless TrustForwardedFor is set.
+	PreAuthRatePerSecond float64
+	// PreAuthBurst is how many requests a client address may make at once;
+	// default 100.
+	PreAuthBurst int
+	// TrustForwardedFor keys the pre-authentication limit by the last
+	// address of X-Forwarded-For (the one the proxy in front added) rather
+	// than the connection's. Set it only behind a proxy that sets the
+	// header: otherwise clients choose their own key. Default false.
+	TrustForwardedFor bool
 }
 
 // Hooks receive what the gateway serves. Request is called once per request
@@ -181,6 +194,12 @@ func (c Config) withDefaults() Config {
 	if c.TracerProvider == nil {
 		c.TracerProvider = noop.NewTracerProvider()
 	}
+	if c.PreAuthRatePerSecond == 0 {
+		c.PreAuthRatePerSecond = 50
+	}
+	if c.PreAuthBurst == 0 {
+		c.PreAuthBurst = 100
+	}
 	return c
 }
 
@@ -226,6 +245,12 @@ func (c Config) Validate() error {
 	}
 	if c.ProjectorScheme != "http" && c.ProjectorScheme != "https" {
 		ps = append(ps, fmt.Sprintf("ProjectorScheme: %q; want http or https", c.ProjectorScheme))
+	}
+	if c.PreAuthRatePerSecond < 0 {
+		ps = append(ps, "PreAuthRatePerSecond: must be positive")
+	}
+	if c.PreAuthBurst < 1 {
+		ps = append(ps, "PreAuthBurst: must be 1 or more")
 	}
 	if len(ps) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(ps, "; "))

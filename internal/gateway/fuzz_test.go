@@ -68,6 +68,7 @@ func FuzzRequest(f *testing.F) {
 	e := newEnv(f, 2)
 	cfg := e.config()
 	cfg.RatePerSecond, cfg.RateBurst = 1e9, 1<<30
+	cfg.PreAuthRatePerSecond, cfg.PreAuthBurst = 1e9, 1<<30
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	g, err := New(ctx, cfg)
 	cancel()

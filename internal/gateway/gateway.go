@@ -32,7 +32,8 @@ type Gateway struct {
 	adm        *kadm.Client
 	partitions int32
 	auth       *authenticator
-	limit      *limiter
+	limit      *limiter // per token subject
+	preAuth    *limiter // per client address, before the token is read
 	idem       *idemCache
 	streams    chan struct{}
 	mux        *http.ServeMux
@@ -67,7 +68,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	g := &Gateway{cfg: cfg, tracer: cfg.TracerProvider.Tracer("github.com/canopy-dev/canopy/internal/gateway"), limit: &limiter{rate: cfg.RatePerSecond, burst: float64(cfg.RateBurst), now: cfg.Now, buckets: map[string]*bucket{}},
+	g := &Gateway{cfg: cfg, tracer: cfg.TracerProvider.Tracer("github.com/canopy-dev/canopy/internal/gateway"), limit: newLimiter(cfg.RatePerSecond, cfg.RateBurst, cfg.Now), preAuth: newLimiter(cfg.PreAuthRatePerSecond, cfg.PreAuthBurst, cfg.Now),
 		idem: newIdemCache(cfg.IdempotencyKeys), streams: make(chan struct{}, cfg.MaxStreams)}
 	if g.cfg.Entropy == nil {
 		g.cfg.Entropy = ulid.Monotonic(rand.Reader, 0)
@@ -249,7 +250,9 @@ func (w *statusWriter) status() int {
 }
 
 // handle runs the checks every endpoint shares, in an order that tells the
-// client the first thing to fix: method, credentials, rate, run id.
+// client the first thing to fix: method, credentials, rate, run id. The
+// client address's rate is checked before the credentials, so that a flood
+// of bad tokens is refused before any is parsed.
 func (g *Gateway) handle(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := rt[r.Method]
@@ -258,6 +261,13 @@ func (g *Gateway) handle(rt route) http.Handler {
 				w.Header().Set("Allow", m)
 			}
 			problem.Write(w, r, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed, "%s is not allowed here; use %s", r.Method, w.Header().Get("Allow")))
+			return
+		}
+		if ok, wait := g.preAuth.allow(clientKey(r, g.cfg.TrustForwardedFor)); !ok {
+			prob := problem.New(http.StatusTooManyRequests, problem.RateLimited,
+				"this client address is over %g requests/s (burst %d); retry after the Retry-After seconds", g.cfg.PreAuthRatePerSecond, g.cfg.PreAuthBurst)
+			prob.RetryAfter = wait
+			problem.Write(w, r, prob)
 			return
 		}
 		p, prob := g.auth.authenticate(r)
