@@ -120,6 +120,24 @@ type Config struct {
 	// than the connection's. Set it only behind a proxy that sets the
 	// header: otherwise clients choose their own key. Default false.
 	TrustForwardedFor bool
+
+	// MaxStreamsPerSubject bounds one token subject's concurrent wake
+	// streams on this instance, beside MaxStreams for all of them; beyond,
+	// 429. Default 50.
+	MaxStreamsPerSubject int
+	// StreamQueue bounds the wakes a wake stream may have waiting to be
+	// written: one that still has more when a later poll of its partition
+	// brings it another is dropped, with an event saying where to resume,
+	// so that it never holds up the others. Default 128.
+	StreamQueue int
+	// ReplayBytes bounds the replay buffer of each partition this instance
+	// tails: its latest wakes, from which a stream resuming from a recent
+	// position is served without reading Kafka again. Default 4 MiB.
+	ReplayBytes int
+	// TailIdle is how long a partition is still read after its last wake
+	// stream on this instance ended, so that a client reconnecting soon
+	// finds it; default 30s.
+	TailIdle time.Duration
 }
 
 // Hooks receive what the gateway serves. Request is called once per request
@@ -200,6 +218,18 @@ func (c Config) withDefaults() Config {
 	if c.PreAuthBurst == 0 {
 		c.PreAuthBurst = 100
 	}
+	if c.MaxStreamsPerSubject == 0 {
+		c.MaxStreamsPerSubject = 50
+	}
+	if c.StreamQueue == 0 {
+		c.StreamQueue = 128
+	}
+	if c.ReplayBytes == 0 {
+		c.ReplayBytes = 4 << 20
+	}
+	if c.TailIdle == 0 {
+		c.TailIdle = 30 * time.Second
+	}
 	return c
 }
 
@@ -251,6 +281,18 @@ func (c Config) Validate() error {
 	}
 	if c.PreAuthBurst < 1 {
 		ps = append(ps, "PreAuthBurst: must be 1 or more")
+	}
+	if c.MaxStreamsPerSubject < 1 {
+		ps = append(ps, "MaxStreamsPerSubject: must be 1 or more")
+	}
+	if c.StreamQueue < 1 {
+		ps = append(ps, "StreamQueue: must be 1 or more")
+	}
+	if c.ReplayBytes < 0 {
+		ps = append(ps, "ReplayBytes: must not be negative")
+	}
+	if c.TailIdle < 0 {
+		ps = append(ps, "TailIdle: must not be negative")
 	}
 	if len(ps) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(ps, "; "))

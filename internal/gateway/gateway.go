@@ -35,7 +35,8 @@ type Gateway struct {
 	limit      *limiter // per token subject
 	preAuth    *limiter // per client address, before the token is read
 	idem       *idemCache
-	streams    chan struct{}
+	hub        *hub       // the wake streams' tails and caps (tail.go)
+	kstats     kafkaStats // the gateway's Kafka clients and connections
 	mux        *http.ServeMux
 	owners     ownerCache
 	tracer     trace.Tracer
@@ -69,7 +70,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	cfg = cfg.withDefaults()
 	g := &Gateway{cfg: cfg, tracer: cfg.TracerProvider.Tracer("github.com/canopy-dev/canopy/internal/gateway"), limit: newLimiter(cfg.RatePerSecond, cfg.RateBurst, cfg.Now), preAuth: newLimiter(cfg.PreAuthRatePerSecond, cfg.PreAuthBurst, cfg.Now),
-		idem: newIdemCache(cfg.IdempotencyKeys), streams: make(chan struct{}, cfg.MaxStreams)}
+		idem: newIdemCache(cfg.IdempotencyKeys)}
 	if g.cfg.Entropy == nil {
 		g.cfg.Entropy = ulid.Monotonic(rand.Reader, 0)
 	}
@@ -85,10 +86,11 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	// in-sync replicas, so a 202 means the record survives a broker loss.
 	// The partition is chosen here with the contract's murmur2 so that it is
 	// the run's partition of every co-partitioned topic.
-	// Only the long-lived producer gets KafkaHooks: each wake stream's
-	// consumer comes and goes, and metrics hooks such as kprom's register
-	// once per client.
+	// Only the producer gets KafkaHooks: metrics hooks such as kprom's
+	// register once per client, and the wake streams' tail client
+	// (tail.go) would be a second.
 	g.cl, err = kgo.NewClient(append(cfg.kafkaOpts(), kgo.WithHooks(cfg.KafkaHooks...),
+		kgo.WithHooks(&g.kstats),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
@@ -104,6 +106,10 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if err != nil {
 		g.cl.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if g.hub, err = newHub(&g.cfg, &g.kstats); err != nil {
+		g.cl.Close()
+		return nil, fmt.Errorf("gateway: kafka client of the wake streams: %w", err)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.owners.ttl = cfg.AssignmentTTL
@@ -122,6 +128,7 @@ func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
 		g.cancel()
 		g.wg.Wait()
+		g.hub.close()
 		g.cl.Close()
 	})
 }

@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -17,35 +19,84 @@ import (
 
 // streamPos is where a wake stream stands: the next offset of the run's
 // partition in the normal and the priority wake topic. It is the SSE event
-// id, "<normal>.<priority>", so Last-Event-ID resumes both lanes exactly.
+// id, "<normal>.<priority>", so Last-Event-ID resumes both lanes exactly:
+// every wake of the run below both offsets was sent before the event.
 type streamPos struct{ normal, priority int64 }
 
 func (p streamPos) String() string {
 	return strconv.FormatInt(p.normal, 10) + "." + strconv.FormatInt(p.priority, 10)
 }
 
-// ParseStreamPos parses an SSE event id of a wake stream.
+// at is the offset of the priority lane when prio is set, else the normal one's.
+func (p *streamPos) at(prio bool) *int64 {
+	if prio {
+		return &p.priority
+	}
+	return &p.normal
+}
+
+// raise moves p to q wherever q is further.
+func (p *streamPos) raise(q streamPos) {
+	p.normal = max(p.normal, q.normal)
+	p.priority = max(p.priority, q.priority)
+}
+
+// ParseStreamPos parses an SSE event id of a wake stream strictly: two
+// decimal offsets of digits only ("+1", "-1", " 1", "0x1" and extra parts
+// are refused), each at most 2^63-1.
 func ParseStreamPos(s string) (normal, priority int64, err error) {
 	a, b, ok := strings.Cut(s, ".")
-	if ok {
-		if normal, err = strconv.ParseInt(a, 10, 64); err == nil {
-			priority, err = strconv.ParseInt(b, 10, 64)
-		}
-	}
-	if !ok || err != nil || normal < 0 || priority < 0 {
+	if !ok {
 		return 0, 0, fmt.Errorf("want <normal offset>.<priority offset> as sent in an id: line, got %q", s)
+	}
+	if normal, err = parseOffset(a); err != nil {
+		return 0, 0, fmt.Errorf("the normal offset of %q: %v", s, err)
+	}
+	if priority, err = parseOffset(b); err != nil {
+		return 0, 0, fmt.Errorf("the priority offset of %q: %v", s, err)
 	}
 	return normal, priority, nil
 }
 
-// fetchErrorPause is how long a wake stream waits after a failed fetch.
+func parseOffset(s string) (int64, error) {
+	if s == "" {
+		return 0, errors.New("empty; want digits")
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, errors.New("not digits only")
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errors.New("too large for an offset")
+	}
+	return v, nil
+}
+
+// fetchErrorPause is how long a tail or a catch-up waits after a failed fetch.
 const fetchErrorPause = 500 * time.Millisecond
 
+// streamWriteTimeout bounds each write to a stream's client: a client that
+// takes longer to take one in is gone, and its stream ends.
+const streamWriteTimeout = 30 * time.Second
+
+// Why a stream ends, as its context's cause.
+var (
+	errTokenExpired = errors.New("the token expired")
+	errClosing      = errors.New("the gateway is shutting down")
+)
+
 // wakes is GET /v1/runs/{run_id}/wakes: the run's wakes, both lanes, as
-// Server-Sent Events. It reads the wake topics with read_committed, so it
-// sends exactly the wakes of committed projector transactions. Without
-// Last-Event-ID it starts at the end; the first event ("open") carries the
-// position it starts from.
+// Server-Sent Events, read_committed, so exactly the wakes of committed
+// projector transactions. Without Last-Event-ID it starts at the committed
+// end; the first event ("open") carries the position it starts from. The
+// stream is served by the partition's tail (tail.go), which this instance
+// shares among all its streams of the partition.
+//
+// It ends with an event saying why when its token expires (token_expired)
+// or it falls more than Config.StreamQueue wakes behind (dropped); both name
+// the position to resume from.
 func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
@@ -65,148 +116,279 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		problem.Write(w, r, prob)
 		return
 	}
-	select {
-	case g.streams <- struct{}{}:
-		defer func() { <-g.streams }()
-	default:
-		problem.Write(w, r, g.unavailable(problem.Unavailable, "the gateway serves its maximum of %d wake streams; retry later", g.cfg.MaxStreams))
+	leave, prob := g.hub.admit(p.Subject)
+	if prob != nil {
+		problem.Write(w, r, prob)
 		return
 	}
+	defer leave()
 	g.wg.Add(1)
 	defer g.wg.Done()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(g.ctx, cancel) // Close ends every stream
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(g.ctx, func() { cancel(errClosing) }) // Close ends every stream
 	defer stop()
 
 	part := topics.Partition([]byte(run), g.partitions)
 	normal, prio := g.cfg.Names.Wakes(), g.cfg.Names.PriorityWakes()
-	if resume == "" {
-		// The end is resolved here rather than left to the consumer, so the
-		// open event can name it: a client that reconnects with it misses
-		// nothing sent after it connected.
-		ends, err := g.adm.ListCommittedOffsets(ctx, normal, prio)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			problem.Write(w, r, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka: %v", err))
-			return
-		}
-		n, ok1 := ends.Lookup(normal, part)
-		pr, ok2 := ends.Lookup(prio, part)
-		if !ok1 || !ok2 {
-			problem.Write(w, r, g.unavailable(problem.Unavailable, "the wake topics have no partition %d; check that they are co-partitioned", part))
-			return
-		}
-		pos = streamPos{n.Offset, pr.Offset}
+	// The end is resolved here, not left to a consumer, so that the open
+	// event can name it (a client that reconnects with it misses nothing
+	// sent after it connected), a new tail starts there, and a
+	// Last-Event-ID past it is refused.
+	ends, err := g.adm.ListCommittedOffsets(ctx, normal, prio)
+	if err == nil {
+		err = ends.Error()
 	}
-	cl, err := kgo.NewClient(append(g.cfg.kafkaOpts(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
-			normal: {part: kgo.NewOffset().At(pos.normal)},
-			prio:   {part: kgo.NewOffset().At(pos.priority)},
-		}),
-		kgo.FetchMaxWait(time.Second),
-	)...)
 	if err != nil {
-		problem.Write(w, r, g.unavailable(problem.Unavailable, "cannot consume the wake topics: %v", err))
+		problem.Write(w, r, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka: %v", err))
 		return
 	}
-	defer cl.Close()
+	n, ok1 := ends.Lookup(normal, part)
+	pr, ok2 := ends.Lookup(prio, part)
+	if !ok1 || !ok2 {
+		problem.Write(w, r, g.unavailable(problem.Unavailable, "the wake topics have no partition %d; check that they are co-partitioned", part))
+		return
+	}
+	end := streamPos{n.Offset, pr.Offset}
+	if resume == "" {
+		pos = end
+	} else if pos.normal > end.normal || pos.priority > end.priority {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
+			"Last-Event-ID %s is past the end of run %q's wakes (%s: partition %d of the normal and the priority wake topic end at offsets %d and %d); "+
+				"an id this API sent is never past the end: reconnect without Last-Event-ID to start at the end",
+			resume, run, end, part, end.normal, end.priority))
+		return
+	}
+	if !p.Expires.IsZero() {
+		// A timer, armed from the injected clock: a stream lasts no longer
+		// than its token.
+		left := p.Expires.Sub(g.cfg.Now())
+		expire := time.AfterFunc(max(left, 0), func() { cancel(errTokenExpired) })
+		defer expire.Stop()
+	}
+
+	t := g.hub.acquire(part, end)
+	defer g.hub.release(t)
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx would otherwise hold events back
 	w.WriteHeader(http.StatusOK)
-	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "retry: %d\nevent: open\nid: %s\ndata: {\"run_id\":%q,\"partition\":%d}\n\n", g.cfg.RetryAfter.Milliseconds(), pos, run, part)
-	if _, err := w.Write(buf.Bytes()); err != nil {
+	st := &wakeStream{g: g, w: w, fl: fl, rc: http.NewResponseController(w), run: run, pos: pos, p: p}
+	defer st.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
+	fmt.Fprintf(&st.buf, "retry: %d\nevent: open\nid: %s\ndata: {\"run_id\":%q,\"partition\":%d}\n\n", g.cfg.RetryAfter.Milliseconds(), pos, run, part)
+	if st.flush() != nil {
 		return
 	}
-	fl.Flush()
 
-	type batch struct {
-		recs []*kgo.Record
-		err  error
-	}
-	fetched := make(chan batch)
-	go func() {
-		defer close(fetched)
-		for {
-			fs := cl.PollFetches(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			var b batch
-			fs.EachError(func(_ string, _ int32, err error) { b.err = err })
-			b.recs = fs.Records()
-			select {
-			case fetched <- b:
-			case <-ctx.Done():
-				return
-			}
-			if b.err != nil && len(b.recs) == 0 {
-				// A broker in trouble can fail every fetch at once: pause
-				// so that a stream does not spin on errors.
-				t := time.NewTimer(fetchErrorPause)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return
-				}
-			}
+	sub := newSubscriber(run)
+	replay, joined := t.join(sub, st.pos)
+	if !joined {
+		// Older than the tail's replay buffer: read up to it first.
+		if replay, err = st.catchUp(ctx, t, part, sub); err != nil {
+			st.end(ctx, err)
+			return
 		}
-	}()
+	}
+	defer t.leave(sub)
+	for _, it := range replay {
+		st.add(it)
+	}
+	if st.flush() != nil {
+		return
+	}
+
 	hb := time.NewTicker(g.cfg.Heartbeat)
 	defer hb.Stop()
+	var q []*item
 	for {
 		select {
 		case <-ctx.Done():
-			cancel()
-			for range fetched {
-			}
+			st.end(ctx, nil)
+			return
+		case <-sub.dropped:
+			st.event("dropped", map[string]any{"reason": "slow", "position": st.pos.String(),
+				"detail": fmt.Sprintf("this stream fell more than %d wakes behind and was dropped; reconnect with Last-Event-ID %s to resume", g.cfg.StreamQueue, st.pos)})
 			return
 		case <-hb.C:
-			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
-				cancel()
+			if !p.Expires.IsZero() && !g.cfg.Now().Before(p.Expires) {
+				cancel(errTokenExpired) // the injected clock got there first
 				continue
 			}
-			fl.Flush()
-		case b, ok := <-fetched:
-			if !ok {
+			st.buf.WriteString(": heartbeat\n\n")
+			if st.flush() != nil {
 				return
 			}
-			if b.err != nil {
-				g.cfg.Logger.Warn("gateway: wake stream fetch", "run", run, "err", b.err)
+		case <-sub.notify:
+			q = sub.take(q)
+			for i, it := range q {
+				st.add(it)
+				q[i] = nil
+				if st.buf.Len() >= 64<<10 && st.flush() != nil {
+					return
+				}
 			}
-			buf.Reset()
-			for _, rec := range b.recs {
-				if rec.Topic == normal {
-					pos.normal = rec.Offset + 1
-				} else {
-					pos.priority = rec.Offset + 1
-				}
-				if string(rec.Key) != run {
-					continue
-				}
-				fmt.Fprintf(&buf, "event: wake\nid: %s\n", pos)
-				for _, line := range bytes.Split(rec.Value, []byte("\n")) {
-					buf.WriteString("data: ")
-					buf.Write(line)
-					buf.WriteByte('\n')
-				}
-				buf.WriteByte('\n')
-			}
-			if buf.Len() > 0 {
-				if _, err := w.Write(buf.Bytes()); err != nil {
-					cancel()
-					continue
-				}
-				fl.Flush()
+			if st.flush() != nil {
+				return
 			}
 		}
 	}
+}
+
+// wakeStream is the writing side of a wake stream.
+type wakeStream struct {
+	g   *Gateway
+	w   http.ResponseWriter
+	fl  http.Flusher
+	rc  *http.ResponseController
+	run string
+	p   *Principal
+	pos streamPos // every wake of the run below it was sent
+	buf bytes.Buffer
+}
+
+// add buffers it as a wake event unless the stream is past it.
+func (st *wakeStream) add(it *item) {
+	if it.offset < *st.pos.at(it.prio) {
+		return
+	}
+	st.pos.raise(it.after)
+	st.buf.WriteString("event: wake\nid: ")
+	st.buf.WriteString(st.pos.String())
+	st.buf.WriteByte('\n')
+	st.buf.Write(it.data)
+	st.buf.WriteByte('\n')
+}
+
+// flush writes what is buffered.
+func (st *wakeStream) flush() error {
+	if st.buf.Len() == 0 {
+		return nil
+	}
+	_ = st.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	_, err := st.w.Write(st.buf.Bytes())
+	st.buf.Reset()
+	if err == nil {
+		st.fl.Flush()
+	}
+	return err
+}
+
+// event writes a final event named name whose data is the JSON of data.
+func (st *wakeStream) event(name string, data map[string]any) {
+	b, _ := json.Marshal(data)
+	fmt.Fprintf(&st.buf, "event: %s\nid: %s\ndata: %s\n\n", name, st.pos, b)
+	_ = st.flush()
+}
+
+// end writes why the stream's context ended, when the client is still there
+// to read it: the token expired. err is the error that ended a phase, if
+// it was not the context.
+func (st *wakeStream) end(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		if err != nil {
+			st.g.cfg.Logger.Warn("gateway: wake stream", "run", st.run, "err", err)
+		}
+		return
+	}
+	if context.Cause(ctx) == errTokenExpired {
+		st.event("token_expired", map[string]any{"reason": "token_expired", "position": st.pos.String(),
+			"expired_at": st.p.Expires.UTC().Format(time.RFC3339),
+			"detail":     fmt.Sprintf("the bearer token expired at %s; reconnect with a new token and Last-Event-ID %s to resume", st.p.Expires.UTC().Format(time.RFC3339), st.pos)})
+	}
+}
+
+// catchUp reads the partition from the stream's position with a client of
+// its own, writing the run's wakes, until the position reaches the tail's
+// replay buffer; then it joins the tail and returns the wakes to write from
+// the buffer.
+func (st *wakeStream) catchUp(ctx context.Context, t *tail, part int32, sub *subscriber) ([]*item, error) {
+	h := st.g.hub
+	select {
+	case h.catchUps <- struct{}{}:
+		defer func() { <-h.catchUps }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	cl, err := kgo.NewClient(h.consumerOpts(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+		h.normal: {part: kgo.NewOffset().At(st.pos.normal)},
+		h.prio:   {part: kgo.NewOffset().At(st.pos.priority)},
+	}))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for {
+		if replay, ok := t.join(sub, st.pos); ok {
+			return replay, nil
+		}
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			prio := r.Topic == h.prio
+			next := st.pos.at(prio)
+			if r.Offset < *next {
+				return
+			}
+			*next = r.Offset + 1
+			if r.Attrs.IsControl() || string(r.Key) != st.run {
+				return
+			}
+			fmt.Fprintf(&st.buf, "event: wake\nid: %s\n", st.pos)
+			st.buf.Write(renderData(r.Value))
+			st.buf.WriteByte('\n')
+		})
+		if err := st.flush(); err != nil {
+			return nil, err
+		}
+		if ferr != nil {
+			st.g.cfg.Logger.Warn("gateway: wake stream catch-up fetch", "run", st.run, "err", ferr)
+			if n == 0 {
+				pause := time.NewTimer(fetchErrorPause)
+				select {
+				case <-pause.C:
+				case <-ctx.Done():
+					pause.Stop()
+					return nil, ctx.Err()
+				}
+			}
+		}
+	}
+}
+
+// admit counts a stream of subject against the caps, or says which cap it
+// is over: the subject's (429) or the instance's (503).
+func (h *hub) admit(subject string) (release func(), prob *problem.Problem) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bySubject[subject] >= h.cfg.MaxStreamsPerSubject {
+		prob := problem.New(http.StatusTooManyRequests, problem.RateLimited,
+			"token subject %q has its maximum of %d wake streams open on this gateway instance (MaxStreamsPerSubject); close one, or retry after the Retry-After seconds",
+			subject, h.cfg.MaxStreamsPerSubject)
+		prob.RetryAfter = h.cfg.RetryAfter
+		return nil, prob
+	}
+	if h.streams >= h.cfg.MaxStreams {
+		prob := problem.New(http.StatusServiceUnavailable, problem.Unavailable,
+			"the gateway serves its maximum of %d wake streams (MaxStreams); retry later", h.cfg.MaxStreams)
+		prob.RetryAfter = h.cfg.RetryAfter
+		return nil, prob
+	}
+	h.streams++
+	h.bySubject[subject]++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.streams--
+		if h.bySubject[subject]--; h.bySubject[subject] == 0 {
+			delete(h.bySubject, subject)
+		}
+	}, nil
 }
