@@ -73,6 +73,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 		"key -preauth-rate by the last X-Forwarded-For address (set only behind a proxy that sets it) (CANOPY_TRUST_FORWARDED_FOR=true)")
 	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", 1000, "concurrent wake streams (CANOPY_MAX_STREAMS)")
+	fs.IntVar(&cfg.MaxStreamsPerSubject, "max-streams-per-subject", 50, "concurrent wake streams of one token subject (CANOPY_MAX_STREAMS_PER_SUBJECT)")
+	fs.IntVar(&cfg.StreamQueue, "stream-queue", 128, "wakes a wake stream may have waiting; a stream further behind is dropped (CANOPY_STREAM_QUEUE)")
+	fs.IntVar(&cfg.ReplayBytes, "replay-bytes", 4<<20, "bytes of recent wakes kept per partition read, to resume wake streams from (CANOPY_REPLAY_BYTES)")
+	fs.DurationVar(&cfg.TailIdle, "tail-idle", 30*time.Second, "how long a partition is still read after its last wake stream ended (CANOPY_TAIL_IDLE)")
 	fs.StringVar(&metricsAddr, "metrics-addr", env("CANOPY_METRICS_ADDR", ":9090"),
 		"address to serve /metrics, /healthz and /readyz on, apart from the API; empty disables it (CANOPY_METRICS_ADDR)")
 	fs.StringVar(&logLevel, "log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
@@ -80,7 +84,9 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	// Numbers from the environment are parsed as the flags are: a bad value
 	// is an error, not the default.
 	for flagName, envName := range map[string]string{"max-body-bytes": "CANOPY_MAX_BODY_BYTES", "max-streams": "CANOPY_MAX_STREAMS",
-		"preauth-rate": "CANOPY_PREAUTH_RATE", "preauth-burst": "CANOPY_PREAUTH_BURST"} {
+		"preauth-rate": "CANOPY_PREAUTH_RATE", "preauth-burst": "CANOPY_PREAUTH_BURST",
+		"max-streams-per-subject": "CANOPY_MAX_STREAMS_PER_SUBJECT", "stream-queue": "CANOPY_STREAM_QUEUE", "replay-bytes": "CANOPY_REPLAY_BYTES",
+		"tail-idle": "CANOPY_TAIL_IDLE"} {
 		if err := kafkaconn.EnvFlag(fs, flagName, envName); err != nil {
 			fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 			return 2
