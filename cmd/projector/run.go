@@ -66,8 +66,13 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", env("CANOPY_ADVERTISE_ADDR", ""),
 		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
 			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081 (CANOPY_ADVERTISE_ADDR)")
-	httpAddr := fs.String("http-addr", env("CANOPY_HTTP_ADDR", ":8081"),
-		"listen address of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it (CANOPY_HTTP_ADDR)")
+	var httpAddr optionalString
+	fs.Var(&httpAddr, "http-addr",
+		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
+			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback (CANOPY_HTTP_ADDR)")
+	querySecretFile := fs.String("query-secret-file", env("CANOPY_QUERY_SECRET_FILE", ""),
+		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
+			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open (CANOPY_QUERY_SECRET_FILE)")
 	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", projection.DefaultMaxHotNodes, "nodes kept in memory per partition; colder runs are read back from Pebble")
 	fs.IntVar(&cfg.Projection.MaxHotNodesPerRun, "max-hot-nodes-per-run", projection.DefaultMaxHotNodesPerRun,
 		"nodes of one run kept in memory: a larger run keeps those it used last and reads the others back from Pebble when needed")
@@ -80,7 +85,8 @@ func runProjector(args []string, stderr io.Writer) int {
 	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
 	check := checkConfigFlag(fs)
-	for _, fe := range [][2]string{{"ready-lag", "CANOPY_READY_LAG"}, {"memory-limit", "CANOPY_MEMORY_LIMIT"}, {"retention", "CANOPY_RETENTION"}} {
+	for _, fe := range [][2]string{{"ready-lag", "CANOPY_READY_LAG"}, {"memory-limit", "CANOPY_MEMORY_LIMIT"}, {"retention", "CANOPY_RETENTION"},
+		{"http-addr", "CANOPY_HTTP_ADDR"}} {
 		if err := kafkaconn.EnvFlag(fs, fe[0], fe[1]); err != nil {
 			fmt.Fprintf(stderr, "projector run: %v\n", err)
 			return 2
@@ -104,6 +110,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	if err == nil {
 		err = cfg.Validate()
+	}
+	var endpoint projector.QueryEndpoint
+	if err == nil {
+		endpoint, err = queryEndpoint(httpAddr, *querySecretFile)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
@@ -141,21 +151,22 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	defer in.shutdown()
 	qs := projector.NewQueryServer()
+	qs.Secret = endpoint.Secret
 	started := func(p *projector.Projector) { qs.Set(p); in.metrics.Set(p) }
 	actors := []actor{{
 		name:  "projector",
 		start: func(ctx context.Context) error { return projector.Serve(ctx, cfg, started) },
 	}}
-	if *httpAddr != "" {
+	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.
-		ln, err := net.Listen("tcp", *httpAddr)
+		ln, err := net.Listen("tcp", endpoint.Addr)
 		if err != nil {
 			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
 			return 1
 		}
 		srv := &http.Server{Handler: in.handler(qs), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String())
+		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String(), "secret", len(endpoint.Secret) > 0)
 		actors = append(actors, actor{
 			name: "query endpoint",
 			start: func(context.Context) error {
@@ -179,6 +190,42 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger.Info("projector stopped")
 	return 0
+}
+
+// queryEndpoint is the query endpoint -http-addr and -query-secret-file
+// configure: closed to the network unless its callers present the secret.
+// Without one it listens on loopback by default, and an address beyond
+// loopback is refused (projector.QueryEndpoint.Validate).
+func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpoint, error) {
+	var e projector.QueryEndpoint
+	if secretFile != "" {
+		s, err := projector.ReadQuerySecret(secretFile)
+		if err != nil {
+			return e, fmt.Errorf("-query-secret-file: %w", err)
+		}
+		e.Secret = s
+	}
+	e.Addr = addr.or(projector.DefaultQueryAddrFor(e.Secret))
+	return e, e.Validate()
+}
+
+// optionalString is a string flag that knows whether it was set (on the
+// command line or by its CANOPY_* variable), for a default that depends on
+// other flags.
+type optionalString struct {
+	value string
+	set   bool
+}
+
+func (o *optionalString) String() string     { return o.value }
+func (o *optionalString) Set(v string) error { o.value, o.set = v, true; return nil }
+
+// or is the value, or def when it was not set.
+func (o *optionalString) or(def string) string {
+	if o.set {
+		return o.value
+	}
+	return def
 }
 
 // actor is one part of a process that runs until stopped: start runs it

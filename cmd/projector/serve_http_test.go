@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,10 +21,12 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// TestRunServesQueries: "projector run -http-addr" serves the query
-// endpoint of the instance Serve runs: ready once it owns its partitions,
-// the snapshot of a run it projected, and on SIGTERM it stops gracefully,
-// the HTTP server with it.
+// TestRunServesQueries: "projector run -http-addr -query-secret-file"
+// serves the query endpoint of the instance Serve runs: ready once it owns
+// its partitions, the snapshot of a run it projected to a caller with the
+// secret only (401 without it or with another), /metrics to anyone and
+// without the run's id, and on SIGTERM it stops gracefully, the HTTP server
+// with it.
 func TestRunServesQueries(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
@@ -43,17 +46,26 @@ func TestRunServesQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
+	secret := "a-query-secret-of-the-test-0123456789abcdef"
+	secretFile := filepath.Join(t.TempDir(), "query-secret")
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	var out testenv.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- runProjector([]string{"-brokers", strings.Join(brokers, ","), "-topic-prefix", names.Prefix,
 			"-data-dir", t.TempDir(), "-group", "httptest", "-session-timeout", "2s", "-http-addr", addr,
-			"-advertise-addr", addr, "-log-level", "info"}, &out)
+			"-advertise-addr", addr, "-log-level", "info", "-query-secret-file", secretFile}, &out)
 	}()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	get := func(path string) (int, string) {
-		resp, err := client.Get("http://" + addr + path)
+	getAs := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
 		if err != nil {
 			return 0, err.Error()
 		}
@@ -61,6 +73,7 @@ func TestRunServesQueries(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
+	get := func(path string) (int, string) { return getAs(path, "") }
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
@@ -93,12 +106,21 @@ func TestRunServesQueries(t *testing.T) {
 	var body string
 	waitUntil("the run's snapshot", func() bool {
 		var c int
-		c, body = get("/internal/v1/runs/run-http/snapshot")
+		c, body = getAs("/internal/v1/runs/run-http/snapshot", secret)
 		return c == http.StatusOK
 	})
 	var snap topics.AgentTreeSnapshot
 	if err := json.Unmarshal([]byte(body), &snap); err != nil || snap.AsOfEventSeq != 1 || snap.Scope.RunID != "run-http" {
 		t.Errorf("snapshot: %v %s", err, body)
+	}
+	for _, token := range []string{"", "not-" + secret} {
+		if c, body := getAs("/internal/v1/runs/run-http/snapshot", token); c != http.StatusUnauthorized || strings.Contains(body, `"nodes"`) {
+			t.Errorf("snapshot with token %q: %d %s, want 401", token, c, body)
+		}
+	}
+	// /metrics is open, and says nothing of any run.
+	if c, body := get("/metrics"); c != http.StatusOK || !strings.Contains(body, "canopy_") || strings.Contains(body, "run-http") {
+		t.Errorf("metrics without the secret: %d, canopy_ metrics %v, the run's id in them %v", c, strings.Contains(body, "canopy_"), strings.Contains(body, "run-http"))
 	}
 
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {

@@ -24,6 +24,11 @@ import (
 //	GET /readyz                                 200 when an instance runs, has restored its
 //	                                            partitions and caught up (Projector.Ready), else 503
 //
+// With Secret set, every request but /healthz and /readyz must carry it as
+// "Authorization: Bearer <Secret>"; without it, or with another, the answer
+// is 401 Unauthorized, the same for both. Without a Secret the endpoint
+// answers anyone, so it must listen on loopback only (QueryEndpoint.Validate).
+//
 // Errors are application/problem+json (internal/problem): 404 UnknownRun,
 // 421 NotOwner (ask the group's assignment again), 503 Restoring with
 // Retry-After, 400 BadRequest for a bad cursor or limit, 503 Unavailable
@@ -38,6 +43,9 @@ type QueryServer struct {
 	// Timeout bounds how long a query may wait for the partition's owner
 	// (which answers between batches); default 10s.
 	Timeout time.Duration
+	// Secret, when set, is the shared secret callers must present (see
+	// above; ReadQuerySecret reads one). Set it before serving.
+	Secret []byte
 }
 
 // retryRestoring is the Retry-After of a partition being restored or of
@@ -67,7 +75,13 @@ func NewQueryServer() *QueryServer {
 func (s *QueryServer) Set(p *Projector) { s.cur.Store(p) }
 
 // ServeHTTP implements http.Handler.
-func (s *QueryServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *QueryServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(s.Secret) > 0 && !openPath(r.URL.Path) && !s.authorized(r) {
+		refuse(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func (s *QueryServer) readyz(w http.ResponseWriter, r *http.Request) {
 	ok, why := false, "no projector instance is running"

@@ -1,0 +1,152 @@
+package projector
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/canopy-dev/canopy/internal/problem"
+)
+
+// The query endpoint (QueryServer) answers with run data, so it is closed
+// by default: either its callers present a shared secret, or it listens on
+// loopback only, where no other machine can reach it.
+//
+// The secret is a file's content, the same file for every projector and
+// every gateway (projector run -query-secret-file, conductor-gateway
+// -projector-secret-file), sent as "Authorization: Bearer <secret>".
+
+// MinQuerySecretLen is the shortest secret ReadQuerySecret accepts, in
+// bytes: 32 random characters are far beyond guessing.
+const MinQuerySecretLen = 32
+
+// The default listen addresses of the query endpoint (projector run
+// -http-addr): every interface when callers must present a secret, loopback
+// only when they need not.
+const (
+	DefaultQueryAddr         = ":8081"
+	DefaultLoopbackQueryAddr = "127.0.0.1:8081"
+)
+
+// DefaultQueryAddrFor is the query endpoint's default listen address:
+// DefaultQueryAddr with a secret, DefaultLoopbackQueryAddr without.
+func DefaultQueryAddrFor(secret []byte) string {
+	if len(secret) > 0 {
+		return DefaultQueryAddr
+	}
+	return DefaultLoopbackQueryAddr
+}
+
+// ReadQuerySecret reads the shared secret of the query endpoint from path:
+// the file's content without the whitespace around it (a trailing newline),
+// at least MinQuerySecretLen bytes, printable ASCII without spaces (it goes
+// into an HTTP header as it is).
+func ReadQuerySecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	secret := bytes.TrimSpace(b)
+	if err := CheckQuerySecret(secret); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return secret, nil
+}
+
+// CheckQuerySecret says what is wrong with a secret, if anything: it must be
+// at least MinQuerySecretLen bytes of printable ASCII without spaces.
+func CheckQuerySecret(secret []byte) error {
+	if len(secret) < MinQuerySecretLen {
+		return fmt.Errorf("%d bytes; want at least %d random ones, e.g. from `openssl rand -hex 32`", len(secret), MinQuerySecretLen)
+	}
+	for i, c := range secret {
+		if c <= ' ' || c > '~' {
+			return fmt.Errorf("byte %d is %q; want printable ASCII without spaces (it is sent in an HTTP header), e.g. from `openssl rand -hex 32`", i, c)
+		}
+	}
+	return nil
+}
+
+// QueryEndpoint is where a projector process serves its QueryServer, and
+// the secret its callers must present there.
+type QueryEndpoint struct {
+	// Addr is the listen address, host:port; empty: no endpoint.
+	Addr string
+	// Secret, when set, is what every request but /healthz and /readyz
+	// must carry as "Authorization: Bearer <Secret>" (QueryServer.Secret).
+	Secret []byte
+}
+
+// Validate refuses an endpoint that would answer for runs to the network
+// unauthenticated: an Addr beyond loopback without a Secret. (A warning
+// would not do: it scrolls past in a log, while the endpoint hands every
+// run's snapshot, read model and history to whoever reaches the port.)
+func (e QueryEndpoint) Validate() error {
+	if e.Addr == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(e.Addr)
+	if err != nil {
+		return fmt.Errorf("%w: -http-addr %q: want host:port, e.g. %s", ErrConfig, e.Addr, DefaultLoopbackQueryAddr)
+	}
+	if len(e.Secret) > 0 {
+		if err := CheckQuerySecret(e.Secret); err != nil {
+			return fmt.Errorf("%w: the query secret: %w", ErrConfig, err)
+		}
+		return nil
+	}
+	if isLoopback(host) {
+		return nil
+	}
+	where := "every interface"
+	if host != "" {
+		where = host + ", beyond loopback"
+	}
+	return fmt.Errorf("%w: -http-addr %q listens on %s, and without a secret anyone who reaches it could read every run: "+
+		"set -query-secret-file (or CANOPY_QUERY_SECRET_FILE) to a file holding a shared secret of at least %d bytes, and give the "+
+		"gateway the same file with -projector-secret-file (CANOPY_PROJECTOR_SECRET_FILE); or listen on loopback only, e.g. -http-addr %s",
+		ErrConfig, e.Addr, where, MinQuerySecretLen, DefaultLoopbackQueryAddr)
+}
+
+// isLoopback reports whether a listen address's host is loopback only:
+// localhost or a loopback IP. A name that is not localhost counts as
+// reachable from elsewhere, whatever it resolves to now.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	host, _, _ = strings.Cut(host, "%") // an IPv6 zone
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// openPath reports whether a path of the query endpoint is served without
+// the secret: the probes, which say nothing about any run. (/metrics, which
+// carries no run id either, is served beside the QueryServer, not by it.)
+func openPath(path string) bool {
+	return path == "/healthz" || path == "/readyz"
+}
+
+// authorized reports whether r carries the secret as its bearer token. The
+// comparison takes the same time whatever the token (the digests are
+// compared, so not even the secret's length shows).
+func (s *QueryServer) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	bearer := ok && strings.EqualFold(scheme, "Bearer")
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	want := sha256.Sum256(s.Secret)
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1 && bearer
+}
+
+// refuse answers a request without the secret, or with a wrong one, alike:
+// 401, without saying which.
+func refuse(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="canopy-projector"`)
+	problem.Write(w, r, problem.New(http.StatusUnauthorized, problem.Unauthorized,
+		"this endpoint answers only callers that present the projectors' shared secret as a bearer token"))
+}
