@@ -25,6 +25,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
+	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	fs.StringVar(&cfg.ProjectorGroup, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
 	fs.BoolVar(&projectorTLS, "projector-tls", env("CANOPY_PROJECTOR_TLS", "") == "true", "query projectors over HTTPS (CANOPY_PROJECTOR_TLS=true)")
 	fs.StringVar(&projectorCA, "projector-tls-ca", env("CANOPY_PROJECTOR_TLS_CA", ""), "PEM file of CAs to trust for projectors (CANOPY_PROJECTOR_TLS_CA)")
+	projectorSecretFile := fs.String("projector-secret-file", env("CANOPY_PROJECTOR_SECRET_FILE", ""),
+		"file holding the projectors' shared secret (their -query-secret-file), sent to them as a bearer token (CANOPY_PROJECTOR_SECRET_FILE)")
 	fs.StringVar(&jwtKeyFile, "jwt-key-file", env("CANOPY_JWT_KEY_FILE", ""), "file holding the HS256 key of bearer tokens, >= 32 bytes (CANOPY_JWT_KEY_FILE)")
 	fs.StringVar(&cfg.TokenFile, "token-file", env("CANOPY_TOKEN_FILE", ""), "JSON file of static development tokens: {\"<token>\": {\"sub\", \"runs\", \"sessions\"}} (CANOPY_TOKEN_FILE)")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 128<<10, "largest request body (CANOPY_MAX_BODY_BYTES)")
@@ -115,6 +118,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	m, err := kafka.SASL()
 	errs = append(errs, err)
 	cfg.SASL = m
+	if *projectorSecretFile != "" {
+		secret, err := projector.ReadQuerySecret(*projectorSecretFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-projector-secret-file: %w", err))
+		}
+		cfg.ProjectorSecret = secret
+	}
 	if jwtKeyFile != "" {
 		k, err := os.ReadFile(jwtKeyFile)
 		errs = append(errs, err)

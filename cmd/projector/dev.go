@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -182,14 +184,21 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	in.metrics.Set(p)
+	// The query endpoint is closed as in production: a secret of this
+	// session's own, which the gateway presents.
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
 	queries := projector.NewQueryServer()
+	queries.Secret = []byte(hex.EncodeToString(secret))
 	queries.Set(p)
 	gm, err := telemetry.NewGatewayMetrics(in.reg)
 	if err != nil {
 		return err
 	}
 	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
-		Hooks: gm, TracerProvider: in.otel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.reg)("gateway")})
+		Hooks: gm, TracerProvider: in.otel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.reg)("gateway"), ProjectorSecret: queries.Secret})
 	if err != nil {
 		return err
 	}

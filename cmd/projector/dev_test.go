@@ -13,7 +13,8 @@ import (
 // TestDev is `make run` as a new user meets it: everything comes up on
 // loopback, the curl the banner prints sends human input through the gateway,
 // its wake is printed on the priority lane, the other curl reads the run's
-// snapshot, and the whole stops by itself.
+// snapshot (the projector's query endpoint closed to callers without the
+// session's secret, which the gateway has), and the whole stops by itself.
 func TestDev(t *testing.T) {
 	var out testenv.Buffer
 	var errOut testenv.Buffer
@@ -61,6 +62,14 @@ func TestDev(t *testing.T) {
 	waitOut("the input's priority wake", regexp.MustCompile(`WAKE! \S+ run=run-1 .*"a test steers run-1"`))
 	if resp := do(http.MethodGet, "/v1/runs/run-1/snapshot", ""); resp.StatusCode != http.StatusOK {
 		t.Fatalf("snapshot: %s", resp.Status)
+	}
+	// The gateway read it with the session's secret; without it the
+	// projector's own endpoint refuses, though it listens on loopback.
+	metrics := waitOut("the projector's endpoint", regexp.MustCompile(`metrics on (http://[0-9.:]+)/metrics`))[1]
+	if resp, err := http.Get(metrics + "/internal/v1/runs/run-1/snapshot"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the projector's snapshot without the secret: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	cancel()
 	if err := <-done; err != nil {

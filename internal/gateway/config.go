@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -138,6 +139,12 @@ type Config struct {
 	// stream on this instance ended, so that a client reconnecting soon
 	// finds it; default 30s.
 	TailIdle time.Duration
+	// ProjectorSecret, when set, is sent on every call to a projector's
+	// query endpoint as "Authorization: Bearer <ProjectorSecret>": the
+	// shared secret of the projectors' -query-secret-file
+	// (projector.ReadQuerySecret reads one). Default none, for projectors
+	// that listen on loopback only.
+	ProjectorSecret []byte
 }
 
 // Hooks receive what the gateway serves. Request is called once per request
@@ -293,6 +300,11 @@ func (c Config) Validate() error {
 	}
 	if c.TailIdle < 0 {
 		ps = append(ps, "TailIdle: must not be negative")
+	}
+	if len(c.ProjectorSecret) > 0 {
+		if err := projector.CheckQuerySecret(c.ProjectorSecret); err != nil {
+			ps = append(ps, "ProjectorSecret: "+err.Error())
+		}
 	}
 	if len(ps) > 0 {
 		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(ps, "; "))

@@ -80,7 +80,9 @@ func (g *Gateway) owner(ctx context.Context, run string, refresh bool) (string, 
 // ownership moved), and when it cannot answer (503: paused and unsure of its
 // session, restoring, or stopping) or cannot be reached, if the group now
 // names another owner. Otherwise the answer (a 503 with its Retry-After) is
-// the client's.
+// the client's. With Config.ProjectorSecret each call carries it as its
+// bearer token; a projector that refuses it (401) is the deployment's
+// misconfiguration, logged, and 503 to the client.
 func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (*http.Response, *problem.Problem) {
 	addr, prob := g.owner(ctx, run, false)
 	if prob != nil {
@@ -93,7 +95,18 @@ func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (
 		if err != nil {
 			return nil, problem.New(http.StatusInternalServerError, problem.Internal, "building the query: %v", err)
 		}
+		if len(g.cfg.ProjectorSecret) > 0 {
+			req.Header.Set("Authorization", "Bearer "+string(g.cfg.ProjectorSecret))
+		}
 		resp, err := g.cfg.ProjectorClient.Do(req)
+		if err == nil && resp.StatusCode == http.StatusUnauthorized {
+			// The projector wants a secret the gateway does not have: the
+			// deployment's fault, not the client's, whose token was good.
+			drain(resp)
+			g.cfg.Logger.Error("gateway: a projector refused the gateway's secret; give the gateway the projectors' -query-secret-file as -projector-secret-file",
+				"projector", addr, "secret_set", len(g.cfg.ProjectorSecret) > 0)
+			return nil, g.unavailable(problem.Unavailable, "the projector that owns run %q refused the gateway's credentials for it", run)
+		}
 		misdirected := err == nil && resp.StatusCode == http.StatusMisdirectedRequest
 		unable := err != nil || resp.StatusCode == http.StatusServiceUnavailable
 		if attempt == 0 && (misdirected || unable) {

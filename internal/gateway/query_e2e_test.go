@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,18 +18,23 @@ import (
 )
 
 // TestQueryRealProjectors: two projector instances, each with its
-// projector.QueryServer; the gateway's reads of runs on both partitions come
-// back from the instance that holds them, with the run's state.
+// projector.QueryServer, which requires the projectors' shared secret; the
+// gateway's reads of runs on both partitions, with the secret, come back
+// from the instance that holds them, with the run's state. A gateway
+// without the secret, or with another, is refused by the projectors, and
+// tells its client 503, not the 401 that would blame the client's token.
 func TestQueryRealProjectors(t *testing.T) { brokertest.Run(t, testQueryRealProjectors) }
 
 func testQueryRealProjectors(t *testing.T, broker *brokertest.Broker) {
 	e := newEnvOn(t, broker, 2)
-	e.twoOwners(t)
+	e.twoOwnersWith(t, projectorSecret)
 	runs := []string{runOn(0, 2, "-q"), runOn(1, 2, "-q")}
 	for i, run := range runs {
 		e.produceRoot(t, "01JM00000000000000000000A"+string(rune('0'+i)), run)
 	}
-	_, srv := e.gateway(e.config())
+	cfg := e.config()
+	cfg.ProjectorSecret = projectorSecret
+	_, srv := e.gateway(cfg)
 	for _, run := range runs {
 		var snap topics.AgentTreeSnapshot
 		waitFor(t, 30*time.Second, run+" is projected", func() bool {
@@ -52,7 +58,28 @@ func testQueryRealProjectors(t *testing.T, broker *brokertest.Broker) {
 	if p := r.problem(t); r.status != 404 || p.Type != problem.UnknownRun {
 		t.Errorf("unknown run: %d %+v", r.status, p)
 	}
+
+	for name, secret := range map[string][]byte{"no secret": nil, "another secret": []byte("another-secret-0123456789abcdef-0123456789")} {
+		cfg := e.config()
+		cfg.ProjectorSecret = secret
+		_, other := e.gateway(cfg)
+		for _, path := range []string{"/snapshot", "/read-model", "/history"} {
+			r := call(t, "GET", other.URL+"/v1/runs/"+runs[0]+path, tokAll, nil)
+			if p := r.problem(t); r.status != 503 || p.Type != problem.Unavailable || r.header.Get("Retry-After") == "" {
+				t.Errorf("gateway with %s: GET %s: %d %+v, want 503 %s with Retry-After", name, path, r.status, p, problem.Unavailable)
+			}
+		}
+		// A session-scoped token needs the run's session, from the
+		// projector: refused alike.
+		if r := call(t, "GET", other.URL+"/v1/runs/"+runs[1]+"/snapshot", tokSession, nil); r.status != 503 {
+			t.Errorf("gateway with %s, session token: %d %s, want 503", name, r.status, r.body)
+		}
+	}
 }
+
+// projectorSecret is the projectors' shared secret in the tests that set
+// one.
+var projectorSecret = []byte("the-projectors-shared-secret-0123456789abcdef")
 
 // TestQueryRetriesNewOwner: when the owner the gateway has cached cannot
 // answer (503: here its process runs no projector instance any more, as
@@ -104,10 +131,18 @@ type owners struct {
 // twoOwners starts two instances and waits until each owns one partition.
 func (e *env) twoOwners(t *testing.T) *owners {
 	t.Helper()
+	return e.twoOwnersWith(t, nil)
+}
+
+// twoOwnersWith is twoOwners with query servers that require secret (none
+// when nil).
+func (e *env) twoOwnersWith(t *testing.T, secret []byte) *owners {
+	t.Helper()
 	o := &owners{}
 	var addrs [2]string
 	for i := range o.qs {
 		o.qs[i] = projector.NewQueryServer()
+		o.qs[i].Secret = secret
 		srv := httptest.NewServer(o.qs[i])
 		t.Cleanup(srv.Close)
 		addrs[i] = srv.Listener.Addr().String()
@@ -144,5 +179,21 @@ func (e *env) produceRoot(t *testing.T, id, run string) {
 	rec.Partition = topics.Partition(rec.Key, e.parts)
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProjectorSecretValidated: a ProjectorSecret the projectors could not
+// hold (short, or unfit for a header) is a configuration error.
+func TestProjectorSecretValidated(t *testing.T) {
+	cfg := Config{Brokers: []string{"k:9092"}, JWTKey: jwtKey}
+	for _, bad := range []string{"short", "a secret with spaces, long enough for the length"} {
+		cfg.ProjectorSecret = []byte(bad)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ProjectorSecret") {
+			t.Errorf("ProjectorSecret %q: %v, want a refusal naming it", bad, err)
+		}
+	}
+	cfg.ProjectorSecret = projectorSecret
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a good ProjectorSecret: %v", err)
 	}
 }
