@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -61,13 +62,23 @@ func TestSessionTokenForbiddenAlike(t *testing.T) {
 			if req.body != "" {
 				body = []byte(req.body)
 			}
-			r := call(t, req.method, srv.URL+req.path, tokSession, body)
 			if m == "s1" {
-				if r.status/100 != 2 {
-					t.Errorf("%s %s in the token's session: %d %s", req.method, req.path, r.status, r.body)
+				// Past authorization the fake's body is no snapshot or page:
+				// sent without call, whose conformance check reads it.
+				hr, _ := http.NewRequest(req.method, srv.URL+req.path, bytes.NewReader(body))
+				hr.Header.Set("Authorization", "Bearer "+tokSession)
+				hr.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(hr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode/100 != 2 {
+					t.Errorf("%s %s in the token's session: %d", req.method, req.path, resp.StatusCode)
 				}
 				continue
 			}
+			r := call(t, req.method, srv.URL+req.path, tokSession, body)
 			if r.status != 403 || r.problem(t).Type != problem.Forbidden {
 				t.Errorf("%s %s, run %s: %d %s, want 403", req.method, req.path, m, r.status, r.body)
 			}
