@@ -403,14 +403,16 @@ func TestSecurityContexts(t *testing.T) {
 // value from the chart.
 var sensitive = regexp.MustCompile(`PASSWORD|SECRET|TOKEN$|_KEY$|HEADERS$|CREDENTIAL`)
 
-// TestSecretsReferencedNotInlined: the chart creates no Secret and puts no
-// credential in a manifest: SASL credentials and OTLP headers come from
-// secretKeyRef, keys and certificates (the Kafka client certificate too) are
-// files of Secret volumes, mounted read-only.
+// TestSecretsReferencedNotInlined: given a Secret for everything (the
+// all-features values), the chart creates no Secret and puts no credential
+// in a manifest: SASL credentials and OTLP headers come from secretKeyRef,
+// keys and certificates (the Kafka client certificate too) are files of
+// Secret volumes, mounted read-only. (Only the projectors' query secret is
+// generated when none is given: TestQuerySecret.)
 func TestSecretsReferencedNotInlined(t *testing.T) {
 	r := template(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI)
 	if n := len(r.of("Secret")); n != 0 {
-		t.Errorf("the chart renders %d Secret(s); it must only reference existing ones", n)
+		t.Errorf("the chart renders %d Secret(s); given existing ones it must only reference them", n)
 	}
 	refs := map[string]string{}
 	for name, p := range r.podTemplates(t) {
@@ -976,5 +978,161 @@ func TestSessionTimeoutDefault(t *testing.T) {
 	template(t, "-f", requiredValues).one(t, "StatefulSet", &sts)
 	if got, _ := arg(sts.Spec.Template.Spec.Containers[0], "session-timeout"); got != "30s" {
 		t.Errorf("-session-timeout=%q, want the chart's default 30s", got)
+	}
+}
+
+// TestQuerySecret: the projectors' query endpoint, which listens on every
+// interface of the pod, requires the shared secret, and the gateway presents
+// it: both containers name (CANOPY_QUERY_SECRET_FILE,
+// CANOPY_PROJECTOR_SECRET_FILE) the same file of the same Secret, mounted
+// read-only. Without querySecret.existingSecret the chart creates that
+// Secret, with a random secret the binaries accept; with it, none.
+func TestQuerySecret(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		secret    string // the Secret both mount
+		key       string
+		generated bool
+	}{
+		{"generated", []string{"-f", requiredValues}, "rel-canopy-query-secret", "query-secret", true},
+		{"existing", []string{"-f", allFeaturesValues, "--api-versions", monitoringAPI}, "canopy-query-secret", "shared-secret", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := template(t, tc.args...)
+			secrets := r.of("Secret")
+			switch {
+			case tc.generated && len(secrets) != 1:
+				t.Fatalf("want the query Secret rendered, got %d Secrets", len(secrets))
+			case tc.generated:
+				var s corev1.Secret
+				strict(t, secrets[0], &s)
+				v := string(s.Data[tc.key])
+				if s.Name != tc.secret || len(v) < 32 || strings.TrimSpace(v) != v || strings.ContainsAny(v, " \n") {
+					t.Errorf("Secret %s key %s: %d bytes %q; want %s with at least 32 printable bytes", s.Name, tc.key, len(v), v, tc.secret)
+				}
+				var again corev1.Secret
+				template(t, tc.args...).one(t, "Secret", &again)
+				if string(again.Data[tc.key]) == v {
+					t.Error("two renders generated the same secret: it is not random")
+				}
+			case len(secrets) != 0:
+				t.Errorf("querySecret.existingSecret is set, but %d Secret(s) rendered", len(secrets))
+			}
+			pods := r.podTemplates(t)
+			for workload, envName := range map[string]string{"StatefulSet/rel-canopy-projector": "CANOPY_QUERY_SECRET_FILE", "Deployment/rel-canopy-gateway": "CANOPY_PROJECTOR_SECRET_FILE"} {
+				p, ok := pods[workload]
+				if !ok {
+					t.Fatalf("no %s rendered", workload)
+				}
+				c := p.Spec.Containers[0]
+				e, _ := env(c, envName)
+				if !fileFromSecret(p.Spec, c, e.Value, tc.secret) || filepath.Base(e.Value) != tc.key {
+					t.Errorf("%s: %s = %q, want the file %s of Secret %s", workload, envName, e.Value, tc.key, tc.secret)
+				}
+				for _, vm := range c.VolumeMounts {
+					if strings.HasPrefix(e.Value, vm.MountPath+"/") && !vm.ReadOnly {
+						t.Errorf("%s: the query secret is mounted writable at %s", workload, vm.MountPath)
+					}
+				}
+			}
+		})
+	}
+	// Without a gateway, the projectors still require it.
+	var sts appsv1.StatefulSet
+	r := template(t, "-f", noPersistenceValues)
+	r.one(t, "StatefulSet", &sts)
+	c := sts.Spec.Template.Spec.Containers[0]
+	if e, _ := env(c, "CANOPY_QUERY_SECRET_FILE"); !fileFromSecret(sts.Spec.Template.Spec, c, e.Value, "rel-canopy-query-secret") || len(r.of("Secret")) != 1 {
+		t.Errorf("gateway disabled: CANOPY_QUERY_SECRET_FILE %q, %d Secret(s); want the generated Secret's file", e.Value, len(r.of("Secret")))
+	}
+}
+
+// TestNetworkPolicy: off by default. On, one NetworkPolicy selects the
+// projector pods and lets reach their port only the gateway's pods and the
+// Prometheus networkPolicy.metrics selects (none when it selects nothing);
+// egress is restricted only when Kafka's peers are given, and then allows
+// DNS, Kafka on its ports, and the extra rules.
+func TestNetworkPolicy(t *testing.T) {
+	if n := len(template(t, "-f", requiredValues).of("NetworkPolicy")); n != 0 {
+		t.Errorf("networkPolicy.enabled is off by default, but %d NetworkPolicy rendered", n)
+	}
+	podLabels := func(r rendered, kind string) map[string]string {
+		t.Helper()
+		switch kind {
+		case "StatefulSet":
+			var sts appsv1.StatefulSet
+			r.one(t, kind, &sts)
+			return sts.Spec.Template.Labels
+		default:
+			var d appsv1.Deployment
+			r.one(t, kind, &d)
+			return d.Spec.Template.Labels
+		}
+	}
+
+	// All features: the gateway, a Prometheus in namespace monitoring,
+	// egress to Kafka's 10.20.0.0/16 on 9096 and to the collector.
+	r := template(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI)
+	var np networkingv1.NetworkPolicy
+	r.one(t, "NetworkPolicy", &np)
+	projectorPods, gatewayPods := podLabels(r, "StatefulSet"), podLabels(r, "Deployment")
+	if !selects(np.Spec.PodSelector.MatchLabels, projectorPods) || selects(np.Spec.PodSelector.MatchLabels, gatewayPods) {
+		t.Errorf("podSelector %v: want the projector pods only", np.Spec.PodSelector.MatchLabels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) {
+		t.Errorf("policyTypes %v, want Ingress and Egress", np.Spec.PolicyTypes)
+	}
+	var sts appsv1.StatefulSet
+	r.one(t, "StatefulSet", &sts)
+	httpPort, _ := containerPort(sts.Spec.Template.Spec.Containers[0], "http")
+	var sawGateway, sawPrometheus bool
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.IntValue() != int(httpPort) {
+			t.Errorf("ingress rule %+v: want the projectors' port %d only", rule, httpPort)
+		}
+		for _, peer := range rule.From {
+			switch {
+			case peer.IPBlock != nil:
+				t.Errorf("ingress from an ipBlock %+v", peer.IPBlock)
+			case peer.NamespaceSelector == nil && peer.PodSelector != nil && selects(peer.PodSelector.MatchLabels, gatewayPods):
+				sawGateway = true
+			case peer.NamespaceSelector != nil && peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == "monitoring" &&
+				peer.PodSelector != nil && peer.PodSelector.MatchLabels["app.kubernetes.io/name"] == "prometheus":
+				sawPrometheus = true
+			default:
+				t.Errorf("ingress from an unexpected peer %+v", peer)
+			}
+		}
+	}
+	if !sawGateway || !sawPrometheus {
+		t.Errorf("ingress %+v: want the gateway (%v) and the Prometheus of networkPolicy.metrics (%v)", np.Spec.Ingress, sawGateway, sawPrometheus)
+	}
+	var dns, kafka, extra bool
+	for _, rule := range np.Spec.Egress {
+		for _, p := range rule.Ports {
+			switch {
+			case p.Port != nil && p.Port.IntValue() == 53 && len(rule.To) == 0:
+				dns = true
+			case p.Port != nil && p.Port.IntValue() == 9096 && len(rule.To) == 1 && rule.To[0].IPBlock != nil && rule.To[0].IPBlock.CIDR == "10.20.0.0/16":
+				kafka = true
+			case p.Port != nil && p.Port.IntValue() == 4317:
+				extra = true
+			}
+		}
+	}
+	if !dns || !kafka || !extra {
+		t.Errorf("egress %+v: want DNS (%v), Kafka on 9096 (%v) and the extra rule (%v)", np.Spec.Egress, dns, kafka, extra)
+	}
+
+	// Without a scraper, a gateway or Kafka's peers: nothing may reach the
+	// pods (but the nodes' probes), egress is open.
+	r = template(t, "-f", noPersistenceValues, "--set", "networkPolicy.enabled=true")
+	r.one(t, "NetworkPolicy", &np)
+	if len(np.Spec.Ingress) != 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("no gateway, no scraper: ingress %+v policyTypes %v; want no ingress rule, and egress left alone", np.Spec.Ingress, np.Spec.PolicyTypes)
+	}
+	if n := notes(t, "-f", requiredValues, "--set", "networkPolicy.enabled=true"); !strings.Contains(n, "selects no Prometheus") {
+		t.Errorf("NOTES.txt does not warn that nothing can scrape the projectors:\n%s", n)
 	}
 }

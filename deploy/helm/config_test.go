@@ -80,6 +80,10 @@ func TestCheckConfigRefuses(t *testing.T) {
 		{"Deployment/rel-canopy-gateway", "CANOPY_MAX_STREAMS=many", "", "CANOPY_MAX_STREAMS"},
 		{"Deployment/rel-canopy-gateway", "CANOPY_DATA_DIR=/var/lib/canopy", "", "CANOPY_DATA_DIR"},
 		{"Deployment/rel-canopy-gateway", "CANOPY_TLS_KEY=", "", "go together"},
+		// The query endpoint listens on every interface: not without the secret.
+		{"StatefulSet/rel-canopy-projector", "CANOPY_QUERY_SECRET_FILE=", "", "-query-secret-file"},
+		{"StatefulSet/rel-canopy-projector", "CANOPY_QUERY_SECRET_FILE=/nonexistent/query-secret", "", "-query-secret-file"},
+		{"Deployment/rel-canopy-gateway", "CANOPY_PROJECTOR_SECRET_FILE=/nonexistent/query-secret", "", "-projector-secret-file"},
 	} {
 		p, ok := pods[tc.workload]
 		if !ok {
@@ -239,6 +243,10 @@ func newSecretFiles(t *testing.T) *secretFiles {
 		"tls.key":     pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}),
 		"jwt.key":     []byte("0123456789abcdef0123456789abcdef0123456789abcdef\n"),
 		"tokens.json": []byte(`{"a-development-token-of-some-length": {"sub": "dev", "runs": ["*"]}}`),
+		// The projectors' shared secret: the chart's key, and the one the
+		// all-features values name.
+		"query-secret":  []byte("a-stand-in-for-the-projectors-shared-secret\n"),
+		"shared-secret": []byte("another-stand-in-for-the-shared-secret-0123\n"),
 	}}
 }
 

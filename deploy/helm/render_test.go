@@ -166,6 +166,8 @@ var typed = map[string]func() any{
 	"Ingress":                 func() any { return new(networkingv1.Ingress) },
 	"HorizontalPodAutoscaler": func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
 	"Job":                     func() any { return new(batchv1.Job) },
+	"Secret":                  func() any { return new(corev1.Secret) },
+	"NetworkPolicy":           func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // apiVersions are the apiVersions of the kinds above, so that a manifest
@@ -180,6 +182,8 @@ var apiVersions = map[string]string{
 	"Ingress":                 "networking.k8s.io/v1",
 	"HorizontalPodAutoscaler": "autoscaling/v2",
 	"Job":                     "batch/v1",
+	"Secret":                  "v1",
+	"NetworkPolicy":           "networking.k8s.io/v1",
 	"ServiceMonitor":          monitoringAPI,
 	"PrometheusRule":          monitoringAPI,
 }
