@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,9 +144,11 @@ func TestNoOwner(t *testing.T) {
 	}
 }
 
-// TestInputAcceptedIdempotent: a 202 names the record Kafka holds; the same
-// Idempotency-Key gives the same answer without a second record, to another
-// instance the same event id; another body under the key is 409.
+// TestInputAcceptedIdempotent: a 202 names the record Kafka holds and the
+// Idempotency-Key of the input (the client's, or one the gateway made); the
+// same key gives the same answer without a second record, to another
+// instance the same event id; another body under the key is 422; the key the
+// gateway made, sent back, is the same input.
 func TestInputAcceptedIdempotent(t *testing.T) { brokertest.Run(t, testInputAcceptedIdempotent) }
 
 func testInputAcceptedIdempotent(t *testing.T, broker *brokertest.Broker) {
@@ -153,9 +156,18 @@ func testInputAcceptedIdempotent(t *testing.T, broker *brokertest.Broker) {
 	_, srv := e.gateway(e.config())
 	_, srv2 := e.gateway(e.config())
 
-	a := decodeAccepted(t, post(t, srv, "run-1", tokRun1, msg))
+	noKey := post(t, srv, "run-1", tokRun1, msg)
+	a := decodeAccepted(t, noKey)
 	if a.Partition != topics.Partition([]byte("run-1"), 4) || a.Topic != e.names.HumanInput() || len(a.EventID) != 26 {
 		t.Errorf("accepted %+v", a)
+	}
+	made := noKey.header.Get("Idempotency-Key")
+	if made == "" {
+		t.Fatal("an input without an Idempotency-Key got none back")
+	}
+	// Its retry, to another instance, with the key it was given: the same event.
+	if r := decodeAccepted(t, post(t, srv2, "run-1", tokRun1, msg, "Idempotency-Key", made)); r.EventID != a.EventID {
+		t.Errorf("retry with the key the gateway made: event %s, want %s", r.EventID, a.EventID)
 	}
 	first := post(t, srv, "run-1", tokRun1, msg, "Idempotency-Key", "k-1")
 	k1 := decodeAccepted(t, first)
@@ -168,7 +180,7 @@ func testInputAcceptedIdempotent(t *testing.T, broker *brokertest.Broker) {
 		t.Errorf("retry to another instance: %+v, want event id %s in a new record", other, k1.EventID)
 	}
 	r := post(t, srv, "run-1", tokRun1, `{"input_kind":"steer"}`, "Idempotency-Key", "k-1")
-	if r.status != 409 || r.problem(t).Type != problem.Conflict {
+	if r.status != 422 || r.problem(t).Type != problem.Conflict {
 		t.Errorf("same key, other body: %d %s", r.status, r.body)
 	}
 	// The key is per subject: alice's k-1 is another input.
@@ -188,8 +200,8 @@ func testInputAcceptedIdempotent(t *testing.T, broker *brokertest.Broker) {
 		}
 		byOffset[rec.Offset] = ev
 	}
-	if len(recs) != 4 {
-		t.Errorf("%d records, want 4 (the replay to the same instance produces nothing)", len(recs))
+	if len(recs) != 5 {
+		t.Errorf("%d records, want 5 (the replay to the same instance produces nothing)", len(recs))
 	}
 	for _, acc := range []accepted{a, k1, other} {
 		ev := byOffset[acc.Offset]
@@ -258,7 +270,10 @@ func TestBrokerDown(t *testing.T) {
 func TestDecodeInput(t *testing.T) {
 	for body, want := range map[string]string{
 		"":                                    "empty",
-		`[]`:                                  "want a JSON",
+		`[]`:                                  "not a JSON object",
+		`"text"`:                              "not a JSON object",
+		`{"text":{"a":1}}`:                    "text: want a JSON string, got object",
+		`{"input_kind":"x","colour":1}`:       "unknown field \"colour\"",
 		`{"input_kind":"message"} {}`:         "after the JSON object",
 		`{"input_kind":1}`:                    "input_kind: want a JSON string",
 		`{"input_kind":"message"}`:            "",
@@ -269,5 +284,49 @@ func TestDecodeInput(t *testing.T) {
 		if (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {
 			t.Errorf("DecodeInput(%q) = %v, want %q", body, err, want)
 		}
+		// Messages are for the client: no Go type names or package prefixes.
+		if err != nil && (strings.Contains(err.Error(), "json:") || strings.Contains(err.Error(), "gateway.") || strings.Contains(err.Error(), "*")) {
+			t.Errorf("DecodeInput(%q) = %v: names Go internals", body, err)
+		}
+	}
+}
+
+// TestProduceTimeoutCarriesTheKey: a produce Kafka does not acknowledge in
+// time is a 503 that carries the Idempotency-Key the gateway made for the
+// input (the record may still be written), and a retry with that key is the
+// same event (issue 21: a 503 that was written must not become a second
+// input). And a body that is not valid UTF-8 is refused, not mended.
+func TestProduceTimeoutCarriesTheKey(t *testing.T) {
+	e := newEnv(t, 2)
+	cfg := e.config()
+	cfg.ProduceTimeout = 300 * time.Millisecond
+	_, srv := e.gateway(cfg)
+	release := make(chan struct{})
+	closeRelease := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(closeRelease)
+	var hold atomic.Bool
+	hold.Store(true)
+	e.cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if hold.Load() {
+			e.cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	r := post(t, srv, "run-1", tokRun1, msg)
+	key := r.header.Get("Idempotency-Key")
+	if r.status != 503 || key == "" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a produce that timed out: %d, Idempotency-Key %q, Retry-After %q: %s", r.status, key, r.header.Get("Retry-After"), r.body)
+	}
+	hold.Store(false)
+	closeRelease()
+	retry := post(t, srv, "run-1", tokRun1, msg, "Idempotency-Key", key)
+	if a := decodeAccepted(t, retry); a.EventID != idempotentEventID("bob", "run-1", key) {
+		t.Errorf("the retry with the key is event %s, want the first attempt's %s", a.EventID, idempotentEventID("bob", "run-1", key))
+	}
+
+	bad := post(t, srv, "run-1", tokRun1, "{\"input_kind\":\"message\",\"text\":\"caf\xe9\"}")
+	if bad.status != 400 || !strings.Contains(bad.problem(t).Detail, "not valid UTF-8") {
+		t.Errorf("a body that is not UTF-8: %d %s", bad.status, bad.body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"crypto/sha256"
+	"net/http"
 	"sync"
 
 	"github.com/oklog/ulid/v2"
@@ -63,7 +64,8 @@ func newIdemCache(n int) *idemCache {
 // begin looks key up. When it is new, it is reserved and owner is true: the
 // caller produces and must call finish with the entry. Otherwise begin waits for the first
 // request with the key to finish and returns its answer; a different body
-// under the same key is a 409.
+// under the same key is a 422 (the Idempotency-Key draft's answer to a key
+// reused for another request).
 func (c *idemCache) begin(ctx context.Context, key string, sum [32]byte) (res *accepted, owner *idemEntry, p *problem.Problem) {
 	for {
 		c.mu.Lock()
@@ -82,13 +84,13 @@ func (c *idemCache) begin(ctx context.Context, key string, sum [32]byte) (res *a
 		c.lru.MoveToFront(e.elem)
 		c.mu.Unlock()
 		if e.sum != sum {
-			return nil, nil, problem.New(409, problem.Conflict,
+			return nil, nil, problem.New(http.StatusUnprocessableEntity, problem.Conflict,
 				"this Idempotency-Key was used with a different request body; use a new key for a new input")
 		}
 		select {
 		case <-e.done:
 		case <-ctx.Done():
-			return nil, nil, problem.New(503, problem.Unavailable, "gave up waiting for the first request with this Idempotency-Key")
+			return nil, nil, problem.New(http.StatusServiceUnavailable, problem.Unavailable, "gave up waiting for the first request with this Idempotency-Key")
 		}
 		if e.result != nil {
 			return e.result, nil, nil

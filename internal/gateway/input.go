@@ -10,10 +10,13 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
@@ -56,10 +59,12 @@ func DecodeInput(body []byte) (*InputRequest, error) {
 			return nil, errors.New("the body is not valid JSON: it ends early")
 		case errors.As(err, &se):
 			return nil, fmt.Errorf("the body is not valid JSON (at byte %d): %v", se.Offset, err)
-		case errors.As(err, &te):
-			return nil, fmt.Errorf("%s: want a JSON %s", te.Field, te.Type)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return nil, fmt.Errorf("unknown field %s; want %s", strings.TrimPrefix(err.Error(), "json: unknown field "), inputFieldList)
+		case errors.As(err, &te) && te.Field != "":
+			return nil, fmt.Errorf("%s: want a JSON %s, got %s", te.Field, jsonKind(te.Type), te.Value)
 		}
-		return nil, fmt.Errorf("the body is not an input object: %v", err)
+		return nil, errors.New("the body is not a JSON object of input fields")
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("the body has data after the JSON object")
@@ -68,11 +73,11 @@ func DecodeInput(body []byte) (*InputRequest, error) {
 	// names are exact, so "Text" is refused rather than taken for "text".
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(body, &keys); err != nil {
-		return nil, fmt.Errorf("the body is not an input object: %v", err)
+		return nil, errors.New("the body is not a JSON object of input fields")
 	}
 	for k := range keys {
 		if !inputFields[k] {
-			return nil, fmt.Errorf("unknown field %q; want input_kind, text, content_ref, input_id, session_id, thread_id, correlation_id, causation_id", k)
+			return nil, fmt.Errorf("unknown field %q; want %s", k, inputFieldList)
 		}
 	}
 	return &in, nil
@@ -86,6 +91,37 @@ func (in *InputRequest) event(source, run, subject string, now time.Time) *topic
 		SessionID: in.SessionID, ThreadID: in.ThreadID, CorrelationID: in.CorrelationID, CausationID: in.CausationID,
 		Data: &topics.Input{InputID: in.InputID, InputKind: in.InputKind, Text: in.Text, ContentRef: in.ContentRef}}
 }
+
+// bodyReadReason says why a body could not be read, without the Go error's
+// text (which can name addresses).
+func bodyReadReason(err error) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "it did not arrive before the server's read timeout"
+	}
+	return "the connection ended before the whole body arrived"
+}
+
+// jsonKind names t as JSON does, so that an error names no Go type.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	}
+	return "object"
+}
+
+// inputFieldList names InputRequest's JSON fields, for errors.
+const inputFieldList = "input_kind, text, content_ref, input_id, session_id, thread_id, correlation_id, causation_id"
 
 // inputFields are InputRequest's JSON names.
 var inputFields = map[string]bool{"input_kind": true, "text": true, "content_ref": true, "input_id": true,
@@ -113,14 +149,30 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		problem.Write(w, r, tooLarge(g.cfg.MaxBodyBytes))
 		return
 	}
+	// The body has BodyTimeout to arrive. The deadline is lifted once it
+	// has (a deadline left on the connection would end the request's
+	// context while the input waits for Kafka), and kept when it has not,
+	// so that the server gives up on the rest of the body and closes the
+	// connection after the 400 rather than waiting for it.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			problem.Write(w, r, tooLarge(g.cfg.MaxBodyBytes))
 			return
 		}
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "reading the body: %v", err))
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the body could not be read: %s", bodyReadReason(err)))
+		return
+	}
+	if !utf8.Valid(body) {
+		// encoding/json would turn each bad byte into U+FFFD and carry on:
+		// the human's text must arrive as sent, or not at all.
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the body is not valid UTF-8"))
 		return
 	}
 	in, err := DecodeInput(body)
@@ -149,13 +201,17 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	}
 	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())
 	if key == "" {
-		if ev.ID, err = g.newULID(); err != nil {
-			problem.Error(w, r, fmt.Errorf("making an event id: %w", err))
+		// Without a key the gateway makes one and answers with it, the
+		// 503 of a produce that timed out included: a retry that sends it
+		// back is the same event, applied once, however the first attempt
+		// ended.
+		if key, err = g.newULID(); err != nil {
+			problem.Error(w, r, fmt.Errorf("making an Idempotency-Key: %w", err))
 			return
 		}
-	} else {
-		ev.ID = idempotentEventID(p.Subject, run, key)
 	}
+	w.Header().Set("Idempotency-Key", key)
+	ev.ID = idempotentEventID(p.Subject, run, key)
 	// The request's span (ServeHTTP's, a child of the caller's traceparent
 	// if any) is the parent of everything the input causes downstream.
 	tc := propagation.MapCarrier{}
@@ -171,15 +227,6 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	}
 	rec.Partition = topics.Partition(rec.Key, g.partitions)
 
-	if key == "" {
-		res, prob := g.produce(r, rec, ev.ID, run)
-		if prob != nil {
-			problem.Write(w, r, prob)
-			return
-		}
-		writeAccepted(w, res, false)
-		return
-	}
 	// The fingerprint is of the decoded request, so that the same input
 	// sent with different whitespace is the same request.
 	canon, _ := json.Marshal(in)
@@ -251,14 +298,15 @@ func (g *Gateway) produce(r *http.Request, rec *kgo.Record, eventID, run string)
 	select {
 	case res := <-done:
 		if res.err != nil {
+			// The cause goes to the log: it names brokers and internals.
 			g.cfg.Logger.Warn("gateway: produce failed", "run", run, "event_id", eventID, "err", res.err)
-			return nil, g.unavailable(problem.Unavailable, "Kafka did not accept the input (%v); retry, with the same Idempotency-Key", res.err)
+			return nil, g.unavailable(problem.Unavailable, "Kafka did not accept the input; retry with the same Idempotency-Key (in this response's header) so that it is applied once")
 		}
 		return &accepted{EventID: eventID, RunID: run, Topic: res.rec.Topic, Partition: res.rec.Partition, Offset: res.rec.Offset}, nil
 	case <-t.C:
 		g.cfg.Logger.Warn("gateway: produce timed out", "run", run, "event_id", eventID, "timeout", g.cfg.ProduceTimeout)
 		return nil, g.unavailable(problem.Unavailable,
-			"Kafka did not acknowledge the input within %s; retry with the same Idempotency-Key so that it is applied once", g.cfg.ProduceTimeout)
+			"Kafka did not acknowledge the input within %s: it may still be written; retry with the same Idempotency-Key (in this response's header) so that it is applied once", g.cfg.ProduceTimeout)
 	}
 }
 
