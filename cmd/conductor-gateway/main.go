@@ -75,6 +75,10 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	fs.BoolVar(&cfg.TrustForwardedFor, "trust-forwarded-for", env("CANOPY_TRUST_FORWARDED_FOR", "") == "true",
 		"key -preauth-rate by the last X-Forwarded-For address (set only behind a proxy that sets it) (CANOPY_TRUST_FORWARDED_FOR=true)")
 	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
+	allowedHosts := fs.String("allowed-hosts", env("CANOPY_ALLOWED_HOSTS", ""),
+		"comma-separated host names the Host header may carry (any port); others are 400. Set it when serving development tokens on loopback: localhost,127.0.0.1,::1 (CANOPY_ALLOWED_HOSTS; default any)")
+	fs.DurationVar(&cfg.KafkaTimeout, "kafka-timeout", 3*time.Second, "how long a read waits for Kafka (the projector group's assignment, the wake offsets) before 503")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive before 400")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", 1000, "concurrent wake streams (CANOPY_MAX_STREAMS)")
 	fs.IntVar(&cfg.MaxStreamsPerSubject, "max-streams-per-subject", 50, "concurrent wake streams of one token subject (CANOPY_MAX_STREAMS_PER_SUBJECT)")
 	fs.IntVar(&cfg.StreamQueue, "stream-queue", 128, "wakes a wake stream may have waiting; a stream further behind is dropped (CANOPY_STREAM_QUEUE)")
@@ -149,6 +153,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 			errs = append(errs, fmt.Errorf("%s: no flag of this command reads it", strings.Join(unknown, ", ")))
 		}
 	}
+	for _, h := range strings.Split(*allowedHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
+		}
+	}
+	if cfg.ProduceTimeout+cfg.KafkaTimeout >= writeTimeout {
+		errs = append(errs, fmt.Errorf("-produce-timeout plus -kafka-timeout must stay below the %s write timeout of a response", writeTimeout))
+	}
 	errs = append(errs, cfg.Validate())
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
@@ -194,14 +206,24 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 		return 1
 	}
 	var ready atomic.Bool // the API serves and no shutdown began
-	admin, metricsLn, err := adminServer(metricsAddr, reg, &ready, cfg.Logger)
+	admin, metricsLn, err := adminServer(metricsAddr, reg, func(ctx context.Context) error {
+		if !ready.Load() {
+			return errors.New("not serving")
+		}
+		return g.Ready(ctx)
+	}, cfg.Logger)
 	if err != nil {
 		ln.Close()
 		fmt.Fprintf(stderr, "conductor-gateway: -metrics-addr: %v\n", err)
 		return 1
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	// Headers have 10s to arrive and a body has the gateway's BodyTimeout
+	// (set per request: a server-wide ReadTimeout would also end the wake
+	// streams' contexts). A response has writeTimeout, longer than any
+	// Kafka wait of a request (ProduceTimeout, KafkaTimeout); a wake stream
+	// sets a deadline per write instead.
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: writeTimeout, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	// Wake streams hold their connection: ending the gateway's context ends
 	// them, so that Shutdown does not wait for them forever.
 	srv.RegisterOnShutdown(g.Drain)
@@ -244,11 +266,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	return 0
 }
 
+// writeTimeout bounds writing a response (not a wake stream's).
+const writeTimeout = 30 * time.Second
+
 // adminServer serves /metrics, /healthz (the process is alive) and /readyz
-// (the API is serving and not shutting down) on addr, apart from the API so
-// that neither needs the API's credentials nor shares its port. An empty
-// addr disables it.
-func adminServer(addr string, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, net.Listener, error) {
+// (ready returns nil: the API is serving, not shutting down, and reaches
+// Kafka) on addr, apart from the API so that neither needs the API's
+// credentials nor shares its port. An empty addr disables it.
+func adminServer(addr string, reg *prometheus.Registry, ready func(context.Context) error, log *slog.Logger) (*http.Server, net.Listener, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -259,9 +284,9 @@ func adminServer(addr string, reg *prometheus.Registry, ready *atomic.Bool, log 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", telemetry.Handler(reg))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not serving", http.StatusServiceUnavailable)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -78,7 +78,8 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 }
 
 // TestServeAndStop: the binary serves HTTPS with a token file from the
-// environment and stops gracefully when its context ends (as on SIGTERM).
+// environment, is ready until its broker goes away, and stops gracefully
+// when its context ends (as on SIGTERM).
 func TestServeAndStop(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
@@ -152,6 +153,20 @@ func TestServeAndStop(t *testing.T) {
 		!strings.Contains(body, `canopy_gateway_requests_total{code="202",method="POST",route="/v1/runs/{run_id}/input"} 1`) ||
 		!strings.Contains(body, `canopy_kafka_`) {
 		t.Errorf("/metrics: %d, want the input counted and the Kafka client's metrics:\n%s", code, body)
+	}
+	// With the broker gone, the gateway can only answer 503: it is not
+	// ready, so that a load balancer sends requests elsewhere.
+	c.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get("/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "no Kafka broker answered") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz with the broker down: %d %s; want 503 naming Kafka", code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	client.CloseIdleConnections()
 	stop()

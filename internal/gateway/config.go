@@ -54,6 +54,17 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; larger is 413. Default 128 KiB
 	// (input text is at most 16 KiB, which JSON escaping can inflate 6x).
 	MaxBodyBytes int64
+	// AllowedHosts, when set, are the only names a request's Host header
+	// may carry (any port; case-insensitive); any other Host is refused
+	// with a 400 problem. A gateway on loopback with development tokens
+	// sets the loopback names, so that a web page whose domain an attacker
+	// re-points at 127.0.0.1 (DNS rebinding) cannot reach it from a
+	// browser. Default empty: any Host.
+	AllowedHosts []string
+	// BodyTimeout bounds reading a request's body, from when its handler
+	// starts: a client that trickles its body is answered 400 rather than
+	// holding a connection. Default 10s.
+	BodyTimeout time.Duration
 	// RatePerSecond is each token subject's sustained request rate; default 10.
 	RatePerSecond float64
 	// RateBurst is how many requests a subject may make at once; default 20.
@@ -61,6 +72,11 @@ type Config struct {
 	// ProduceTimeout bounds how long an input waits for Kafka's
 	// acknowledgement before the answer is 503; default 10s.
 	ProduceTimeout time.Duration
+	// KafkaTimeout bounds every other Kafka call a request waits on (the
+	// projector group's assignment, the wake topics' offsets); past it the
+	// answer is a 503 with Retry-After. Default 3s. Keep it and
+	// ProduceTimeout below the HTTP server's write timeout.
+	KafkaTimeout time.Duration
 	// RetryAfter is what a 503 tells the client to wait; default 2s.
 	RetryAfter time.Duration
 	// IdempotencyKeys is how many recent Idempotency-Keys (with their first
@@ -183,6 +199,12 @@ func (c Config) withDefaults() Config {
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = 10 * time.Second
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = 10 * time.Second
+	}
+	if c.KafkaTimeout == 0 {
+		c.KafkaTimeout = 3 * time.Second
+	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = 2 * time.Second
 	}
@@ -269,7 +291,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"ProduceTimeout", c.ProduceTimeout}, {"RetryAfter", c.RetryAfter}, {"Heartbeat", c.Heartbeat}, {"AssignmentTTL", c.AssignmentTTL}} {
+	}{{"ProduceTimeout", c.ProduceTimeout}, {"KafkaTimeout", c.KafkaTimeout}, {"BodyTimeout", c.BodyTimeout}, {"RetryAfter", c.RetryAfter}, {"Heartbeat", c.Heartbeat}, {"AssignmentTTL", c.AssignmentTTL}} {
 		if d.v < 0 {
 			ps = append(ps, d.name+": must not be negative")
 		}

@@ -21,11 +21,20 @@ import (
 
 // ownerCache caches the projector group's assignment for AssignmentTTL, so
 // that a read does not ask the group coordinator every time.
+//
+// No lock is held across the admin call: one request reads the assignment
+// (within KafkaTimeout) while the others that need it wait on inflight or
+// give up when their own context ends. When the read fails, the last
+// assignment read is used however old: routing by a stale owner is safe,
+// because a projector refuses a run it does not own (421), and a slow or
+// absent broker must not turn every read into a wait.
 type ownerCache struct {
 	ttl        time.Duration
 	mu         sync.Mutex
-	assignment map[int32]projector.Member
-	at         time.Time
+	assignment map[int32]projector.Member // nil until first read
+	at         time.Time                  // when assignment was read
+	inflight   chan struct{}              // closed when the read in flight ends; nil if none
+	err        error                      // the last read's error, nil if it succeeded
 }
 
 // assignment returns the cached assignment, reading it again when it is
@@ -33,21 +42,58 @@ type ownerCache struct {
 func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]projector.Member, error) {
 	c := &g.owners
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := g.cfg.Now()
-	if !refresh && c.assignment != nil && now.Sub(c.at) < c.ttl {
-		return c.assignment, nil
+	if !refresh && c.assignment != nil && g.cfg.Now().Sub(c.at) < c.ttl {
+		a := c.assignment
+		c.mu.Unlock()
+		return a, nil
 	}
-	a, err := projector.Assignment(ctx, g.adm, g.cfg.ProjectorGroup, g.cfg.Names)
+	wait := c.inflight
+	if wait != nil {
+		// Another request is reading it: wait for its answer.
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return c.latest()
+	}
+	wait = make(chan struct{})
+	c.inflight = wait
+	c.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.KafkaTimeout)
+	a, err := projector.Assignment(rctx, g.adm, g.cfg.ProjectorGroup, g.cfg.Names)
+	cancel()
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		// No projector has joined the group yet: nobody owns anything.
 		a, err = map[int32]projector.Member{}, nil
 	}
-	if err != nil {
-		return nil, err
+	c.mu.Lock()
+	if err == nil {
+		c.assignment, c.at = a, g.cfg.Now()
 	}
-	c.assignment, c.at = a, now
-	return a, nil
+	c.err = err
+	c.inflight = nil
+	c.mu.Unlock()
+	close(wait)
+	if err != nil {
+		g.cfg.Logger.Warn("gateway: cannot read the projector group's assignment", "group", g.cfg.ProjectorGroup, "err", err)
+	}
+	return c.latest()
+}
+
+// latest is the last assignment read, stale if the last read failed; the
+// error only when there is none.
+func (c *ownerCache) latest() (map[int32]projector.Member, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.assignment != nil {
+		return c.assignment, nil
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return nil, context.DeadlineExceeded
 }
 
 // owner returns the advertised address of the projector that owns run, or a
@@ -55,7 +101,7 @@ func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]proje
 func (g *Gateway) owner(ctx context.Context, run string, refresh bool) (string, *problem.Problem) {
 	a, err := g.assignment(ctx, refresh)
 	if err != nil {
-		return "", g.unavailable(problem.Unavailable, "cannot read the projector group's assignment from Kafka: %v", err)
+		return "", g.unavailable(problem.Unavailable, "cannot read the projector group's assignment from Kafka in time; retry later")
 	}
 	m, part, err := projector.Owner(a, run, g.partitions)
 	if errors.Is(err, projector.ErrNoOwner) && !refresh {
@@ -68,8 +114,9 @@ func (g *Gateway) owner(ctx context.Context, run string, refresh bool) (string, 
 			part, run, g.cfg.ProjectorGroup)
 	}
 	if m.Addr == "" {
+		g.cfg.Logger.Error("gateway: a projector advertises no address; start it with -advertise-addr", "client_id", m.ClientID, "partition", part)
 		return "", g.unavailable(problem.NoOwner,
-			"projector %s owns partition %d of run %q but advertises no address; start it with -advertise-addr", m.ClientID, part, run)
+			"the projector that owns partition %d of run %q advertises no address to read from", part, run)
 	}
 	return m.Addr, nil
 }
@@ -93,7 +140,8 @@ func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (
 			RawPath: "/internal/v1/runs/" + url.PathEscape(run) + "/" + what, RawQuery: query.Encode()}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 		if err != nil {
-			return nil, problem.New(http.StatusInternalServerError, problem.Internal, "building the query: %v", err)
+			g.cfg.Logger.Error("gateway: building a projector query", "run", run, "err", err)
+			return nil, problem.New(http.StatusInternalServerError, problem.Internal, "the query to the run's projector could not be built")
 		}
 		if len(g.cfg.ProjectorSecret) > 0 {
 			req.Header.Set("Authorization", "Bearer "+string(g.cfg.ProjectorSecret))
@@ -120,7 +168,8 @@ func (g *Gateway) ask(ctx context.Context, run, what string, query url.Values) (
 			}
 		}
 		if err != nil {
-			return nil, g.unavailable(problem.Unavailable, "the projector that owns run %q (%s) cannot be reached: %v", run, addr, err)
+			g.cfg.Logger.Warn("gateway: projector unreachable", "run", run, "addr", addr, "err", err)
+			return nil, g.unavailable(problem.Unavailable, "the projector that owns run %q cannot be reached; retry later", run)
 		}
 		return resp, nil
 	}
@@ -156,7 +205,8 @@ func (g *Gateway) relay(w http.ResponseWriter, r *http.Request, run string, resp
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProjectorBody))
 	if err != nil {
-		problem.Write(w, r, g.unavailable(problem.Unavailable, "reading the projector's answer: %v", err))
+		g.cfg.Logger.Warn("gateway: reading a projector's answer", "run", run, "err", err)
+		problem.Write(w, r, g.unavailable(problem.Unavailable, "the answer of the projector that owns run %q was cut short; retry", run))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -236,7 +286,8 @@ func (g *Gateway) runSession(ctx context.Context, run string) (string, *problem.
 	}
 	var s topics.AgentTreeSnapshot
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProjectorBody)).Decode(&s); err != nil {
-		return "", g.unavailable(problem.Unavailable, "the run's snapshot could not be read: %v", err)
+		g.cfg.Logger.Warn("gateway: decoding a projector's snapshot", "run", run, "err", err)
+		return "", g.unavailable(problem.Unavailable, "the snapshot of run %q could not be read from its projector; retry", run)
 	}
 	if s.Scope.SessionID == nil {
 		return "", nil

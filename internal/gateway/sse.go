@@ -135,12 +135,15 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	// event can name it (a client that reconnects with it misses nothing
 	// sent after it connected), a new tail starts there, and a
 	// Last-Event-ID past it is refused.
-	ends, err := g.adm.ListCommittedOffsets(ctx, normal, prio)
+	octx, ocancel := context.WithTimeout(ctx, g.cfg.KafkaTimeout)
+	ends, err := g.adm.ListCommittedOffsets(octx, normal, prio)
+	ocancel()
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		problem.Write(w, r, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka: %v", err))
+		g.cfg.Logger.Warn("gateway: cannot read the wake topics' end offsets", "err", err)
+		problem.Write(w, r, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka in time; retry later"))
 		return
 	}
 	n, ok1 := ends.Lookup(normal, part)
