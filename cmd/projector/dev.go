@@ -197,8 +197,16 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The development token is public: only requests that name this
+	// machine (or -gateway-addr's host) reach the gateway, so that a web
+	// page cannot reach it through DNS rebinding.
+	hosts := slices.Clone(gateway.LoopbackHosts)
+	if h, _, err := net.SplitHostPort(o.gatewayAddr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
 	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
-		Hooks: gm, TracerProvider: in.otel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.reg)("gateway"), ProjectorSecret: queries.Secret})
+		Hooks: gm, TracerProvider: in.otel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.reg)("gateway"), ProjectorSecret: queries.Secret,
+		AllowedHosts: hosts})
 	if err != nil {
 		return err
 	}

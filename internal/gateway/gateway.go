@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -39,6 +41,7 @@ type Gateway struct {
 	kstats     kafkaStats // the gateway's Kafka clients and connections
 	mux        *http.ServeMux
 	owners     ownerCache
+	ready      readyCache // the last broker check of Ready
 	tracer     trace.Tracer
 
 	entropyMu sync.Mutex // ulid entropy readers are not safe for concurrent use
@@ -198,7 +201,59 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.Internal, "internal error"))
 		}
 	}()
+	if !g.hostAllowed(r.Host) {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
+			"this gateway does not serve the host name the request names; use one of its allowed hosts"))
+		return
+	}
+	if msg := pathProblem(r); msg != "" {
+		// ServeMux would answer a redirect (307) to the cleaned path, or a
+		// text/plain 404: a client of this API gets a problem instead.
+		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "%s", msg))
+		return
+	}
 	g.mux.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether host (a Host header) names one of
+// AllowedHosts, or AllowedHosts is empty.
+func (g *Gateway) hostAllowed(host string) bool {
+	if len(g.cfg.AllowedHosts) == 0 {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	for _, a := range g.cfg.AllowedHosts {
+		if strings.EqualFold(host, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// LoopbackHosts are the names of this machine's loopback interface: the
+// AllowedHosts of a gateway that serves on loopback only.
+var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// pathProblem says why r's path is not one the API serves as sent, or "".
+// The path is taken escaped, as ServeMux matches it: a run id holding "/"
+// or ".." is served when it is path-escaped.
+func pathProblem(r *http.Request) string {
+	p := r.URL.EscapedPath()
+	if !strings.HasPrefix(p, "/") {
+		return "the request target must be a path; see schema/openapi.yaml"
+	}
+	// As ServeMux cleans: path.Clean, keeping a trailing slash.
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	if clean != p {
+		return "the path has an empty, \".\" or \"..\" segment; path-escape the run id"
+	}
+	return ""
 }
 
 // methodOther stands for every HTTP method outside the fixed set methodName
