@@ -50,7 +50,7 @@ func tryStream(t *testing.T, srv *httptest.Server, run, token, lastID string) (*
 		cancel()
 		t.Fatal(err)
 	}
-	observe("GET", req.URL.Path, resp.StatusCode)
+	observeResponse("GET", req.URL.Path, resp.StatusCode, resp.Header, nil)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		cancel()
 		resp.Body.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,6 +34,12 @@ func TestMain(m *testing.M) {
 	code := brokertest.M(m).Run()
 	if code == 0 {
 		if err := checkObserved(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+		// A run of every test must have checked a success of each operation.
+		full := flag.Lookup("test.run").Value.String() == "" && flag.Lookup("test.skip").Value.String() == ""
+		if err := checkConformance(full); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
@@ -220,8 +227,8 @@ func call(t *testing.T, method, url, token string, body []byte, header ...string
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	observe(method, req.URL.Path, resp.StatusCode)
 	b, _ := io.ReadAll(resp.Body)
+	observeResponse(method, req.URL.Path, resp.StatusCode, resp.Header, b)
 	return reply{resp.StatusCode, resp.Header, b}
 }
 
