@@ -108,5 +108,14 @@ func FuzzRequest(f *testing.F) {
 		if res.StatusCode >= 400 && ct != problem.ContentType {
 			t.Fatalf("%s %s: %d as %q, want a problem", method, target, res.StatusCode, ct)
 		}
+		if res.StatusCode/100 == 3 {
+			t.Fatalf("%s %s: redirect %d to %q; the API answers, it does not redirect", method, target, res.StatusCode, res.Header.Get("Location"))
+		}
+		// No answer names the broker's address (it belongs in the logs).
+		for _, addr := range e.brokers {
+			if bytes.Contains(w.Body.Bytes(), []byte(addr)) {
+				t.Fatalf("%s %s: the answer names the broker %s: %s", method, target, addr, w.Body.Bytes())
+			}
+		}
 	})
 }
