@@ -68,17 +68,17 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 128<<10, "largest request body (CANOPY_MAX_BODY_BYTES)")
 	fs.StringVar(&cfg.Audience, "jwt-audience", env("CANOPY_JWT_AUDIENCE", ""), "when set, a JWT's aud must name it (CANOPY_JWT_AUDIENCE)")
 	fs.StringVar(&cfg.Issuer, "jwt-issuer", env("CANOPY_JWT_ISSUER", ""), "when set, a JWT's iss must be it (CANOPY_JWT_ISSUER)")
-	fs.Float64Var(&cfg.RatePerSecond, "rate", 10, "requests per second per token subject")
-	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once")
+	fs.Float64Var(&cfg.RatePerSecond, "rate", 10, "requests per second per token subject (CANOPY_RATE)")
+	fs.IntVar(&cfg.RateBurst, "burst", 20, "requests a token subject may make at once (CANOPY_BURST)")
 	fs.Float64Var(&cfg.PreAuthRatePerSecond, "preauth-rate", 50, "requests per second per client address, checked before the token (CANOPY_PREAUTH_RATE)")
 	fs.IntVar(&cfg.PreAuthBurst, "preauth-burst", 100, "requests a client address may make at once (CANOPY_PREAUTH_BURST)")
 	fs.BoolVar(&cfg.TrustForwardedFor, "trust-forwarded-for", env("CANOPY_TRUST_FORWARDED_FOR", "") == "true",
 		"key -preauth-rate by the last X-Forwarded-For address (set only behind a proxy that sets it) (CANOPY_TRUST_FORWARDED_FOR=true)")
-	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503")
+	fs.DurationVar(&cfg.ProduceTimeout, "produce-timeout", 10*time.Second, "how long an input waits for Kafka's acknowledgement before 503 (CANOPY_PRODUCE_TIMEOUT)")
 	allowedHosts := fs.String("allowed-hosts", env("CANOPY_ALLOWED_HOSTS", ""),
 		"comma-separated host names the Host header may carry (any port); others are 400. Set it when serving development tokens on loopback: localhost,127.0.0.1,::1 (CANOPY_ALLOWED_HOSTS; default any)")
-	fs.DurationVar(&cfg.KafkaTimeout, "kafka-timeout", 3*time.Second, "how long a read waits for Kafka (the projector group's assignment, the wake offsets) before 503")
-	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive before 400")
+	fs.DurationVar(&cfg.KafkaTimeout, "kafka-timeout", 3*time.Second, "how long a read waits for Kafka (the projector group's assignment, the wake offsets) before 503 (CANOPY_KAFKA_TIMEOUT)")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", 10*time.Second, "how long a request body may take to arrive before 400 (CANOPY_BODY_TIMEOUT)")
 	fs.IntVar(&cfg.MaxStreams, "max-streams", 1000, "concurrent wake streams (CANOPY_MAX_STREAMS)")
 	fs.IntVar(&cfg.MaxStreamsPerSubject, "max-streams-per-subject", 50, "concurrent wake streams of one token subject (CANOPY_MAX_STREAMS_PER_SUBJECT)")
 	fs.IntVar(&cfg.StreamQueue, "stream-queue", 128, "wakes a wake stream may have waiting; a stream further behind is dropped (CANOPY_STREAM_QUEUE)")
@@ -93,7 +93,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	for flagName, envName := range map[string]string{"max-body-bytes": "CANOPY_MAX_BODY_BYTES", "max-streams": "CANOPY_MAX_STREAMS",
 		"preauth-rate": "CANOPY_PREAUTH_RATE", "preauth-burst": "CANOPY_PREAUTH_BURST",
 		"max-streams-per-subject": "CANOPY_MAX_STREAMS_PER_SUBJECT", "stream-queue": "CANOPY_STREAM_QUEUE", "replay-bytes": "CANOPY_REPLAY_BYTES",
-		"tail-idle": "CANOPY_TAIL_IDLE"} {
+		"tail-idle": "CANOPY_TAIL_IDLE", "kafka-timeout": "CANOPY_KAFKA_TIMEOUT", "body-timeout": "CANOPY_BODY_TIMEOUT",
+		"produce-timeout": "CANOPY_PRODUCE_TIMEOUT", "rate": "CANOPY_RATE", "burst": "CANOPY_BURST"} {
 		if err := kafkaconn.EnvFlag(fs, flagName, envName); err != nil {
 			fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 			return 2
