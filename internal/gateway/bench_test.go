@@ -143,19 +143,8 @@ func benchInput(b *testing.B, direct bool, clients int, pace time.Duration) {
 						continue
 					}
 				} else {
-					body, _ := json.Marshal(map[string]string{"input_kind": "steer", "text": text})
-					req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/runs/"+run+"/input", bytes.NewReader(body))
-					req.Header.Set("Authorization", "Bearer "+tokAll)
-					req.Header.Set("Content-Type", "application/json")
-					resp, err := http.DefaultClient.Do(req)
+					a, err := sendInput(http.DefaultClient, srv.URL, run, "steer", text)
 					if err != nil {
-						failed.Add(1)
-						continue
-					}
-					var a accepted
-					err = json.NewDecoder(resp.Body).Decode(&a)
-					resp.Body.Close()
-					if err != nil || resp.StatusCode != http.StatusAccepted {
 						failed.Add(1)
 						continue
 					}
@@ -207,4 +196,26 @@ func benchInput(b *testing.B, direct bool, clients int, pace time.Duration) {
 	b.ReportMetric(q(toAck, 0.99), "p99_ack_ms")
 	b.ReportMetric(q(toWake, 0.50), "p50_wake_ms")
 	b.ReportMetric(q(toWake, 0.99), "p99_wake_ms")
+}
+
+// sendInput posts one input of kind with text to run through the gateway at
+// url, as the benchmarks send them, and returns its 202's answer.
+func sendInput(hc *http.Client, url, run, kind, text string) (accepted, error) {
+	var a accepted
+	body, _ := json.Marshal(map[string]string{"input_kind": kind, "text": text})
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/runs/"+run+"/input", bytes.NewReader(body))
+	if err != nil {
+		return a, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tokAll)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return a, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return a, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return a, json.NewDecoder(resp.Body).Decode(&a)
 }

@@ -250,12 +250,22 @@ func decodeAccepted(t *testing.T, r reply) accepted {
 }
 
 // records reads every record of topic up to its current end.
-func (e *env) records(topic string) []*kgo.Record {
+func (e *env) records(topic string) []*kgo.Record { e.t.Helper(); return e.readTopic(topic, false) }
+
+// readTopic reads topic from its start up to its end offsets, or, when
+// committed, read_committed up to its last stable offsets, without the
+// transactions' control records.
+func (e *env) readTopic(topic string, committed bool) []*kgo.Record {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(e.client)
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	list, opts := adm.ListEndOffsets, []kgo.Opt{kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords()}
+	if committed {
+		list, opts = adm.ListCommittedOffsets, append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	ends, err := list(ctx, topic)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -265,7 +275,7 @@ func (e *env) records(topic string) []*kgo.Record {
 			want[o.Partition] = o.Offset
 		}
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -277,7 +287,12 @@ func (e *env) records(topic string) []*kgo.Record {
 			e.t.Fatalf("reading %s: %v", topic, ctx.Err())
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			out = append(out, r)
+			if end, ok := want[r.Partition]; !ok || r.Offset >= end {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
 			if r.Offset+1 >= want[r.Partition] {
 				delete(want, r.Partition)
 			}

@@ -209,18 +209,8 @@ func benchSSE(b *testing.B) {
 				srv := srvs[i%2]
 				text := fmt.Sprintf("input %d", i)
 				sentAt.Store(text, time.Now())
-				req, _ := http.NewRequest("POST", srv.URL+"/v1/runs/"+run+"/input", strings.NewReader(`{"input_kind":"message","text":"`+text+`"}`))
-				req.Header.Set("Authorization", "Bearer "+tokAll)
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := hc.Do(req)
+				a, err := sendInput(hc, srv.URL, run, "message", text)
 				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				var a accepted
-				err = json.NewDecoder(resp.Body).Decode(&a)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusAccepted {
 					failed.Add(1)
 					continue
 				}

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
@@ -687,43 +686,4 @@ func checkLanes(t *testing.T, what string, ws []seenWake, normal0, prio0 int) {
 
 // committed reads the committed records of topic (read_committed) up to
 // its last stable offsets.
-func (e *env) committed(topic string) []*kgo.Record {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(e.client).ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			want[o.Partition] = o.Offset
-		}
-	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			e.t.Fatalf("reading %s: %v", topic, ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; !ok || r.Offset >= end {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if r.Offset+1 >= want[r.Partition] {
-				delete(want, r.Partition)
-			}
-		})
-	}
-	return out
-}
+func (e *env) committed(topic string) []*kgo.Record { e.t.Helper(); return e.readTopic(topic, true) }
