@@ -48,7 +48,10 @@ func (f *Flags) Register(fs *flag.FlagSet, tlsPrefix string) {
 	fs.StringVar(&f.TLSKey, tlsPrefix+"tls-key", Env("CANOPY_TLS_KEY", ""), "PEM file of the key of the client certificate (CANOPY_TLS_KEY)")
 	fs.StringVar(&f.SASLMechanism, "sasl-mechanism", Env("CANOPY_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (CANOPY_SASL_MECHANISM)")
 	fs.StringVar(&f.SASLUser, "sasl-user", Env("CANOPY_SASL_USER", ""), "SASL user (CANOPY_SASL_USER)")
-	fs.StringVar(&f.SASLPassword, "sasl-password", Env("CANOPY_SASL_PASSWORD", ""), "SASL password (CANOPY_SASL_PASSWORD)")
+	// The password's variable is read after the flag is defined, not as its
+	// default: a default is printed by -h and in usage errors.
+	fs.StringVar(&f.SASLPassword, "sasl-password", "", "SASL password (CANOPY_SASL_PASSWORD)")
+	f.SASLPassword = Env("CANOPY_SASL_PASSWORD", "")
 }
 
 // known are the environment variables the running command reads, noted as

@@ -1,6 +1,7 @@
 package kafkaconn
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -270,5 +271,33 @@ func TestEnvFlagAndUnknownEnv(t *testing.T) {
 	t.Setenv("CANOPY_READY_LAG", "lots")
 	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err == nil || !strings.Contains(err.Error(), "CANOPY_READY_LAG") {
 		t.Errorf("a bad value: %v, want an error naming the variable", err)
+	}
+}
+
+// TestPasswordNeverPrinted: CANOPY_SASL_PASSWORD fills -sasl-password
+// (a flag on the command line still wins) but is not its default, so -h
+// and usage errors never print it.
+func TestPasswordNeverPrinted(t *testing.T) {
+	t.Setenv("CANOPY_SASL_PASSWORD", "canary-pw-1234")
+	for _, args := range [][]string{nil, {"-sasl-password", "from-flag"}} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var out bytes.Buffer
+		fs.SetOutput(&out)
+		var f Flags
+		f.Register(fs, "kafka-")
+		fs.PrintDefaults()
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), "canary") {
+			t.Errorf("the usage prints the password:\n%s", out.String())
+		}
+		want := "canary-pw-1234"
+		if args != nil {
+			want = "from-flag"
+		}
+		if f.SASLPassword != want {
+			t.Errorf("args %q: password %q, want %q", args, f.SASLPassword, want)
+		}
 	}
 }
