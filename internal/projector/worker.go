@@ -467,7 +467,7 @@ func (w *worker) applyHuman() bool {
 // of its records for the priority path's stages.
 func (w *worker) applyHumanBatch(b batch) {
 	taken := time.Now()
-	w.apply(b, false)
+	w.apply(b, true)
 	applied := time.Now()
 	for _, r := range b.records {
 		w.marks = append(w.marks, humanMark{appended: r.Timestamp, fetched: b.fetched, taken: taken, applied: applied})
@@ -504,7 +504,7 @@ func (w *worker) processAgent(b batch) bool {
 			if left := w.pendingAgent.Add(-int64(n)); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
 				w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
 			}
-			done := w.apply(chunk, true)
+			done := w.apply(chunk, false)
 			w.pendingAgent.Add(int64(n - done))
 			rs = rs[done:]
 			if (w.prioInflight != nil || w.reapPrio.Load()) && !w.settlePriority() {
@@ -565,16 +565,17 @@ func (w *worker) flush() bool {
 }
 
 // apply projects a batch's records into the state and gathers their
-// triggers; flush commits them. With preemptible, it stops before any
-// record but the first once the worker is preempted (see preempted) and
-// returns how many it took.
-func (w *worker) apply(b batch, preemptible bool) (done int) {
+// triggers; flush commits them. human says the batch is of the human input
+// topic (the worker's two channels keep the lanes apart). An agent batch is
+// preemptible: it stops before any record but the first once the worker is
+// preempted (see preempted). It returns how many records it took.
+func (w *worker) apply(b batch, human bool) (done int) {
 	st, hooks := &w.p.Stats, w.p.cfg.Hooks
 	_, span := w.batchSpan(b)
 	defer span.End()
 	var last *kgo.Record
 	for i, r := range b.records {
-		if preemptible && i > 0 && w.preempted() {
+		if !human && i > 0 && w.preempted() {
 			break
 		}
 		done++
@@ -620,7 +621,7 @@ func (w *worker) apply(b batch, preemptible bool) (done int) {
 			st.Applied.Add(1)
 			hooks.Consumed(r.Topic, ev.Type, OutcomeApplied)
 		}
-		if r.Topic == w.p.cfg.Names.HumanInput() {
+		if human {
 			// A human input record's triggers (its own, and the timers of
 			// its run that fell due before it) go out at once on the
 			// priority path (priority.go), never into the agent lane's
