@@ -203,7 +203,7 @@ func (p *Projection) History(runID, cursor string, limit int) (*HistoryPage, err
 	return r.History(cursor, limit, p.cfg.HistorySize)
 }
 
-// historyRecord is a history entry's persisted form, under key
+// historyRecord is a history entry's persisted form in earlier builds, under key
 // 'r' run 0x00 'h' seq (8 bytes, big endian).
 type historyRecord struct {
 	EventID string `json:"id"`
@@ -212,17 +212,6 @@ type historyRecord struct {
 	At      int64  `json:"at"`
 	Corr    string `json:"corr,omitempty"`
 	Status  string `json:"status,omitempty"`
-}
-
-func (e *HistoryEntry) record() historyRecord {
-	r := historyRecord{EventID: e.EventID, Type: e.Type, AgentID: e.AgentID, At: ms(e.At)}
-	if e.CorrelationID != nil {
-		r.Corr = *e.CorrelationID
-	}
-	if e.Status != nil {
-		r.Status = string(*e.Status)
-	}
-	return r
 }
 
 func (r historyRecord) entry(seq int64) HistoryEntry {

@@ -165,12 +165,6 @@ func budgetNodes(n, pad int) *refTree {
 	return t
 }
 
-// runes is s cut to n characters.
-func runes(s string, n int) string {
-	r := []rune(s)
-	return string(r[:min(n, len(r))])
-}
-
 // longNode has every free-text field n characters long, each of a different
 // script.
 func longNode(n int) snapshot.Node {
