@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 		t, err := kafkaconn.ClientTLS(projectorCA)
 		errs = append(errs, err)
 		cfg.ProjectorScheme = "https"
-		cfg.ProjectorClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: t}}
+		cfg.ProjectorClient = &http.Client{Timeout: projectorTimeout, Transport: &http.Transport{TLSClientConfig: t}}
 	}
 	m, err := kafka.SASL()
 	errs = append(errs, err)
@@ -159,8 +159,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
 		}
 	}
-	if cfg.ProduceTimeout+cfg.KafkaTimeout >= writeTimeout {
-		errs = append(errs, fmt.Errorf("-produce-timeout plus -kafka-timeout must stay below the %s write timeout of a response", writeTimeout))
+	// The longest a request can take before it writes its answer: an
+	// input's body, its session's lookup (the assignment and the owner,
+	// asked again once on a 421 or 503) and its produce.
+	if longest := cfg.BodyTimeout + 2*(cfg.KafkaTimeout+projectorTimeout) + cfg.ProduceTimeout; longest >= writeTimeout {
+		errs = append(errs, fmt.Errorf("-body-timeout + 2 × (-kafka-timeout + %s for a projector) + -produce-timeout is %s: it must stay below the %s write timeout of a response",
+			projectorTimeout, longest, writeTimeout))
 	}
 	errs = append(errs, cfg.Validate())
 	if err := errors.Join(errs...); err != nil {
@@ -220,8 +224,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	}
 	// Headers have 10s to arrive and a body has the gateway's BodyTimeout
 	// (set per request: a server-wide ReadTimeout would also end the wake
-	// streams' contexts). A response has writeTimeout, longer than any
-	// Kafka wait of a request (ProduceTimeout, KafkaTimeout); a wake stream
+	// streams' contexts). A response has writeTimeout, longer than the
+	// longest a request can wait (checked with the flags); a wake stream
 	// sets a deadline per write instead.
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: writeTimeout, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 64 << 10, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
@@ -267,8 +271,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	return 0
 }
 
-// writeTimeout bounds writing a response (not a wake stream's).
-const writeTimeout = 30 * time.Second
+// writeTimeout bounds a response (not a wake stream's), from the end of
+// its request's headers; projectorTimeout bounds one read from a projector.
+const (
+	writeTimeout     = 60 * time.Second
+	projectorTimeout = 10 * time.Second
+)
 
 // adminServer serves /metrics, /healthz (the process is alive) and /readyz
 // (ready returns nil: the API is serving, not shutting down, and reaches

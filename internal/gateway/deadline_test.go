@@ -68,7 +68,8 @@ func (s *stall) hold() {
 
 // TestSlowBrokerFastAnswer: with the group coordinator not answering, a read
 // is answered 503 with Retry-After once KafkaTimeout passes, while the broker
-// still holds the request, and no lock is held meanwhile; once the gateway has
+// still holds the request, and no lock is held meanwhile; for RetryAfter
+// after that, reads fail at once without asking again; once the gateway has
 // read an assignment, a read while the coordinator is silent is routed by the
 // stale one (the projector refuses a run it does not own, so stale routing is
 // safe) and answered 200.
@@ -82,6 +83,7 @@ func TestSlowBrokerFastAnswer(t *testing.T) {
 	cfg := e.config()
 	cfg.KafkaTimeout = 300 * time.Millisecond
 	cfg.AssignmentTTL = time.Minute
+	cfg.RetryAfter = 2 * time.Second
 	g, srv := e.gateway(cfg)
 	url := srv.URL + "/v1/runs/" + run + "/snapshot"
 
@@ -109,14 +111,21 @@ func TestSlowBrokerFastAnswer(t *testing.T) {
 	default:
 	}
 
+	// For RetryAfter the gateway does not ask again: a read fails at once,
+	// with no second request held.
+	held := s.held.Load()
+	if r := call(t, "GET", url, tokAll, nil); r.status != 503 || s.held.Load() != held {
+		t.Fatalf("a read right after a failed one: %d, %d requests held (was %d); want 503 without asking Kafka", r.status, s.held.Load(), held)
+	}
 	s.free()
+	e.clock.Advance(cfg.RetryAfter + time.Second)
 	waitFor(t, 30*time.Second, run+" is read once the coordinator answers", func() bool {
 		return call(t, "GET", url, tokAll, nil).status == 200
 	})
 
 	// The cached assignment expires; the coordinator goes silent again.
 	e.clock.Advance(2 * time.Minute)
-	held := s.held.Load()
+	held = s.held.Load()
 	s.hold()
 	if r := call(t, "GET", url, tokAll, nil); r.status != 200 {
 		t.Fatalf("read by the stale assignment: %d %s; want 200", r.status, r.body)

@@ -277,8 +277,9 @@ func TestDecodeInput(t *testing.T) {
 		`{"input_kind":"message"} {}`:         "after the JSON object",
 		`{"input_kind":1}`:                    "input_kind: want a JSON string",
 		`{"input_kind":"message"}`:            "",
-		`{"input_kind":"message","Text":"x"}`: "unknown field \"Text\"",
-		`{"input_kind":"x","text":""}`:        "",
+		`{"input_kind":"message","Text":"x"}`: `"Text" differs from canopy's "text" only in case`,
+		`{"input_kind":"message","input_kind":"cancel"}`: `"input_kind" is named twice`,
+		`{"input_kind":"x","text":""}`:                   "",
 	} {
 		_, err := DecodeInput([]byte(body))
 		if (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {

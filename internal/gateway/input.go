@@ -60,7 +60,7 @@ func DecodeInput(body []byte) (*InputRequest, error) {
 		case errors.As(err, &se):
 			return nil, fmt.Errorf("the body is not valid JSON (at byte %d): %v", se.Offset, err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return nil, fmt.Errorf("unknown field %s; want %s", strings.TrimPrefix(err.Error(), "json: unknown field "), inputFieldList)
+			return nil, fmt.Errorf("unknown field %s; want %s", strings.TrimPrefix(err.Error(), "json: unknown field "), strings.Join(inputNames, ", "))
 		case errors.As(err, &te) && te.Field != "":
 			return nil, fmt.Errorf("%s: want a JSON %s, got %s", te.Field, jsonKind(te.Type), te.Value)
 		}
@@ -69,16 +69,11 @@ func DecodeInput(body []byte) (*InputRequest, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("the body has data after the JSON object")
 	}
-	// encoding/json matches field names case-insensitively; the contract's
-	// names are exact, so "Text" is refused rather than taken for "text".
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(body, &keys); err != nil {
-		return nil, errors.New("the body is not a JSON object of input fields")
-	}
-	for k := range keys {
-		if !inputFields[k] {
-			return nil, fmt.Errorf("unknown field %q; want %s", k, inputFieldList)
-		}
+	// encoding/json takes the last of a name given twice and matches names
+	// case-insensitively; the contract's names are exact, so "Text" is
+	// refused rather than taken for "text", as a token's claims are.
+	if msg := checkNames(body, inputNames); msg != "" {
+		return nil, fmt.Errorf("the body: %s; want the names %s", msg, strings.Join(inputNames, ", "))
 	}
 	return &in, nil
 }
@@ -120,12 +115,8 @@ func jsonKind(t reflect.Type) string {
 	return "object"
 }
 
-// inputFieldList names InputRequest's JSON fields, for errors.
-const inputFieldList = "input_kind, text, content_ref, input_id, session_id, thread_id, correlation_id, causation_id"
-
-// inputFields are InputRequest's JSON names.
-var inputFields = map[string]bool{"input_kind": true, "text": true, "content_ref": true, "input_id": true,
-	"session_id": true, "thread_id": true, "correlation_id": true, "causation_id": true}
+// inputNames are InputRequest's JSON names.
+var inputNames = []string{"input_kind", "text", "content_ref", "input_id", "session_id", "thread_id", "correlation_id", "causation_id"}
 
 // idempotencyKeyRE is what an Idempotency-Key may be: visible ASCII, so that
 // it is safe to log and hash.
@@ -200,13 +191,15 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		return
 	}
 	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())
-	if key == "" {
+	made := key == ""
+	if made {
 		// Without a key the gateway makes one and answers with it, the
 		// 503 of a produce that timed out included: a retry that sends it
 		// back is the same event, applied once, however the first attempt
 		// ended.
 		if key, err = g.newULID(); err != nil {
-			problem.Error(w, r, fmt.Errorf("making an Idempotency-Key: %w", err))
+			g.cfg.Logger.Error("gateway: making an Idempotency-Key", "err", err)
+			problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.Internal, "the gateway could not make an Idempotency-Key; send one"))
 			return
 		}
 	}
@@ -227,6 +220,18 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	}
 	rec.Partition = topics.Partition(rec.Key, g.partitions)
 
+	if made {
+		// No earlier request can have sent a key made just now: nothing
+		// to remember it against, and remembering it would push the
+		// clients' own keys out of the cache.
+		res, prob := g.produce(r, rec, ev.ID, run)
+		if prob != nil {
+			problem.Write(w, r, prob)
+			return
+		}
+		writeAccepted(w, res, false)
+		return
+	}
 	// The fingerprint is of the decoded request, so that the same input
 	// sent with different whitespace is the same request.
 	canon, _ := json.Marshal(in)

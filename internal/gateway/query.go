@@ -23,11 +23,13 @@ import (
 // that a read does not ask the group coordinator every time.
 //
 // No lock is held across the admin call: one request reads the assignment
-// (within KafkaTimeout) while the others that need it wait on inflight or
-// give up when their own context ends. When the read fails, the last
-// assignment read is used however old: routing by a stale owner is safe,
-// because a projector refuses a run it does not own (421), and a slow or
-// absent broker must not turn every read into a wait.
+// (within KafkaTimeout, and not cut short when that request's client goes
+// away: the others wait on its answer). When the read fails, the last
+// assignment read is used however old, and the next read is tried only
+// RetryAfter later: routing by a stale owner is safe, because a projector
+// refuses a run it does not own (421), and a slow or absent broker must not
+// turn every read into a wait. Only a request that has no assignment at all
+// to use waits for a read in flight.
 type ownerCache struct {
 	ttl        time.Duration
 	mu         sync.Mutex
@@ -35,6 +37,7 @@ type ownerCache struct {
 	at         time.Time                  // when assignment was read
 	inflight   chan struct{}              // closed when the read in flight ends; nil if none
 	err        error                      // the last read's error, nil if it succeeded
+	failedAt   time.Time                  // when the last read failed
 }
 
 // assignment returns the cached assignment, reading it again when it is
@@ -42,14 +45,15 @@ type ownerCache struct {
 func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]projector.Member, error) {
 	c := &g.owners
 	c.mu.Lock()
-	if !refresh && c.assignment != nil && g.cfg.Now().Sub(c.at) < c.ttl {
-		a := c.assignment
+	now := g.cfg.Now()
+	fresh := c.assignment != nil && now.Sub(c.at) < c.ttl && !refresh
+	backoff := c.err != nil && now.Sub(c.failedAt) < g.cfg.RetryAfter
+	if fresh || backoff || c.inflight != nil && c.assignment != nil {
 		c.mu.Unlock()
-		return a, nil
+		return c.latest()
 	}
-	wait := c.inflight
-	if wait != nil {
-		// Another request is reading it: wait for its answer.
+	if wait := c.inflight; wait != nil {
+		// Another request is reading the first assignment: wait for it.
 		c.mu.Unlock()
 		select {
 		case <-wait:
@@ -57,11 +61,11 @@ func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]proje
 		}
 		return c.latest()
 	}
-	wait = make(chan struct{})
+	wait := make(chan struct{})
 	c.inflight = wait
 	c.mu.Unlock()
 
-	rctx, cancel := context.WithTimeout(ctx, g.cfg.KafkaTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.KafkaTimeout)
 	a, err := projector.Assignment(rctx, g.adm, g.cfg.ProjectorGroup, g.cfg.Names)
 	cancel()
 	if errors.Is(err, kerr.GroupIDNotFound) {
@@ -71,6 +75,8 @@ func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]proje
 	c.mu.Lock()
 	if err == nil {
 		c.assignment, c.at = a, g.cfg.Now()
+	} else {
+		c.failedAt = g.cfg.Now()
 	}
 	c.err = err
 	c.inflight = nil

@@ -81,11 +81,9 @@ const fetchErrorPause = 500 * time.Millisecond
 // takes longer to take one in is gone, and its stream ends.
 const streamWriteTimeout = 30 * time.Second
 
-// Why a stream ends, as its context's cause.
-var (
-	errTokenExpired = errors.New("the token expired")
-	errClosing      = errors.New("the gateway is shutting down")
-)
+// errTokenExpired is the cause of a stream's context when its token
+// expired: the stream ends with an event that says so.
+var errTokenExpired = errors.New("the token expired")
 
 // wakes is GET /v1/runs/{run_id}/wakes: the run's wakes, both lanes, as
 // Server-Sent Events, read_committed, so exactly the wakes of committed
@@ -126,7 +124,7 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	defer g.wg.Done()
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	stop := context.AfterFunc(g.ctx, func() { cancel(errClosing) }) // Close ends every stream
+	stop := context.AfterFunc(g.ctx, func() { cancel(nil) }) // Close ends every stream
 	defer stop()
 
 	part := topics.Partition([]byte(run), g.partitions)

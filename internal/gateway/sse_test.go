@@ -136,7 +136,7 @@ func dialStream(t *testing.T, srv *httptest.Server, run, token, lastID string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	observe("GET", "/v1/runs/"+run+"/wakes", resp.StatusCode)
+	observeResponse("GET", "/v1/runs/"+run+"/wakes", resp.StatusCode, resp.Header, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("wake stream: status %d", resp.StatusCode)
 	}
