@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -46,5 +47,39 @@ func TestLongIDsStayDistinctAndMatch(t *testing.T) {
 		if tr.CorrelationID == nil || len([]rune(*tr.CorrelationID)) > 160 || !strings.Contains(*tr.CorrelationID, "~") {
 			t.Errorf("trigger's correlation id %v: want it cut as an id", tr.CorrelationID)
 		}
+	}
+}
+
+// TestTriggersMatchAHalvedCut: when even the root does not fit the byte
+// budget at max_string_length (here a run and a root id each of 85 U+2028,
+// 255 bytes, each character 6 bytes as JSON), the snapshot cuts at a
+// smaller bound, and the wake's trigger cuts
+// its agent id at that same bound, so it still names the root as the
+// snapshot does.
+func TestTriggersMatchAHalvedCut(t *testing.T) {
+	p, err := New(Config{Limits: snapshot.Limits{MaxBytes: snapshot.MinBytes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := strings.Repeat("\u2028", 85)
+	run := root
+	at := topics.NewTime(time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC))
+	p.Apply(&topics.Event{ID: "e0", Source: "/t", Type: topics.TypeNodeCreated, Time: at, RunID: run, AgentID: root,
+		SchemaVersion: topics.CurrentSchemaVersion, Data: &topics.NodeCreated{Role: topics.RoleConductor}})
+	trigs, _ := p.Apply(&topics.Event{ID: "e1", Source: "/t", Type: topics.TypeFailed, Time: at.Add(time.Second), RunID: run, AgentID: root,
+		SchemaVersion: topics.CurrentSchemaVersion, Data: &topics.Failed{ErrorCode: "x"}})
+	var pending Pending
+	pending.Add(run, trigs)
+	built, err := p.Wakes(&pending, time.Time{}, topics.Time{})
+	if err != nil || len(built) != 1 {
+		t.Fatalf("%d wakes, %v", len(built), err)
+	}
+	w, info := built[0].Wake, built[0].Info
+	if info.Cut >= p.cfg.Limits.MaxStringLength || info.Cut < 1 {
+		t.Fatalf("cut at %d: want a halved bound (the test's id must not fit at %d)", info.Cut, p.cfg.Limits.MaxStringLength)
+	}
+	got := w.AgentTreeSnapshot.Nodes[0].AgentID
+	if got == "" || len(w.Triggers) == 0 || w.Triggers[0].AgentID != got {
+		t.Errorf("trigger names %q, the snapshot's root is %q", w.Triggers[0].AgentID, got)
 	}
 }

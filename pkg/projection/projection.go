@@ -519,7 +519,7 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 		SchemaVersion:     topics.WakeSchemaVersion,
 		RunID:             r.id,
 		Lane:              lane,
-		Triggers:          cutTriggers(trigs, p.cfg.Limits.MaxStringLength),
+		Triggers:          cutTriggers(trigs, info.Cut),
 		AgentTreeSnapshot: *s,
 	}, info, nil
 }

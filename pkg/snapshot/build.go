@@ -51,7 +51,8 @@ func Build(t Tree, w Wake, l Limits, now time.Time) (*topics.AgentTreeSnapshot, 
 		if b.err != nil {
 			return nil, Info{}, b.err
 		}
-		if !ok && b.cut > 0 {
+		// Not below 1: an id cut to nothing would be no id.
+		if !ok && b.cut > 1 {
 			b.cut /= 2
 			b.cuts = 0
 			continue
@@ -451,6 +452,7 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 		Truncated:     s.Truncated,
 		Stale:         s.Stale,
 		AgeMs:         age,
+		Cut:           b.cut,
 	}, nil
 }
 

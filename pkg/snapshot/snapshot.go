@@ -210,4 +210,9 @@ type Info struct {
 	Truncated     bool
 	Stale         bool
 	AgeMs         int64
+	// Cut is the bound the snapshot's strings were cut at: the limits'
+	// MaxStringLength, or less when even the root did not fit at it (see
+	// Build). A wake's triggers cut their ids at it too, so that they
+	// match the snapshot's.
+	Cut int
 }
