@@ -39,7 +39,14 @@ func TestSchemasAgreeWithDecoder(t *testing.T) {
 		base := loadExample(t, et)
 		enc, _ := json.Marshal(base)
 		add(string(et), enc)
-		for _, key := range sortedKeys(base) {
+		// The optional attributes an example leaves out are mutated too.
+		keys := sortedKeys(base)
+		for _, k := range []string{"dataschema", "subject", "datacontenttype", "sessionid", "threadid", "correlationid", "causationid"} {
+			if _, ok := base[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		for _, key := range keys {
 			for _, m := range mutations {
 				doc := clone(t, base)
 				if m.value == absent {
@@ -107,7 +114,7 @@ func TestSchemasAgreeWithDecoder(t *testing.T) {
 		if se := (*schemaError)(nil); errors.As(verr, &se) {
 			t.Fatal(verr)
 		}
-		if (derr == nil) != (verr == nil) {
+		if (derr == nil) != (verr == nil) && !knownException(in.name, derr == nil, verr == nil) {
 			disagree = append(disagree, fmt.Sprintf("%s: decoder %v, schema %v\n    %s", in.name, verdict(derr), verdict(verr), clipDoc(in.doc)))
 		}
 		if derr == nil {
@@ -153,6 +160,18 @@ var mutations = []struct {
 	{"a time with an offset", "2026-02-14T11:00:01+01:00"},
 	{"a fractional time", "2026-02-14T10:00:01.123456789Z"},
 	{"a huge number", 1e300},
+	{"one written 1.0", json.Number("1.0")},
+	{"one written 1e0", json.Number("1e0")},
+	{"a relative path", "/agents/worker-7"},
+	{"an absolute URI", "https://canopy.dev/schemas/x"},
+	{"a space", "a b"},
+}
+
+// knownException reports whether a disagreement is one docs/CONTRACT.md
+// states: an integer written with a fraction or an exponent (1.0, 1e0),
+// which JSON Schema's integer takes and the decoder refuses.
+func knownException(name string, decoderOK, schemaOK bool) bool {
+	return strings.Contains(name, " one written ") && !decoderOK && schemaOK
 }
 
 func sortedKeys(m map[string]any) []string {

@@ -214,7 +214,7 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 	if ct := attr(attrDataContentType, false); ct != "" && mediaType(ct) != ContentTypeJSON {
 		ps.add(prefix+attrDataContentType, "want "+ContentTypeJSON+", got "+quote(ct))
 	}
-	attr(attrDataSchema, false)
+	checkURI(&ps, prefix+attrDataSchema, attr(attrDataSchema, false))
 	attr(attrSubject, false)
 	ev.RunID = attr(attrRunID, prefix == "") // binary mode may take it from the key
 	checkID(&ps, prefix+attrRunID, ev.RunID, false)

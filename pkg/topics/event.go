@@ -488,8 +488,6 @@ func (p *WakeReceived) validate(ps *problems) {
 	checkIDs(ps, "data.agent_ids", p.AgentIDs)
 }
 
-// checkID enforces the contract for identifiers: valid UTF-8, at most
-// MaxIDLength bytes, no control characters.
 // requiredMembers are the payload fields that must be present though their
 // zero value is valid (band 0, step 0, no artifacts), so that the decoded
 // value cannot tell a missing one: checked on the JSON members.
@@ -517,10 +515,11 @@ var nullMembers = map[EventType]map[string]bool{TypeParentHint: {"artifact_ids":
 func checkMembers(t EventType, ms members, ps *problems) bool {
 	before := len(*ps)
 	for _, m := range ms {
-		switch raw := string(m.raw); {
-		case raw == "null" && !nullMembers[t][m.name]:
+		// Compared in place: string(m.raw) in a comparison does not copy.
+		switch {
+		case string(m.raw) == "null" && !nullMembers[t][m.name]:
 			ps.add("data."+m.name, "null; omit the field instead")
-		case raw == `""` && !emptyMembers[m.name]:
+		case string(m.raw) == `""` && !emptyMembers[m.name]:
 			ps.add("data."+m.name, "empty; omit the field instead")
 		}
 	}
@@ -538,6 +537,9 @@ func checkURIReference(ps *problems, field, v string) {
 	if v == "" {
 		return
 	}
+	if plainPath(v) {
+		return // a relative reference of path characters only, as most sources are: no parse
+	}
 	if strings.Contains(v, `\`) {
 		ps.add(field, "not a URI-reference: contains a backslash")
 		return
@@ -552,6 +554,36 @@ func checkURIReference(ps *problems, field, v string) {
 	}
 }
 
+// checkURI checks that v (not empty) is an absolute URI, as CloudEvents
+// asks of dataschema and the JSON Schema's format "uri" does: a
+// URI-reference with a scheme.
+func checkURI(ps *problems, field, v string) {
+	before := len(*ps)
+	checkURIReference(ps, field, v)
+	if v == "" || len(*ps) > before {
+		return
+	}
+	if u, err := url.Parse(v); err != nil || u.Scheme == "" {
+		ps.add(field, "not an absolute URI: want a scheme, e.g. https://")
+	}
+}
+
+// plainPath reports whether v holds only unreserved characters and "/":
+// a URI-reference (a relative path, "/agents/worker-7") whatever their
+// order, since none of them is a ':' that could make a first segment look
+// like a scheme.
+func plainPath(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkID enforces the contract for identifiers: valid UTF-8, at most
+// MaxIDLength bytes, no control characters.
 func checkID(ps *problems, field, v string, required bool) {
 	if v == "" {
 		if required {
