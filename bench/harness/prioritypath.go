@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/canopy-dev/canopy/internal/projector"
 )
 
 // The priority path as the projector sees it (issue 19): the stages of
@@ -34,8 +37,13 @@ func scrapeFamilies(ctx context.Context, client *http.Client, url string) (map[s
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
+	return parseFamilies(resp.Body)
+}
+
+// parseFamilies reads Prometheus's text format into its metric families.
+func parseFamilies(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
+	return p.TextToMetricFamilies(r)
 }
 
 // label returns a metric's value of label name.
@@ -66,7 +74,6 @@ func stages(families map[string]*dto.MetricFamily) []stageFigures {
 	if f == nil {
 		return nil
 	}
-	order := []string{"fetch", "queued", "applied", "built", "waited", "produced", "committed"}
 	var out []stageFigures
 	for _, m := range f.GetMetric() {
 		h := m.GetHistogram()
@@ -77,7 +84,15 @@ func stages(families map[string]*dto.MetricFamily) []stageFigures {
 		sf.P99Ms, sf.P99From = bucketQuantile(0.99, h)
 		out = append(out, sf)
 	}
-	slices.SortFunc(out, func(a, b stageFigures) int { return slices.Index(order, a.Stage) - slices.Index(order, b.Stage) })
+	rank := func(name string) int {
+		for s := range projector.NumPriorityStages {
+			if s.String() == name {
+				return int(s)
+			}
+		}
+		return int(projector.NumPriorityStages)
+	}
+	slices.SortFunc(out, func(a, b stageFigures) int { return rank(a.Stage) - rank(b.Stage) })
 	return out
 }
 

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -330,7 +330,7 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 			n, c.SoakCompactEvery, ms(cs[n/2]), ms(cs[n-1]), tombstones))
 	} else if h.cluster == nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("the broker is not the embedded one: its own cleaner compacts the changelog, on its own schedule: closed segments only (this changelog's segment.ms: %v), and a tombstone goes in a cleaning once its delete.retention.ms (%v) has passed since the cleaning that first kept it",
-			min(time.Hour, tombstones), tombstones))
+			topics.ChangelogSegment(tombstones), tombstones))
 	}
 	if st.scrapeErr != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projector's /metrics failed (those samples lack its figures): %v", st.scrapeErr))
@@ -415,6 +415,11 @@ func soakTargets(samples []soakSample, loadEnd time.Duration, rssMax, limit int6
 		ts = append(ts, atMost("soak", name+", last third of the sends: largest sample / first", float64(most)/float64(first), soakGrowthLimit, "x",
 			fmt.Sprintf("%s MiB at most vs %s MiB at %.0f s; %d samples", mb(most), mb(first), third[0].at.Seconds(), n)))
 		start, end := trend(third, get)
+		if start <= 0 {
+			ts = append(ts, Target{Scenario: "soak", Name: name + ", last third of the sends: trend, fitted end / fitted start", Want: fmt.Sprintf("<= %.2fx", soakGrowthLimit),
+				Measured: "not measured", Factor: math.Inf(1), Note: fmt.Sprintf("the fitted line starts at %s MiB: no ratio", mb(int64(start)))})
+			return
+		}
 		ts = append(ts, atMost("soak", name+", last third of the sends: trend, fitted end / fitted start", end/start, soakGrowthLimit, "x",
 			fmt.Sprintf("the least-squares line through its %d samples runs from %s MiB to %s MiB", n, mb(int64(start)), mb(int64(end)))))
 	}
@@ -542,54 +547,40 @@ func (st *soakState) take(ctx context.Context, began time.Time) soakSample {
 // scrape reads the projector's /metrics: each metric's value, summed over
 // its label sets.
 func (st *soakState) scrape(ctx context.Context) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.metrics, nil)
+	fams, err := scrapeFamilies(ctx, st.client, st.metrics)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := st.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", st.metrics, resp.Status)
-	}
-	return parseMetrics(resp.Body)
+	return sumFamilies(fams), nil
 }
 
 // parseMetrics reads Prometheus's text format: every sample's value,
 // summed by metric name over its labels.
 func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest := line, ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if strings.HasPrefix(rest, "{") {
-			j := strings.LastIndexByte(rest, '}')
-			if j < 0 {
-				return nil, fmt.Errorf("metrics: %q: unclosed labels", line)
-			}
-			rest = rest[j+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			return nil, fmt.Errorf("metrics: %q: no value", line)
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics: %q: %w", line, err)
-		}
-		out[name] += v
+	fams, err := parseFamilies(r)
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	return sumFamilies(fams), nil
+}
+
+// sumFamilies sums each counter, gauge or untyped family's values over its
+// label sets (histograms and summaries are read by stages).
+func sumFamilies(fams map[string]*dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				out[name] += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[name] += m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				out[name] += m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 // changelogBytes is the size of the stage's changelog topic, all

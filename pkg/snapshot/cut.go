@@ -49,7 +49,7 @@ func CutID(s string, limit int) (string, bool) {
 		return s, false
 	}
 	sum := sha256.Sum256([]byte(s))
-	h := hex.EncodeToString(sum[:])
+	h := hex.EncodeToString(sum[:(idHashLen+2)/2]) // the most digits a cut id has: 9, under 10 code points
 	if limit < idHashLen+2 {
 		return h[:max(limit, 0)], true
 	}

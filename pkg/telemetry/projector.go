@@ -51,6 +51,7 @@ type ProjectorMetrics struct {
 	restoreTime    prometheus.Histogram
 	groupStalls    prometheus.Counter
 	priorityStages *prometheus.HistogramVec
+	stageObs       [projector.NumPriorityStages]prometheus.Observer // priorityStages' series, by stage
 }
 
 // NewProjectorMetrics registers the projector's metrics on reg. events
@@ -124,7 +125,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.commits.WithLabelValues(r)
 	}
 	for s := range projector.NumPriorityStages {
-		m.priorityStages.WithLabelValues(s.String())
+		m.stageObs[s] = m.priorityStages.WithLabelValues(s.String())
 	}
 	for _, lane := range []topics.Lane{topics.LaneNormal, topics.LanePriority} {
 		m.wakes.WithLabelValues(string(lane))
@@ -205,7 +206,7 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 // its committed wake.
 func (m *ProjectorMetrics) PriorityCommitted(_ int32, stages projector.PriorityStages) {
 	for s, d := range stages {
-		m.priorityStages.WithLabelValues(projector.PriorityStage(s).String()).Observe(max(d, 0).Seconds())
+		m.stageObs[s].Observe(max(d, 0).Seconds())
 	}
 }
 

@@ -86,11 +86,12 @@ type Spec struct {
 // otherwise: a day, Kafka's own default.
 const DefaultTombstoneRetention = 24 * time.Hour
 
-// changelogSegment is the changelog's segment.ms at most: Apache Kafka's
-// cleaner never cleans a partition's active segment (rolled every 7 days by
-// default), so a tombstone could otherwise outlive its delete.retention.ms
-// by a week.
-const changelogSegment = time.Hour
+// ChangelogSegment is the changelog's segment.ms for a tombstone retention
+// (delete.retention.ms): an hour at most, and no longer than the retention.
+// Apache Kafka's cleaner never cleans a partition's active segment (rolled
+// every 7 days by default), so a tombstone could otherwise outlive its
+// delete.retention.ms by a week.
+func ChangelogSegment(tombstones time.Duration) time.Duration { return min(time.Hour, tombstones) }
 
 // SpecOption changes what Specs makes.
 type SpecOption func(*specOptions)
@@ -130,7 +131,7 @@ func (n Names) Specs(partitions int32, opts ...SpecOption) []Spec {
 		{Name: n.HumanInput(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": week}},
 		{Name: n.Changelog(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{
 			"cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
-			"delete.retention.ms": ms(o.tombstones), "segment.ms": ms(min(changelogSegment, o.tombstones))}},
+			"delete.retention.ms": ms(o.tombstones), "segment.ms": ms(ChangelogSegment(o.tombstones))}},
 		{Name: n.Wakes(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": day}},
 		{Name: n.PriorityWakes(), Partitions: partitions, CoPartitioned: true, Configs: map[string]string{"retention.ms": day}},
 		{Name: n.DeadLetter(), Partitions: partitions, Configs: map[string]string{"retention.ms": week}},
