@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -326,6 +327,11 @@ func (c Config) Validate() error {
 	if len(c.ProjectorSecret) > 0 {
 		if err := projector.CheckQuerySecret(c.ProjectorSecret); err != nil {
 			ps = append(ps, "ProjectorSecret: "+err.Error())
+		}
+	}
+	for _, h := range c.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "[]/ ") || strings.Contains(h, ":") && net.ParseIP(h) == nil {
+			ps = append(ps, fmt.Sprintf("AllowedHosts: %q; want a host name or an IP address, without brackets or a port", h))
 		}
 	}
 	if len(ps) > 0 {

@@ -19,13 +19,18 @@ import (
 const msg = `{"input_kind":"message","text":"hello"}`
 
 func TestConfigValidateListsEveryProblem(t *testing.T) {
-	err := Config{JWTKey: []byte("short"), MaxStreams: -1, ProjectorScheme: "ftp"}.Validate()
+	err := Config{JWTKey: []byte("short"), MaxStreams: -1, ProjectorScheme: "ftp", AllowedHosts: []string{"localhost", "::1", "[::1]", "localhost:8080"}}.Validate()
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("Validate: %v, want ErrConfig", err)
 	}
-	for _, want := range []string{"Brokers: required", "JWTKey: 5 bytes", "MaxStreams", "ProjectorScheme"} {
+	for _, want := range []string{"Brokers: required", "JWTKey: 5 bytes", "MaxStreams", "ProjectorScheme", `AllowedHosts: "[::1]"`, `AllowedHosts: "localhost:8080"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; does not mention %q", err, want)
+		}
+	}
+	for _, ok := range []string{`"localhost"`, `"::1"`} {
+		if strings.Contains(err.Error(), ok) {
+			t.Errorf("Validate: %v; refuses the valid host %s", err, ok)
 		}
 	}
 	if err := (Config{Brokers: []string{"x:1"}}).Validate(); err == nil || !strings.Contains(err.Error(), "JWTKey or TokenFile") {
