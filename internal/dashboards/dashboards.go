@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -45,6 +46,59 @@ const rate = "$__rate_interval"
 
 func q(expr, legend string) Query {
 	return Query{Expr: strings.ReplaceAll(expr, "RATE", rate), Legend: legend}
+}
+
+// Scope are the label matchers every series selector of every query
+// carries: the dashboards' job, namespace and instance variables, so that
+// one Prometheus holding several deployments shows one (or a chosen few) at
+// a time. Each variable's "All" is ".*", which also matches a series
+// without the label (a Prometheus outside Kubernetes has no namespace).
+const Scope = `job=~"$job", namespace=~"$namespace", instance=~"$instance"`
+
+// metricName finds the series names in canopy's queries: canopy's own and
+// the Go client's process_ and go_ series.
+var metricName = regexp.MustCompile(`\b(?:canopy|process|go)_[a-zA-Z0-9_]*`)
+
+// scope adds Scope to every series selector of expr.
+func scope(expr string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range metricName.FindAllStringIndex(expr, -1) {
+		b.WriteString(expr[last:m[1]])
+		last = m[1]
+		if strings.HasPrefix(expr[last:], "{") {
+			b.WriteString("{" + Scope + ", ")
+			last++
+		} else {
+			b.WriteString("{" + Scope + "}")
+		}
+	}
+	b.WriteString(expr[last:])
+	return b.String()
+}
+
+// variables are the dashboards' template variables: the data source, then
+// job, namespace and instance, each narrowing the next, each multi-valued
+// with an "All" of ".*". They list the values of series canopy exposes, so
+// a job without canopy in it is not offered.
+func variables() []any {
+	ds := map[string]any{"type": "prometheus", "uid": "${datasource}"}
+	v := func(name, label, selector string) map[string]any {
+		query := fmt.Sprintf("label_values(%s, %s)", selector, name)
+		return map[string]any{
+			"name": name, "label": label, "type": "query", "datasource": ds,
+			"query": map[string]any{"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
+			"definition": query, "refresh": 2, "sort": 1,
+			"multi": true, "includeAll": true, "allValue": ".*",
+			"current": map[string]any{"selected": true, "text": []string{"All"}, "value": []string{"$__all"}},
+		}
+	}
+	return []any{
+		map[string]any{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus"},
+		v("job", "Job", `{__name__=~"canopy_.+"}`),
+		v("namespace", "Namespace", `{__name__=~"canopy_.+", job=~"$job"}`),
+		v("instance", "Instance", `{__name__=~"canopy_.+", job=~"$job", namespace=~"$namespace"}`),
+	}
 }
 
 // quantiles are the p50, p99 and p99.9 of a histogram (or the quantiles
@@ -221,7 +275,8 @@ var All = []Dashboard{
 }
 
 // JSON renders d as a Grafana dashboard for file provisioning or the
-// sidecar: a data source variable, one row of two panels at a time.
+// sidecar: data source, job, namespace and instance variables, one row of
+// two panels at a time.
 func (d Dashboard) JSON() ([]byte, error) {
 	ds := map[string]any{"type": "prometheus", "uid": "${datasource}"}
 	panels := make([]any, 0, len(d.Panels))
@@ -229,7 +284,7 @@ func (d Dashboard) JSON() ([]byte, error) {
 		targets := make([]any, 0, len(p.Queries))
 		for j, qq := range p.Queries {
 			targets = append(targets, map[string]any{
-				"refId": string(rune('A' + j)), "expr": qq.Expr, "legendFormat": qq.Legend, "datasource": ds,
+				"refId": string(rune('A' + j)), "expr": scope(qq.Expr), "legendFormat": qq.Legend, "datasource": ds,
 			})
 		}
 		panels = append(panels, map[string]any{
@@ -244,9 +299,7 @@ func (d Dashboard) JSON() ([]byte, error) {
 		"uid": d.UID, "title": d.Title, "description": d.About, "tags": []string{"canopy"},
 		"schemaVersion": 39, "version": 1, "editable": true, "refresh": "30s", "timezone": "",
 		"time": map[string]string{"from": "now-1h", "to": "now"},
-		"templating": map[string]any{"list": []any{map[string]any{
-			"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-		}}},
+		"templating": map[string]any{"list": variables()},
 		"panels": panels,
 	}
 	var b bytes.Buffer
@@ -268,7 +321,10 @@ func Guide() []byte {
 	b.WriteString("ConfigMaps for Grafana's sidecar). Every query below is evaluated against a real Prometheus scraping canopy\n")
 	b.WriteString("in `make test` (internal/dashboards/prometheus_test.go), once storing classic histograms and once with\n")
 	b.WriteString("native histograms on: each quantile query reads native histograms or classic `_bucket` series, whichever\n")
-	b.WriteString("the server keeps. The alerts are in `deploy/helm/canopy/rules/`.\n")
+	b.WriteString("the server keeps. The alerts are in `deploy/helm/canopy/rules/`.\n\n")
+	b.WriteString("Each dashboard has `job`, `namespace` and `instance` variables (multi-valued, \"All\" by default), so that\n")
+	b.WriteString("one Prometheus can hold several deployments: every series selector below carries\n")
+	b.WriteString("`{" + Scope + "}` in the dashboard JSON (left out here to keep the queries readable).\n")
 	for _, d := range All {
 		fmt.Fprintf(&b, "\n## %s (`%s`)\n\n%s\n\n| Panel | Question it answers | Query |\n|---|---|---|\n", d.Title, d.File, d.About)
 		for _, p := range d.Panels {

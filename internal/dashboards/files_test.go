@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -82,9 +83,45 @@ func TestDashboardsAreGrafanaJSON(t *testing.T) {
 	}
 }
 
+// TestDashboardsAreScoped: every dashboard offers job, namespace and
+// instance variables, and every series selector of every query carries
+// them, so that one Prometheus can hold several deployments.
+func TestDashboardsAreScoped(t *testing.T) {
+	for _, d := range loadDashboards(t) {
+		var names []string
+		for _, v := range d.Templating.List {
+			names = append(names, v.Name)
+			if v.Type == "query" && (!v.IncludeAll || v.AllValue != ".*" || !v.Multi) {
+				t.Errorf("%s: variable %s: includeAll %v, allValue %q, multi %v; want true, \".*\", true", d.UID, v.Name, v.IncludeAll, v.AllValue, v.Multi)
+			}
+		}
+		if !slices.Equal(names, []string{"datasource", "job", "namespace", "instance"}) {
+			t.Errorf("%s: variables %v, want datasource, job, namespace, instance", d.UID, names)
+		}
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				series := len(seriesName.FindAllString(tg.Expr, -1))
+				if scoped := strings.Count(tg.Expr, dashboards.Scope); series == 0 || scoped != series {
+					t.Errorf("%s / %s / %s: %d series selectors, %d scoped: %s", d.UID, p.Title, tg.RefID, series, scoped, tg.Expr)
+				}
+			}
+		}
+	}
+}
+
+// seriesName finds series names in a query, written independently of the
+// package's own pattern.
+var seriesName = regexp.MustCompile(`(?:^|[^a-zA-Z0-9_:])(?:canopy|process|go)_[a-z0-9_]+`)
+
 type grafanaDashboard struct {
 	UID, Title string
-	Panels     []struct {
+	Templating struct {
+		List []struct {
+			Name, Type, AllValue string
+			IncludeAll, Multi    bool
+		}
+	}
+	Panels []struct {
 		ID                 int
 		Title, Description string
 		Targets            []struct{ Expr, RefID string }
@@ -115,13 +152,15 @@ func loadDashboards(t *testing.T) []grafanaDashboard {
 
 // panelQueries are every panel query of every committed dashboard, by
 // "dashboard / panel / refId", with Grafana's rate window replaced by
-// window.
-func panelQueries(t *testing.T, window string) map[string]string {
+// window and the job, namespace and instance variables by job (".*" is
+// what Grafana's "All" gives).
+func panelQueries(t *testing.T, window, job string) map[string]string {
+	r := strings.NewReplacer("$__rate_interval", window, "$job", job, "$namespace", ".*", "$instance", ".*")
 	out := map[string]string{}
 	for _, d := range loadDashboards(t) {
 		for _, p := range d.Panels {
 			for _, tg := range p.Targets {
-				out[d.UID+" / "+p.Title+" / "+tg.RefID] = strings.ReplaceAll(tg.Expr, "$__rate_interval", window)
+				out[d.UID+" / "+p.Title+" / "+tg.RefID] = r.Replace(tg.Expr)
 			}
 		}
 	}

@@ -159,7 +159,7 @@ scrape_configs:
 	second.join(t, ctx)
 	second.leave(t)
 
-	queries := panelQueries(t, window)
+	queries := panelQueries(t, window, ".*")
 	for _, r := range recordingRules(t) {
 		queries["rule "+r] = r
 	}
@@ -208,6 +208,28 @@ scrape_configs:
 		}
 		checkRuleHealth(t, srv)
 		checkAlerts(t, srv, alertRules)
+	}
+	// What canopy exposes passes promtool's lint (make test runs this;
+	// kprom's buffered gauges named *_total failed it).
+	for _, addr := range []string{metricsAddr, second.metricsAddr} {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := exec.Command(testenv.Tool(t, "promtool"), "check", "metrics")
+		check.Stdin = resp.Body
+		out, err := check.CombinedOutput()
+		resp.Body.Close()
+		if err != nil {
+			t.Errorf("promtool check metrics on %s: %v\n%s", addr, err, out)
+		}
+	}
+	// The job variable narrows every panel: another deployment's job
+	// shows none of this one's series.
+	for n, expr := range panelQueries(t, window, "another-deployment") {
+		if res, msg := instant(t, servers[0].api, expr); msg != "" || len(res) > 0 {
+			t.Errorf("%s with job=~\"another-deployment\": %d samples (%s), want none\n  query: %s", n, len(res), msg, expr)
+		}
 	}
 	// Each server stored the kind of histogram it is there for, so that
 	// each kind of query was really exercised.
@@ -282,7 +304,7 @@ func check(t *testing.T, api, expr string, zeroAllowed bool) string {
 }
 
 // histogramMetric finds the histograms a query takes quantiles of.
-var histogramMetric = regexp.MustCompile(`histogram_quantile\([0-9.]+, sum(?: by \([^)]*\))? \(rate\(([a-z_:]+?)(?:_bucket)?\[`)
+var histogramMetric = regexp.MustCompile(`histogram_quantile\([0-9.]+, sum(?: by \([^)]*\))? \(rate\(([a-z_:]+?)(?:_bucket)?(?:\{[^}]*\})?\[`)
 
 // sample is one element of an instant vector.
 type sample struct {
