@@ -2,9 +2,11 @@ package telemetry
 
 import (
 	"errors"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
@@ -37,12 +39,14 @@ func KafkaHooks(reg prometheus.Registerer) func(role string) []kgo.Hook {
 
 // clientRegisterer is the prometheus.Registerer of KafkaHooks: the newest
 // client's collector wins a name, and only the collectors it registered
-// itself can be unregistered through it.
+// itself can be unregistered through it. It also renames kprom's buffered
+// records gauges (below).
 type clientRegisterer struct {
 	reg prometheus.Registerer
 
-	mu   sync.Mutex
-	live map[prometheus.Collector]struct{} // registered through r and not displaced
+	mu      sync.Mutex
+	live    map[prometheus.Collector]struct{}             // registered through r and not displaced
+	renamed map[prometheus.Collector]prometheus.Collector // kprom's collector -> what r registered for it
 }
 
 // Register registers c, unregistering an equal collector that an earlier
@@ -50,6 +54,10 @@ type clientRegisterer struct {
 func (r *clientRegisterer) Register(c prometheus.Collector) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	orig := c
+	if g, ok := renameGauge(c); ok {
+		c = g
+	}
 	err := r.reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
@@ -63,6 +71,12 @@ func (r *clientRegisterer) Register(c prometheus.Collector) error {
 		return err
 	}
 	r.live[c] = struct{}{}
+	if c != orig {
+		if r.renamed == nil {
+			r.renamed = make(map[prometheus.Collector]prometheus.Collector)
+		}
+		r.renamed[orig] = c
+	}
 	return nil
 }
 
@@ -83,9 +97,103 @@ func (r *clientRegisterer) MustRegister(cs ...prometheus.Collector) {
 func (r *clientRegisterer) Unregister(c prometheus.Collector) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if g, ok := r.renamed[c]; ok {
+		delete(r.renamed, c)
+		c = g
+	}
 	if _, ok := r.live[c]; !ok {
 		return false
 	}
 	delete(r.live, c)
 	return r.reg.Unregister(c)
+}
+
+// renameGauge gives kprom's buffered records gauges
+// (*_buffered_produce_records_total, *_buffered_fetch_records_total) a
+// gauge's name, without the counter suffix _total, which makes promtool
+// check metrics fail and PromQL users reach for rate(): c is served as
+// canopy_kafka_buffered_produce_records and
+// canopy_kafka_buffered_fetch_records. Any other collector is left alone.
+func renameGauge(c prometheus.Collector) (prometheus.Collector, bool) {
+	descs := make(chan *prometheus.Desc, 4)
+	c.Describe(descs)
+	close(descs)
+	var name string
+	for d := range descs {
+		// Desc exposes its name only through String: fqName: "...".
+		s := d.String()
+		i := strings.Index(s, `fqName: "`)
+		if i < 0 {
+			return nil, false
+		}
+		s = s[i+len(`fqName: "`):]
+		if j := strings.IndexByte(s, '"'); j >= 0 {
+			s = s[:j]
+		}
+		if name != "" || !strings.Contains(s, "_buffered_") || !strings.HasSuffix(s, "_records_total") {
+			return nil, false
+		}
+		name = s
+	}
+	if name == "" {
+		return nil, false
+	}
+	return &gaugeRename{c: c, name: strings.TrimSuffix(name, "_total")}, true
+}
+
+// gaugeRename serves the one gauge c collects under name, with the gauge's
+// labels.
+type gaugeRename struct {
+	c    prometheus.Collector
+	name string
+
+	once sync.Once
+	desc *prometheus.Desc
+}
+
+// collect reads c's gauge.
+func (g *gaugeRename) collect() (float64, prometheus.Labels, bool) {
+	ms := make(chan prometheus.Metric, 1)
+	go func() { g.c.Collect(ms); close(ms) }()
+	var (
+		v      float64
+		labels prometheus.Labels
+		ok     bool
+	)
+	for m := range ms {
+		var d dto.Metric
+		if m.Write(&d) != nil || d.Gauge == nil {
+			continue
+		}
+		v, labels, ok = d.Gauge.GetValue(), prometheus.Labels{}, true
+		for _, l := range d.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+	}
+	return v, labels, ok
+}
+
+// describe builds the renamed Desc, with c's labels as constant labels, the
+// first time it is needed.
+func (g *gaugeRename) describe() *prometheus.Desc {
+	g.once.Do(func() {
+		_, labels, _ := g.collect()
+		what := "produced"
+		if strings.Contains(g.name, "_fetch_") {
+			what = "consumed"
+		}
+		g.desc = prometheus.NewDesc(g.name, "Records buffered within the client ready to be "+what, nil, labels)
+	})
+	return g.desc
+}
+
+// Describe implements prometheus.Collector.
+func (g *gaugeRename) Describe(ch chan<- *prometheus.Desc) { ch <- g.describe() }
+
+// Collect implements prometheus.Collector.
+func (g *gaugeRename) Collect(ch chan<- prometheus.Metric) {
+	desc := g.describe()
+	if v, _, ok := g.collect(); ok {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v)
+	}
 }
