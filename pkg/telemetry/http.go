@@ -8,11 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// NewRegistry is a registry with the Go runtime and process collectors,
-// the base of every canopy binary's /metrics.
+// NewRegistry is a registry with the Go runtime and process collectors and
+// canopy_build_info, the base of every canopy binary's /metrics.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(ReadBuild()))
 	return reg
 }
 
