@@ -6,6 +6,7 @@
 #   kcat, python3-confluent-kafka  foreign Kafka clients of the interop tests
 #   prometheus (with promtool)     the real server the dashboard tests query
 #   helm                           renders and lints deploy/helm (bin/tools)
+#   kube-score                     checks the rendered chart (bin/tools)
 #   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
 #                                  package-lock.json) check the TypeScript example
 #   a JDK and Maven + tools/kafka/lib  Apache Kafka's broker, the version pinned
@@ -18,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HELM_VERSION=${HELM_VERSION:-v3.19.0}
+KUBE_SCORE_VERSION=${KUBE_SCORE_VERSION:-v1.20.0}
 TOOLS_BIN=${TOOLS_BIN:-$PWD/bin/tools}
 
 apt_pkgs=()
@@ -42,6 +44,11 @@ fi
 if ! [ -x "$TOOLS_BIN/helm" ] && ! command -v helm >/dev/null 2>&1; then
 	echo "tools: building helm $HELM_VERSION from the Go module proxy"
 	GOBIN="$TOOLS_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+
+if ! [ -x "$TOOLS_BIN/kube-score" ] && ! command -v kube-score >/dev/null 2>&1; then
+	echo "tools: building kube-score $KUBE_SCORE_VERSION from the Go module proxy"
+	GOBIN="$TOOLS_BIN" go install "github.com/zegl/kube-score/cmd/kube-score@$KUBE_SCORE_VERSION"
 fi
 
 if ! [ -x examples/typescript/node_modules/.bin/tsc ]; then

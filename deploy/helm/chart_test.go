@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -385,7 +386,7 @@ func TestSecurityContexts(t *testing.T) {
 					if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0 {
 						t.Errorf("%s: want capabilities drop ALL, add none", where)
 					}
-					for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+					for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
 						if _, ok := c.Resources.Requests[res]; !ok {
 							t.Errorf("%s: no %s request", where, res)
 						}
@@ -393,6 +394,37 @@ func TestSecurityContexts(t *testing.T) {
 							t.Errorf("%s: no %s limit", where, res)
 						}
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestEphemeralStorageCoversEmptyDirs: every emptyDir has a sizeLimit, and
+// the pod's ephemeral-storage limit (its containers' sum) is above their
+// total, so that the kubelet evicts on the volume's limit, which says what
+// grew, not on the pod's. With persistence off the Pebble state is one of
+// them.
+func TestEphemeralStorageCoversEmptyDirs(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			for name, p := range template(t, vs.args...).podTemplates(t) {
+				var dirs, limit resource.Quantity
+				for _, v := range p.Spec.Volumes {
+					if v.EmptyDir == nil {
+						continue
+					}
+					if v.EmptyDir.SizeLimit == nil {
+						t.Errorf("%s: emptyDir %s has no sizeLimit", name, v.Name)
+						continue
+					}
+					dirs.Add(*v.EmptyDir.SizeLimit)
+				}
+				for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+					limit.Add(c.Resources.Limits[corev1.ResourceEphemeralStorage])
+				}
+				if limit.Cmp(dirs) <= 0 {
+					t.Errorf("%s: ephemeral-storage limit %s, not above its emptyDirs' %s", name, limit.String(), dirs.String())
 				}
 			}
 		})
