@@ -39,9 +39,10 @@ type EnvAlias struct {
 
 // Parse parses args into fs and then sets every flag the command line did
 // not set from its variable (Apply). Before parsing it adds the variable's
-// name to each flag's usage, so that -h lists them. It returns the
-// deprecated variables that were used (EnvAlias), for the command to warn
-// about.
+// name to each flag's usage, so that -h lists them. Like fs.Parse it
+// reports an error on fs.Output() too, prefixed with fs.Name(), so a
+// command only has to exit. It returns the deprecated variables that were
+// used (EnvAlias), for the command to warn about.
 func Parse(fs *flag.FlagSet, args []string, aliases ...EnvAlias) (deprecated []string, err error) {
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, ok := f.Value.(*aliasValue); !ok && !strings.Contains(f.Usage, Var(f.Name)) {
@@ -51,7 +52,11 @@ func Parse(fs *flag.FlagSet, args []string, aliases ...EnvAlias) (deprecated []s
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	return Apply(fs, aliases...)
+	deprecated, err = Apply(fs, aliases...)
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+	}
+	return deprecated, err
 }
 
 // Apply sets every flag of fs not set on the command line from its
