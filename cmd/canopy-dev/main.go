@@ -24,6 +24,10 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// flagsParsed, set by tests only, receives each command's flag set once
+// its flags and variables are parsed; the command then returns 0 at once.
+var flagsParsed func(*flag.FlagSet)
+
 // run parses args and runs the whole until a signal or -duration.
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("canopy-dev", flag.ContinueOnError)
@@ -46,6 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	)
 	if _, err := flagenv.Parse(fs, args); err != nil {
 		return 2
+	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
 	}
 	if *runs < 1 || *nodes < 2 || *rate <= 0 || *partitions < 1 || (*kafka != "kfake" && *kafka != "real") {
 		fmt.Fprintln(stderr, "canopy-dev: want -runs >= 1, -nodes >= 2, -rate > 0, -partitions >= 1, -kafka kfake or real")

@@ -88,6 +88,10 @@ func (f *flags) register(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.check, "check-config", false, "validate the flags and CANOPY_* variables (files they name included) and exit: 0 if valid, 2 if not; connects to nothing")
 }
 
+// flagsParsed, set by tests only, receives each command's flag set once
+// its flags and variables are parsed; the command then returns 0 at once.
+var flagsParsed func(*flag.FlagSet)
+
 // parseOptions is the configuration from the command line and the
 // environment, every problem reported at once. ok is false when the
 // command must exit 2 (it printed why).
@@ -99,6 +103,11 @@ func parseOptions(args []string, stderr io.Writer) (o options, ok bool) {
 	deprecated, err := flagenv.Parse(fs, args, kafkaconn.EnvAliases...)
 	if err != nil {
 		return o, false
+	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		o.check = true // run returns 0 without serving
+		return o, true
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {

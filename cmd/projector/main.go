@@ -61,6 +61,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 }
 
+// flagsParsed, set by tests only, receives each command's flag set once
+// its flags and variables are parsed; the command then returns 0 at once.
+var flagsParsed func(*flag.FlagSet)
+
 func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -77,6 +81,10 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if _, err := flagenv.Parse(fs, args); err != nil {
 		return 2
+	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "projector replay: unexpected argument %q: events are read from stdin\n", fs.Arg(0))

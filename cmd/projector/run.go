@@ -86,6 +86,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	if err != nil {
 		return 2
 	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "projector run: -log-level %q: want debug, info, warn or error\n", *logLevel)
@@ -239,6 +243,10 @@ func createTopics(args []string, stderr io.Writer) int {
 	check := checkConfigFlag(fs)
 	if _, err := flagenv.Parse(fs, args, kafkaconn.EnvAliases...); err != nil {
 		return 2
+	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
 	}
 	if err := k.Names().Validate(); err != nil || len(k.BrokerList()) == 0 || *partitions < 1 {
 		fmt.Fprintf(stderr, "projector create-topics: want -brokers, a valid -topic-prefix and -partitions >= 1 (%v)\n", err)
