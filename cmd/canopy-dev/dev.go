@@ -41,8 +41,8 @@ type devOptions struct {
 	maxHotNodes           int
 	maxHotPerRun          int
 	duration              time.Duration // stop after this long; 0: on a signal
-	kafka                 string   // kfake or real: the broker to start
-	brokers               []string // a Kafka to use instead
+	kafka                 string        // kfake or real: the broker to start
+	brokers               []string      // a Kafka to use instead
 }
 
 // devToken is the bearer token of `make run`'s gateway: every run, on
