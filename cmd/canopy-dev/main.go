@@ -18,6 +18,7 @@ import (
 	"os"
 
 	"github.com/canopy-dev/canopy/internal/flagenv"
+	"github.com/canopy-dev/canopy/internal/projector"
 )
 
 func main() {
@@ -41,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		dataDir    = fs.String("data-dir", "", "keep the projector's state here (default: a temporary directory)")
 		httpAddr   = fs.String("http-addr", "127.0.0.1:8081", "the projector's query endpoint (loopback)")
 		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
-		memtableMB = fs.Float64("memtable-mb", 32, "size of each of the projector's Pebble memtables, in MiB")
+		memtableMB = fs.Float64("memtable-mb", float64(projector.DefaultMemTableSize)/(1<<20), "size of each of the projector's Pebble memtables, in MiB")
 		maxHot     = fs.Int("max-hot-nodes", 0, "nodes the projector keeps in memory per partition (default: run's default); a small value shows eviction")
 		maxHotRun  = fs.Int("max-hot-nodes-per-run", 0, "nodes of one run the projector keeps in memory (default: run's default); a small value shows nodes read back")
 		kafka      = fs.String("kafka", "kfake", "the broker to start: kfake (embedded, instant) or real (Apache Kafka from tools/kafka/lib,\n"+
