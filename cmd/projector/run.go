@@ -32,56 +32,9 @@ import (
 func runProjector(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var k kafkaconn.Flags
-	k.Register(fs)
-	kafkaconn.RegisterTLSAliases(fs)
-	var cfg projector.Config
-	fs.StringVar(&cfg.Group, "group", projector.DefaultGroup, "consumer group of the projector instances")
-	fs.Int64Var(&cfg.ReadyLag, "ready-lag", projector.DefaultReadyLag, "records a partition may be behind its input for /readyz to say ready")
-	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group instance id, e.g. the pod name")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the projector's Pebble state")
-	fs.IntVar(&cfg.Chunk, "chunk", projector.DefaultChunk, "agent records applied between looks at the human input lane")
-	fs.IntVar(&cfg.MaxBatch, "max-batch", projector.DefaultMaxBatch, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
-	memtableMB := fs.Float64("memtable-mb", float64(projector.DefaultMemTableSize)/(1<<20), "size of each of Pebble's two memtables, in MiB")
-	cfg.MemoryLimit = projector.DefaultMemoryLimit
-	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit",
-		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
-			"to 90% of it less Pebble's memtables and block cache, unless GOMEMLIMIT is set")
-	fs.IntVar(&cfg.MaxPending, "max-pending", projector.DefaultMaxPending, "fetched agent records waiting per partition before its fetching pauses")
-	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", projector.DefaultSessionTimeout, "consumer group session timeout")
-	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", projector.DefaultRebalanceTimeout, "how long the group's coordinator waits for members to rejoin in a rebalance")
-	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0,
-		"how long the group may give this instance no assignment while the brokers answer before it rejoins as a fresh member\n"+
-			"(default twice -rebalance-timeout)")
-	fs.StringVar(&cfg.GroupProtocol, "group-protocol", projector.GroupProtocolClassic,
-		"consumer group protocol: classic, or consumer (KIP-848, Apache Kafka 4.0+; -session-timeout is then set as the group's\n"+
-			"consumer.session.timeout.ms, within the broker's bounds)")
-	transactions := fs.Bool("transactions", true,
-		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once")
-	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", projector.DefaultTransactionTimeout, "how long a transaction may stay open before the broker aborts it")
-	fs.BoolVar(&cfg.Standby, "standby", false, "keep warm copies of the partitions this instance does not own, for fast failover")
-	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "",
-		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
-			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081")
-	var httpAddr optionalString
-	fs.Var(&httpAddr, "http-addr",
-		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
-			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback")
-	querySecretFile := fs.String("query-secret-file", "",
-		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
-			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open")
-	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", projection.DefaultMaxHotNodes, "nodes kept in memory per partition; colder runs are read back from Pebble")
-	fs.IntVar(&cfg.Projection.MaxHotNodesPerRun, "max-hot-nodes-per-run", projection.DefaultMaxHotNodesPerRun,
-		"nodes of one run kept in memory: a larger run keeps those it used last and reads the others back from Pebble when needed")
-	fs.DurationVar(&cfg.Projection.Retention, "retention", projector.DefaultRetention,
-		"how long a finished run (root terminal, no open request, lease or timer) is kept after its last event; then its\n"+
-			"state is deleted and reads and events for it are answered as expired for as long again. 0 keeps runs for ever")
-	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
-		"applied events each run keeps for history windows (state: give every instance the same)")
-	addProjectionFlags(fs, &cfg.Projection)
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
-	check := checkConfigFlag(fs)
+	var f runFlags
+	f.register(fs)
+	cfg := &f.cfg
 	deprecated, err := flagenv.Parse(fs, args, kafkaconn.EnvAliases...)
 	if err != nil {
 		return 2
@@ -91,30 +44,30 @@ func runProjector(args []string, stderr io.Writer) int {
 		return 0
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "projector run: -log-level %q: want debug, info, warn or error\n", *logLevel)
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "projector run: -log-level %q: want debug, info, warn or error\n", f.logLevel)
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	warnDeprecated(cfg.Logger, deprecated)
-	cfg.Brokers, cfg.Names = k.BrokerList(), k.Names()
-	cfg.AtLeastOnce = !*transactions
-	cfg.MemTableSize = int(*memtableMB * (1 << 20))
-	if cfg.TLS, err = k.TLSConfig(); err == nil {
-		cfg.SASL, err = k.SASL()
+	cfg.Brokers, cfg.Names = f.k.BrokerList(), f.k.Names()
+	cfg.AtLeastOnce = !f.transactions
+	cfg.MemTableSize = int(f.memtableMB * (1 << 20))
+	if cfg.TLS, err = f.k.TLSConfig(); err == nil {
+		cfg.SASL, err = f.k.SASL()
 	}
 	if err == nil {
 		err = cfg.Validate()
 	}
 	var endpoint projector.QueryEndpoint
 	if err == nil {
-		endpoint, err = queryEndpoint(httpAddr, *querySecretFile)
+		endpoint, err = queryEndpoint(f.httpAddr, f.querySecretFile)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
 	}
-	if *check {
+	if *f.check {
 		return checkedConfig(stderr, "projector run", "canopy-projector", fs, kafkaconn.EnvAliases...)
 	}
 	// The Go runtime's soft limit: the collector works harder as the heap
@@ -124,10 +77,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.GoMemLimit())
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if f.cpuProfile != "" {
+		prof, err := os.Create(f.cpuProfile)
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			err = pprof.StartCPUProfile(prof)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "projector run: -cpu-profile: %v\n", err)
@@ -135,7 +88,7 @@ func runProjector(args []string, stderr io.Writer) int {
 		}
 		// Written when the run ends (SIGTERM, SIGINT), after every actor
 		// has stopped.
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		defer func() { pprof.StopCPUProfile(); prof.Close() }()
 	}
 	// The group's actors, in their stop order (lifecycle's package doc):
 	// readiness off first, then the projector (it finishes and commits its
@@ -146,7 +99,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	var ready lifecycle.Readiness
 	g.Add(ready.Actor())
 	ctx := context.Background()
-	in, err := instrument(ctx, &cfg)
+	in, err := instrument(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
@@ -154,7 +107,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	defer in.shutdown()
 	qs := projector.NewQueryServer()
 	qs.Secret = endpoint.Secret
-	g.Add(projectorActor(cfg, qs, in))
+	g.Add(projectorActor(*cfg, qs, in))
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.
@@ -175,6 +128,69 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger.Info("projector stopped")
 	return 0
+}
+
+// runFlags are projector run's flags; register binds them, with their
+// defaults from projector's and projection's Default* constants.
+type runFlags struct {
+	k                                     kafkaconn.Flags
+	cfg                                   projector.Config
+	memtableMB                            float64
+	transactions                          bool
+	httpAddr                              optionalString
+	querySecretFile, logLevel, cpuProfile string
+	check                                 *bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.k.Register(fs)
+	kafkaconn.RegisterTLSAliases(fs)
+	cfg := &f.cfg
+	fs.StringVar(&cfg.Group, "group", projector.DefaultGroup, "consumer group of the projector instances")
+	fs.Int64Var(&cfg.ReadyLag, "ready-lag", projector.DefaultReadyLag, "records a partition may be behind its input for /readyz to say ready")
+	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group instance id, e.g. the pod name")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the projector's Pebble state")
+	fs.IntVar(&cfg.Chunk, "chunk", projector.DefaultChunk, "agent records applied between looks at the human input lane")
+	fs.IntVar(&cfg.MaxBatch, "max-batch", projector.DefaultMaxBatch, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
+	fs.Float64Var(&f.memtableMB, "memtable-mb", float64(projector.DefaultMemTableSize)/(1<<20), "size of each of Pebble's two memtables, in MiB")
+	cfg.MemoryLimit = projector.DefaultMemoryLimit
+	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit",
+		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
+			"to 90% of it less Pebble's memtables and block cache, unless GOMEMLIMIT is set")
+	fs.IntVar(&cfg.MaxPending, "max-pending", projector.DefaultMaxPending, "fetched agent records waiting per partition before its fetching pauses")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", projector.DefaultSessionTimeout, "consumer group session timeout")
+	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", projector.DefaultRebalanceTimeout, "how long the group's coordinator waits for members to rejoin in a rebalance")
+	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0,
+		"how long the group may give this instance no assignment while the brokers answer before it rejoins as a fresh member\n"+
+			"(default twice -rebalance-timeout)")
+	fs.StringVar(&cfg.GroupProtocol, "group-protocol", projector.GroupProtocolClassic,
+		"consumer group protocol: classic, or consumer (KIP-848, Apache Kafka 4.0+; -session-timeout is then set as the group's\n"+
+			"consumer.session.timeout.ms, within the broker's bounds)")
+	fs.BoolVar(&f.transactions, "transactions", true,
+		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once")
+	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", projector.DefaultTransactionTimeout, "how long a transaction may stay open before the broker aborts it")
+	fs.BoolVar(&cfg.Standby, "standby", false, "keep warm copies of the partitions this instance does not own, for fast failover")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "",
+		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
+			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081")
+	fs.Var(&f.httpAddr, "http-addr",
+		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
+			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback")
+	fs.StringVar(&f.querySecretFile, "query-secret-file", "",
+		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
+			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open")
+	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", projection.DefaultMaxHotNodes, "nodes kept in memory per partition; colder runs are read back from Pebble")
+	fs.IntVar(&cfg.Projection.MaxHotNodesPerRun, "max-hot-nodes-per-run", projection.DefaultMaxHotNodesPerRun,
+		"nodes of one run kept in memory: a larger run keeps those it used last and reads the others back from Pebble when needed")
+	fs.DurationVar(&cfg.Projection.Retention, "retention", projector.DefaultRetention,
+		"how long a finished run (root terminal, no open request, lease or timer) is kept after its last event; then its\n"+
+			"state is deleted and reads and events for it are answered as expired for as long again. 0 keeps runs for ever")
+	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
+		"applied events each run keeps for history windows (state: give every instance the same)")
+	addProjectionFlags(fs, &cfg.Projection)
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
+	f.check = checkConfigFlag(fs)
 }
 
 // projectorActor runs the projector, restarting it as projector.Serve
