@@ -114,7 +114,8 @@ func TestAliases(t *testing.T) {
 	if dep, err := Parse(fs, []string{"-old-standby=false"}, EnvAlias{Var: "CANOPY_LEGACY_STANDBY", Flag: "standby"}); err != nil || *b || dep != nil {
 		t.Errorf("alias on the command line: %v %v %v, want false and no variable read", *b, dep, err)
 	}
-	if u := Unknown(fs, EnvAlias{Var: "CANOPY_LEGACY_STANDBY", Flag: "standby"}); !slices.Equal(u, []string{"CANOPY_OLD_FOO"}) {
+	if u := Unknown(fs, EnvAlias{Var: "CANOPY_LEGACY_STANDBY", Flag: "standby"}); !slices.Contains(u, "CANOPY_OLD_FOO") ||
+		slices.Contains(u, "CANOPY_LEGACY_STANDBY") || slices.Contains(u, "CANOPY_STANDBY") {
 		t.Errorf("Unknown = %v, want the alias flag's would-be variable", u)
 	}
 }
