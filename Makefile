@@ -24,7 +24,7 @@ build:
 # trees with a human typing into them; every wake is printed as it is
 # published (WAKE! marks the priority lane). Ctrl-C stops it.
 run: build
-	$(BIN)/projector dev $(RUNFLAGS)
+	$(BIN)/canopy-dev $(RUNFLAGS)
 
 # test is what CI runs (.ci/run): formatting, vet, and every test with the
 # race detector, the checked-in fuzz corpora included; the broker-matrix

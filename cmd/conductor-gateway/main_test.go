@@ -34,10 +34,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestFlagsReportEveryProblem: a bad command line names each thing to fix.
 func TestFlagsReportEveryProblem(t *testing.T) {
 	var stderr bytes.Buffer
-	if code := run(context.Background(), []string{"-sasl-mechanism", "KERBEROS", "-tls-cert", "x"}, &stderr, nil); code != 2 {
+	if code := run(context.Background(), []string{"-sasl-mechanism", "KERBEROS", "-http-tls-cert", "x"}, &stderr, nil); code != 2 {
 		t.Fatalf("exit %d, want 2", code)
 	}
-	for _, want := range []string{"Brokers: required", "JWTKey or TokenFile", "-sasl-mechanism", "-tls-cert and -tls-key"} {
+	for _, want := range []string{"Brokers: required", "JWTKey or TokenFile", "-sasl-mechanism", "-http-tls-cert and -http-tls-key"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr %q does not mention %q", stderr.String(), want)
 		}

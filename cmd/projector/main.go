@@ -1,11 +1,13 @@
 // Command projector is canopy's stream processor. Its subcommands:
 //
-//	projector run [flags]                      one projector instance (flags or CANOPY_* env)
+//	projector run [flags]                      one projector instance
 //	projector create-topics [flags]            create canopy's topics, co-partitioned
-//	projector dev [flags]                      embedded broker, projector and demo workload
 //	projector replay [flags] < events.jsonl    project a file of events and print the wakes
 //
-// See the README and docs/ for the whole picture.
+// Every flag -foo-bar of every subcommand is also read from the variable
+// CANOPY_FOO_BAR (internal/flagenv); the command line wins. The embedded
+// broker of `make run` is not in this binary: it is cmd/canopy-dev's. See
+// the README and docs/ for the whole picture.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
@@ -25,12 +28,12 @@ const usage = `usage: projector <command> [flags]
 commands:
   run            run a projector instance against Kafka
   create-topics  create canopy's topics, co-partitioned
-  dev            start an embedded broker on loopback, the projector and a
-                 demo workload, and print wakes as they are published
   replay         read newline-delimited events on stdin, write the wakes the
                  projector would publish for them on stdout, one per line
 
-Run "projector <command> -h" for a command's flags.
+Run "projector <command> -h" for a command's flags. Every flag -foo-bar is
+also read from the variable CANOPY_FOO_BAR. The embedded broker and demo
+of "make run" are the canopy-dev command's.
 `
 
 func main() {
@@ -49,8 +52,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runProjector(args[1:], stderr)
 	case "create-topics":
 		return createTopics(args[1:], stderr)
-	case "dev":
-		return runDev(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -59,6 +60,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 }
+
+// flagsParsed, set by tests only, receives each command's flag set once
+// its flags and variables are parsed; the command then returns 0 at once.
+var flagsParsed func(*flag.FlagSet)
 
 func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
@@ -74,8 +79,12 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "usage: projector replay [flags] < events.jsonl\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if _, err := flagenv.Parse(fs, args); err != nil {
 		return 2
+	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "projector replay: unexpected argument %q: events are read from stdin\n", fs.Arg(0))

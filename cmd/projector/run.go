@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,117 +9,66 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
+	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// env is kafkaconn.Env: every flag of the command has a CANOPY_* variable.
-var env = kafkaconn.Env
-
 // runProjector is "projector run": one projector instance until SIGTERM or
 // SIGINT, then a graceful stop (finish the batch, commit, leave the group).
+// Every flag -foo-bar has its variable CANOPY_FOO_BAR (flagenv).
 func runProjector(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var k kafkaconn.Flags
-	k.Register(fs, "")
-	var cfg projector.Config
-	fs.StringVar(&cfg.Group, "group", env("CANOPY_GROUP", "canopy-projector"), "consumer group of the projector instances (CANOPY_GROUP)")
-	fs.Int64Var(&cfg.ReadyLag, "ready-lag", 10000, "records a partition may be behind its input for /readyz to say ready (CANOPY_READY_LAG)")
-	fs.StringVar(&cfg.InstanceID, "instance-id", env("CANOPY_INSTANCE_ID", ""), "static group instance id, e.g. the pod name (CANOPY_INSTANCE_ID)")
-	fs.StringVar(&cfg.DataDir, "data-dir", env("CANOPY_DATA_DIR", ""), "directory of the projector's Pebble state (CANOPY_DATA_DIR)")
-	fs.IntVar(&cfg.Chunk, "chunk", 500, "agent records applied between looks at the human input lane")
-	fs.IntVar(&cfg.MaxBatch, "max-batch", 5000, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
-	memtableMB := fs.Float64("memtable-mb", 32, "size of each of Pebble's two memtables, in MiB")
-	cfg.MemoryLimit = projector.DefaultMemoryLimit
-	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit",
-		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
-			"to 90% of it less Pebble's memtables and block cache, unless GOMEMLIMIT is set (CANOPY_MEMORY_LIMIT)")
-	fs.IntVar(&cfg.MaxPending, "max-pending", 20000, "fetched agent records waiting per partition before its fetching pauses")
-	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 6*time.Second, "consumer group session timeout")
-	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", 60*time.Second, "how long the group's coordinator waits for members to rejoin in a rebalance")
-	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0,
-		"how long the group may give this instance no assignment while the brokers answer before it rejoins as a fresh member\n"+
-			"(default twice -rebalance-timeout)")
-	fs.StringVar(&cfg.GroupProtocol, "group-protocol", env("CANOPY_GROUP_PROTOCOL", projector.GroupProtocolClassic),
-		"consumer group protocol: classic, or consumer (KIP-848, Apache Kafka 4.0+; -session-timeout is then set as the group's\n"+
-			"consumer.session.timeout.ms, within the broker's bounds) (CANOPY_GROUP_PROTOCOL)")
-	transactions := fs.Bool("transactions", env("CANOPY_TRANSACTIONS", "true") != "false",
-		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once (CANOPY_TRANSACTIONS)")
-	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", 60*time.Second, "how long a transaction may stay open before the broker aborts it")
-	fs.BoolVar(&cfg.Standby, "standby", env("CANOPY_STANDBY", "") == "true",
-		"keep warm copies of the partitions this instance does not own, for fast failover (CANOPY_STANDBY=true)")
-	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", env("CANOPY_ADVERTISE_ADDR", ""),
-		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
-			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081 (CANOPY_ADVERTISE_ADDR)")
-	var httpAddr optionalString
-	fs.Var(&httpAddr, "http-addr",
-		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
-			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback (CANOPY_HTTP_ADDR)")
-	querySecretFile := fs.String("query-secret-file", env("CANOPY_QUERY_SECRET_FILE", ""),
-		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
-			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open (CANOPY_QUERY_SECRET_FILE)")
-	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", projection.DefaultMaxHotNodes, "nodes kept in memory per partition; colder runs are read back from Pebble")
-	fs.IntVar(&cfg.Projection.MaxHotNodesPerRun, "max-hot-nodes-per-run", projection.DefaultMaxHotNodesPerRun,
-		"nodes of one run kept in memory: a larger run keeps those it used last and reads the others back from Pebble when needed")
-	fs.DurationVar(&cfg.Projection.Retention, "retention", 7*24*time.Hour,
-		"how long a finished run (root terminal, no open request, lease or timer) is kept after its last event; then its\n"+
-			"state is deleted and reads and events for it are answered as expired for as long again. 0 keeps runs for ever (CANOPY_RETENTION)")
-	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
-		"applied events each run keeps for history windows (state: give every instance the same)")
-	addProjectionFlags(fs, &cfg.Projection)
-	logLevel := fs.String("log-level", env("CANOPY_LOG_LEVEL", "info"), "debug, info, warn or error (CANOPY_LOG_LEVEL)")
-	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
-	check := checkConfigFlag(fs)
-	for _, fe := range [][2]string{{"ready-lag", "CANOPY_READY_LAG"}, {"memory-limit", "CANOPY_MEMORY_LIMIT"}, {"retention", "CANOPY_RETENTION"},
-		{"http-addr", "CANOPY_HTTP_ADDR"}} {
-		if err := kafkaconn.EnvFlag(fs, fe[0], fe[1]); err != nil {
-			fmt.Fprintf(stderr, "projector run: %v\n", err)
-			return 2
-		}
-	}
-	if err := fs.Parse(args); err != nil {
+	var f runFlags
+	f.register(fs)
+	cfg := &f.cfg
+	deprecated, err := flagenv.Parse(fs, args, kafkaconn.EnvAliases...)
+	if err != nil {
 		return 2
 	}
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
+	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		fmt.Fprintf(stderr, "projector run: -log-level %q: want debug, info, warn or error\n", *logLevel)
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "projector run: -log-level %q: want debug, info, warn or error\n", f.logLevel)
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg.Brokers, cfg.Names = k.BrokerList(), k.Names()
-	cfg.AtLeastOnce = !*transactions
-	cfg.MemTableSize = int(*memtableMB * (1 << 20))
-	var err error
-	if cfg.TLS, err = k.TLSConfig(); err == nil {
-		cfg.SASL, err = k.SASL()
+	warnDeprecated(cfg.Logger, deprecated)
+	cfg.Brokers, cfg.Names = f.k.BrokerList(), f.k.Names()
+	cfg.AtLeastOnce = !f.transactions
+	cfg.MemTableSize = int(f.memtableMB * (1 << 20))
+	if cfg.TLS, err = f.k.TLSConfig(); err == nil {
+		cfg.SASL, err = f.k.SASL()
 	}
 	if err == nil {
 		err = cfg.Validate()
 	}
 	var endpoint projector.QueryEndpoint
 	if err == nil {
-		endpoint, err = queryEndpoint(httpAddr, *querySecretFile)
+		endpoint, err = queryEndpoint(f.httpAddr, f.querySecretFile)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
 	}
-	if *check {
-		return checkedConfig(stderr, "projector run", "canopy-projector")
+	if *f.check {
+		return checkedConfig(stderr, "projector run", "canopy-projector", fs, kafkaconn.EnvAliases...)
 	}
 	// The Go runtime's soft limit: the collector works harder as the heap
 	// nears it instead of letting it double past the live data
@@ -129,10 +77,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(cfg.GoMemLimit())
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if f.cpuProfile != "" {
+		prof, err := os.Create(f.cpuProfile)
 		if err == nil {
-			err = pprof.StartCPUProfile(f)
+			err = pprof.StartCPUProfile(prof)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "projector run: -cpu-profile: %v\n", err)
@@ -140,11 +88,18 @@ func runProjector(args []string, stderr io.Writer) int {
 		}
 		// Written when the run ends (SIGTERM, SIGINT), after every actor
 		// has stopped.
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+		defer func() { pprof.StopCPUProfile(); prof.Close() }()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	in, err := instrument(ctx, &cfg)
+	// The group's actors, in their stop order (lifecycle's package doc):
+	// readiness off first, then the projector (it finishes and commits its
+	// batches), the query endpoint last, so that readers are answered until
+	// the end.
+	g := lifecycle.Group{Logger: cfg.Logger}
+	g.Add(lifecycle.Signals())
+	var ready lifecycle.Readiness
+	g.Add(ready.Actor())
+	ctx := context.Background()
+	in, err := instrument(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
@@ -152,11 +107,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	defer in.shutdown()
 	qs := projector.NewQueryServer()
 	qs.Secret = endpoint.Secret
-	started := func(p *projector.Projector) { qs.Set(p); in.metrics.Set(p) }
-	actors := []actor{{
-		name:  "projector",
-		start: func(ctx context.Context) error { return projector.Serve(ctx, cfg, started) },
-	}}
+	g.Add(projectorActor(*cfg, qs, in))
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.
@@ -165,31 +116,95 @@ func runProjector(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
 			return 1
 		}
-		srv := &http.Server{Handler: in.handler(qs), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+		srv := &http.Server{Handler: in.handler(qs, &ready), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String(), "secret", len(endpoint.Secret) > 0)
-		actors = append(actors, actor{
-			name: "query endpoint",
-			start: func(context.Context) error {
-				if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					return err
-				}
-				return nil
-			},
-			stop: func() {
-				// In-flight queries finish; the projector has stopped by
-				// now, so they are answered 503 at once.
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = srv.Shutdown(sctx)
-			},
-		})
+		// In-flight queries finish; the projector has stopped by now, so
+		// they are answered 503 at once.
+		g.Add(lifecycle.HTTPServer("query endpoint", srv, ln, 5*time.Second))
 	}
-	if err := runActors(ctx, actors); err != nil {
+	if err := g.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 1
 	}
 	cfg.Logger.Info("projector stopped")
 	return 0
+}
+
+// runFlags are projector run's flags; register binds them, with their
+// defaults from projector's and projection's Default* constants.
+type runFlags struct {
+	k                                     kafkaconn.Flags
+	cfg                                   projector.Config
+	memtableMB                            float64
+	transactions                          bool
+	httpAddr                              optionalString
+	querySecretFile, logLevel, cpuProfile string
+	check                                 *bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.k.Register(fs)
+	kafkaconn.RegisterTLSAliases(fs)
+	cfg := &f.cfg
+	fs.StringVar(&cfg.Group, "group", projector.DefaultGroup, "consumer group of the projector instances")
+	fs.Int64Var(&cfg.ReadyLag, "ready-lag", projector.DefaultReadyLag, "records a partition may be behind its input for /readyz to say ready")
+	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group instance id, e.g. the pod name")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the projector's Pebble state")
+	fs.IntVar(&cfg.Chunk, "chunk", projector.DefaultChunk, "agent records applied between looks at the human input lane")
+	fs.IntVar(&cfg.MaxBatch, "max-batch", projector.DefaultMaxBatch, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
+	fs.Float64Var(&f.memtableMB, "memtable-mb", float64(projector.DefaultMemTableSize)/(1<<20), "size of each of Pebble's two memtables, in MiB")
+	cfg.MemoryLimit = projector.DefaultMemoryLimit
+	fs.Var(byteSize{&cfg.MemoryLimit}, "memory-limit",
+		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
+			"to 90% of it less Pebble's memtables and block cache, unless GOMEMLIMIT is set")
+	fs.IntVar(&cfg.MaxPending, "max-pending", projector.DefaultMaxPending, "fetched agent records waiting per partition before its fetching pauses")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", projector.DefaultSessionTimeout, "consumer group session timeout")
+	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", projector.DefaultRebalanceTimeout, "how long the group's coordinator waits for members to rejoin in a rebalance")
+	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0,
+		"how long the group may give this instance no assignment while the brokers answer before it rejoins as a fresh member\n"+
+			"(default twice -rebalance-timeout)")
+	fs.StringVar(&cfg.GroupProtocol, "group-protocol", projector.GroupProtocolClassic,
+		"consumer group protocol: classic, or consumer (KIP-848, Apache Kafka 4.0+; -session-timeout is then set as the group's\n"+
+			"consumer.session.timeout.ms, within the broker's bounds)")
+	fs.BoolVar(&f.transactions, "transactions", true,
+		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once")
+	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", projector.DefaultTransactionTimeout, "how long a transaction may stay open before the broker aborts it")
+	fs.BoolVar(&cfg.Standby, "standby", false, "keep warm copies of the partitions this instance does not own, for fast failover")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "",
+		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+
+			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081")
+	fs.Var(&f.httpAddr, "http-addr",
+		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
+			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback")
+	fs.StringVar(&f.querySecretFile, "query-secret-file", "",
+		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
+			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open")
+	fs.IntVar(&cfg.Projection.MaxHotNodes, "max-hot-nodes", projection.DefaultMaxHotNodes, "nodes kept in memory per partition; colder runs are read back from Pebble")
+	fs.IntVar(&cfg.Projection.MaxHotNodesPerRun, "max-hot-nodes-per-run", projection.DefaultMaxHotNodesPerRun,
+		"nodes of one run kept in memory: a larger run keeps those it used last and reads the others back from Pebble when needed")
+	fs.DurationVar(&cfg.Projection.Retention, "retention", projector.DefaultRetention,
+		"how long a finished run (root terminal, no open request, lease or timer) is kept after its last event; then its\n"+
+			"state is deleted and reads and events for it are answered as expired for as long again. 0 keeps runs for ever")
+	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
+		"applied events each run keeps for history windows (state: give every instance the same)")
+	addProjectionFlags(fs, &cfg.Projection)
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
+	f.check = checkConfigFlag(fs)
+}
+
+// projectorActor runs the projector, restarting it as projector.Serve
+// does, and hands each instance to the query server and the metrics.
+func projectorActor(cfg projector.Config, qs *projector.QueryServer, in *instrumentation) lifecycle.Actor {
+	started := func(p *projector.Projector) { qs.Set(p); in.metrics.Set(p) }
+	return lifecycle.Actor{Name: "projector", Run: func(ctx context.Context) error { return projector.Serve(ctx, cfg, started) }}
+}
+
+// warnDeprecated logs each deprecated variable that was read.
+func warnDeprecated(log *slog.Logger, vars []string) {
+	for _, v := range vars {
+		log.Warn("deprecated environment variable: the Kafka TLS variables are CANOPY_KAFKA_TLS*", "var", v)
+	}
 }
 
 // queryEndpoint is the query endpoint -http-addr and -query-secret-file
@@ -228,75 +243,26 @@ func (o *optionalString) or(def string) string {
 	return def
 }
 
-// actor is one part of a process that runs until stopped: start runs it
-// until ctx ends (or it fails); stop, when set, makes a start that does not
-// watch ctx return.
-type actor struct {
-	name  string
-	start func(ctx context.Context) error
-	stop  func()
-}
-
-// runActors starts every actor and, once ctx ends or any of them returns,
-// stops them all in order, each after the one before it has returned: the
-// projector first (it finishes and commits its batches), the query
-// endpoint after it, so that readers are answered until the end. It
-// returns the first error.
-func runActors(ctx context.Context, actors []actor) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		i   int
-		err error
-	}
-	done := make(chan result, len(actors))
-	for i, a := range actors {
-		go func() { done <- result{i, a.start(ctx)} }()
-	}
-	var first error
-	returned := make([]bool, len(actors))
-	note := func(r result) {
-		returned[r.i] = true
-		if r.err != nil && first == nil {
-			first = fmt.Errorf("%s: %w", actors[r.i].name, r.err)
-		}
-	}
-	select {
-	case <-ctx.Done():
-	case r := <-done:
-		note(r)
-	}
-	cancel()
-	for i, a := range actors {
-		if !returned[i] && a.stop != nil {
-			a.stop()
-		}
-		for !returned[i] {
-			note(<-done)
-		}
-	}
-	return first
-}
-
 // createTopics is "projector create-topics": every canopy topic, co-partitioned.
 func createTopics(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("create-topics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var k kafkaconn.Flags
-	k.Register(fs, "")
+	k.Register(fs)
+	kafkaconn.RegisterTLSAliases(fs)
 	partitions := fs.Int("partitions", 12, "partitions of every co-partitioned topic")
 	replication := fs.Int("replication-factor", -1, "replication factor (-1: the broker's default)")
 	tombstones := fs.Duration("changelog-tombstone-retention", topics.DefaultTombstoneRetention,
 		"the changelog's delete.retention.ms: how long it keeps the tombstones of deleted state (expired runs). A projector\n"+
 			"restores a partition from scratch when its Pebble checkpoint is older than half of it. A topic that exists is left\n"+
-			"alone (CANOPY_CHANGELOG_TOMBSTONE_RETENTION)")
+			"alone")
 	check := checkConfigFlag(fs)
-	if err := kafkaconn.EnvFlag(fs, "changelog-tombstone-retention", "CANOPY_CHANGELOG_TOMBSTONE_RETENTION"); err != nil {
-		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
+	if _, err := flagenv.Parse(fs, args, kafkaconn.EnvAliases...); err != nil {
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if flagsParsed != nil {
+		flagsParsed(fs)
+		return 0
 	}
 	if err := k.Names().Validate(); err != nil || len(k.BrokerList()) == 0 || *partitions < 1 {
 		fmt.Fprintf(stderr, "projector create-topics: want -brokers, a valid -topic-prefix and -partitions >= 1 (%v)\n", err)
@@ -312,7 +278,7 @@ func createTopics(args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *check {
-		return checkedConfig(stderr, "projector create-topics", "")
+		return checkedConfig(stderr, "projector create-topics", "", fs, kafkaconn.EnvAliases...)
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -347,8 +313,8 @@ func checkConfigFlag(fs *flag.FlagSet) *bool {
 // checkedConfig finishes -check-config once the command's own validation
 // passed: no CANOPY_* variable may go unread, and the OTEL_* variables of
 // a service (none when service is empty) must configure OpenTelemetry.
-func checkedConfig(stderr io.Writer, cmd, service string) int {
-	if unknown := kafkaconn.UnknownEnv(); len(unknown) > 0 {
+func checkedConfig(stderr io.Writer, cmd, service string, fs *flag.FlagSet, aliases ...flagenv.EnvAlias) int {
+	if unknown := flagenv.Unknown(fs, aliases...); len(unknown) > 0 {
 		fmt.Fprintf(stderr, "%s: %s: no flag of this command reads it\n", cmd, strings.Join(unknown, ", "))
 		return 2
 	}

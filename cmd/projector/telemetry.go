@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
@@ -40,10 +41,18 @@ func instrument(ctx context.Context, cfg *projector.Config) (*instrumentation, e
 	return in, nil
 }
 
-// handler serves /metrics and passes everything else to next.
-func (in *instrumentation) handler(next http.Handler) http.Handler {
+// handler serves /metrics, answers /readyz 503 once the process is not
+// ready (it is shutting down), and passes everything else to next.
+func (in *instrumentation) handler(next http.Handler, ready *lifecycle.Readiness) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", telemetry.Handler(in.reg))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Ready() {
+			http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 	mux.Handle("/", next)
 	return mux
 }

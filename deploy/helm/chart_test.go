@@ -241,7 +241,7 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	if !slices.Contains(c.Args, "-log-level=debug") {
 		t.Errorf("extraArgs missing from %q", c.Args)
 	}
-	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_TLS": "true", "CANOPY_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "CANOPY_READY_LAG": "2500", "GODEBUG": "madvdontneed=1"} {
+	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_KAFKA_TLS": "true", "CANOPY_KAFKA_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "CANOPY_READY_LAG": "2500", "GODEBUG": "madvdontneed=1"} {
 		if e, _ := env(c, name); e.Value != want {
 			t.Errorf("%s = %q, want %q", name, e.Value, want)
 		}
@@ -304,9 +304,9 @@ func TestGateway(t *testing.T) {
 	if !fileFromSecret(pod, c, cert.Value, "canopy-gateway-tls") {
 		t.Errorf("CANOPY_HTTP_TLS_CERT %q is not a file of Secret canopy-gateway-tls", cert.Value)
 	}
-	ca, _ := env(c, "CANOPY_TLS_CA")
+	ca, _ := env(c, "CANOPY_KAFKA_TLS_CA")
 	if !fileFromSecret(pod, c, ca.Value, "kafka-ca") {
-		t.Errorf("CANOPY_TLS_CA %q is not a file of Secret kafka-ca", ca.Value)
+		t.Errorf("CANOPY_KAFKA_TLS_CA %q is not a file of Secret kafka-ca", ca.Value)
 	}
 
 	svc := service(t, r, d.Name)
@@ -480,7 +480,7 @@ func TestSecretsReferencedNotInlined(t *testing.T) {
 	}
 	for name, p := range pods {
 		c := p.Spec.Containers[0]
-		for envName, file := range map[string]string{"CANOPY_TLS_CERT": "tls.crt", "CANOPY_TLS_KEY": "tls.key"} {
+		for envName, file := range map[string]string{"CANOPY_KAFKA_TLS_CERT": "tls.crt", "CANOPY_KAFKA_TLS_KEY": "tls.key"} {
 			e, _ := env(c, envName)
 			if !fileFromSecret(p.Spec, c, e.Value, "kafka-client-tls") || filepath.Base(e.Value) != file {
 				t.Errorf("%s: %s = %q, want the file %s of Secret kafka-client-tls", name, envName, e.Value, file)
@@ -491,22 +491,22 @@ func TestSecretsReferencedNotInlined(t *testing.T) {
 				}
 			}
 		}
-		if e, _ := env(c, "CANOPY_TLS"); e.Value != "true" {
-			t.Errorf("%s: CANOPY_TLS = %q with a client certificate, want true", name, e.Value)
+		if e, _ := env(c, "CANOPY_KAFKA_TLS"); e.Value != "true" {
+			t.Errorf("%s: CANOPY_KAFKA_TLS = %q with a client certificate, want true", name, e.Value)
 		}
 	}
 	// Alone, a client certificate turns TLS on; without it there is none.
 	for name, p := range template(t, "-f", requiredValues, "--set", "kafka.tls.clientSecret.name=mtls").podTemplates(t) {
 		c := p.Spec.Containers[0]
-		if e, _ := env(c, "CANOPY_TLS"); e.Value != "true" {
-			t.Errorf("%s: a client certificate without kafka.tls.enabled: CANOPY_TLS = %q, want true", name, e.Value)
+		if e, _ := env(c, "CANOPY_KAFKA_TLS"); e.Value != "true" {
+			t.Errorf("%s: a client certificate without kafka.tls.enabled: CANOPY_KAFKA_TLS = %q, want true", name, e.Value)
 		}
 		if v := volume(p.Spec, "kafka-client-tls"); v == nil || v.Secret == nil || v.Secret.SecretName != "mtls" {
 			t.Errorf("%s: no volume of Secret mtls", name)
 		}
 	}
 	for name, p := range template(t, "-f", requiredValues).podTemplates(t) {
-		for _, n := range []string{"CANOPY_TLS", "CANOPY_TLS_CERT", "CANOPY_TLS_KEY"} {
+		for _, n := range []string{"CANOPY_KAFKA_TLS", "CANOPY_KAFKA_TLS_CERT", "CANOPY_KAFKA_TLS_KEY"} {
 			if _, ok := env(p.Spec.Containers[0], n); ok {
 				t.Errorf("%s: %s set without TLS values", name, n)
 			}

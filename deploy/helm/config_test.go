@@ -79,7 +79,7 @@ func TestCheckConfigRefuses(t *testing.T) {
 		{"Job/rel-canopy-create-topics", "CANOPY_JWT_KEY_FILE=/x", "", "CANOPY_JWT_KEY_FILE"},
 		{"Deployment/rel-canopy-gateway", "CANOPY_MAX_STREAMS=many", "", "CANOPY_MAX_STREAMS"},
 		{"Deployment/rel-canopy-gateway", "CANOPY_DATA_DIR=/var/lib/canopy", "", "CANOPY_DATA_DIR"},
-		{"Deployment/rel-canopy-gateway", "CANOPY_TLS_KEY=", "", "go together"},
+		{"Deployment/rel-canopy-gateway", "CANOPY_KAFKA_TLS_KEY=", "", "go together"},
 		// The query endpoint listens on every interface: not without the secret.
 		{"StatefulSet/rel-canopy-projector", "CANOPY_QUERY_SECRET_FILE=", "", "-query-secret-file"},
 		{"StatefulSet/rel-canopy-projector", "CANOPY_QUERY_SECRET_FILE=/nonexistent/query-secret", "", "-query-secret-file"},

@@ -45,7 +45,7 @@ func TestRulesFileChecks(t *testing.T) {
 	}
 }
 
-// TestQueriesAgainstPrometheus runs `projector dev` (embedded broker,
+// TestQueriesAgainstPrometheus runs `canopy-dev` (embedded broker,
 // projector, gateway, demo workload) and two real Prometheus servers
 // scraping its /metrics with canopy's rules loaded, one storing classic
 // histograms and one native ones. It adds what the demo does not do: a
@@ -66,12 +66,12 @@ func TestQueriesAgainstPrometheus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	bin := filepath.Join(dir, "projector")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../cmd/projector").CombinedOutput(); err != nil {
-		t.Fatalf("building the projector: %v\n%s", err, out)
+	bin := filepath.Join(dir, "canopy-dev")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../../cmd/canopy-dev").CombinedOutput(); err != nil {
+		t.Fatalf("building canopy-dev: %v\n%s", err, out)
 	}
 	// Runs of 70 nodes: past the snapshot's 64, so snapshots truncate.
-	dev := exec.Command(bin, "dev", "-http-addr", "127.0.0.1:0", "-gateway-addr", "127.0.0.1:0",
+	dev := exec.Command(bin, "-http-addr", "127.0.0.1:0", "-gateway-addr", "127.0.0.1:0",
 		"-rate", "300", "-runs", "6", "-nodes", "70", "-partitions", fmt.Sprint(devPartitions), "-duration", "200s",
 		// Memtables of 256 KiB, so that Pebble flushes, compacts and reads
 		// tables (the block cache) within the test, as it does in
@@ -245,7 +245,7 @@ scrape_configs:
 // window replaces Grafana's $__rate_interval in the test's queries.
 const window = "1m"
 
-// devPartitions is the partition count the test gives projector dev.
+// devPartitions is the partition count the test gives canopy-dev.
 const devPartitions = 4
 
 // allowedZero are the queries that may return only zeros in the test's
@@ -431,7 +431,7 @@ func newInstance(t *testing.T, kafkaAddr, dir string) *instance {
 	return in
 }
 
-// devGroup is projector dev's consumer group (cmd/projector/dev.go).
+// devGroup is canopy-dev's consumer group (cmd/canopy-dev/dev.go).
 const devGroup = "canopy-dev"
 
 // join starts the instance in dev's group and returns once it owns and has

@@ -180,31 +180,64 @@ func (nopHooks) Request(string, string, int, time.Duration) {}
 // ErrConfig is wrapped by Validate's error.
 var ErrConfig = errors.New("gateway: invalid config")
 
+// Defaults of Config's fields (withDefaults), which the conductor-gateway
+// command's flags use as theirs: each is written once.
+const (
+	// DefaultProjectorGroup is Config.ProjectorGroup's default.
+	DefaultProjectorGroup = "canopy-projector"
+	// DefaultMaxBodyBytes is Config.MaxBodyBytes's default.
+	DefaultMaxBodyBytes = 128 << 10
+	// DefaultRatePerSecond is Config.RatePerSecond's default.
+	DefaultRatePerSecond = 10
+	// DefaultRateBurst is Config.RateBurst's default.
+	DefaultRateBurst = 20
+	// DefaultPreAuthRatePerSecond is Config.PreAuthRatePerSecond's default.
+	DefaultPreAuthRatePerSecond = 50
+	// DefaultPreAuthBurst is Config.PreAuthBurst's default.
+	DefaultPreAuthBurst = 100
+	// DefaultProduceTimeout is Config.ProduceTimeout's default.
+	DefaultProduceTimeout = 10 * time.Second
+	// DefaultBodyTimeout is Config.BodyTimeout's default.
+	DefaultBodyTimeout = 10 * time.Second
+	// DefaultKafkaTimeout is Config.KafkaTimeout's default.
+	DefaultKafkaTimeout = 3 * time.Second
+	// DefaultMaxStreams is Config.MaxStreams's default.
+	DefaultMaxStreams = 1000
+	// DefaultMaxStreamsPerSubject is Config.MaxStreamsPerSubject's default.
+	DefaultMaxStreamsPerSubject = 50
+	// DefaultStreamQueue is Config.StreamQueue's default.
+	DefaultStreamQueue = 128
+	// DefaultReplayBytes is Config.ReplayBytes's default.
+	DefaultReplayBytes = 4 << 20
+	// DefaultTailIdle is Config.TailIdle's default.
+	DefaultTailIdle = 30 * time.Second
+)
+
 // withDefaults fills in every zero field that has a default.
 func (c Config) withDefaults() Config {
 	if c.Names == (topics.Names{}) {
 		c.Names = topics.DefaultNames()
 	}
 	if c.ProjectorGroup == "" {
-		c.ProjectorGroup = "canopy-projector"
+		c.ProjectorGroup = DefaultProjectorGroup
 	}
 	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = 128 << 10
+		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if c.RatePerSecond == 0 {
-		c.RatePerSecond = 10
+		c.RatePerSecond = DefaultRatePerSecond
 	}
 	if c.RateBurst == 0 {
-		c.RateBurst = 20
+		c.RateBurst = DefaultRateBurst
 	}
 	if c.ProduceTimeout == 0 {
-		c.ProduceTimeout = 10 * time.Second
+		c.ProduceTimeout = DefaultProduceTimeout
 	}
 	if c.BodyTimeout == 0 {
-		c.BodyTimeout = 10 * time.Second
+		c.BodyTimeout = DefaultBodyTimeout
 	}
 	if c.KafkaTimeout == 0 {
-		c.KafkaTimeout = 3 * time.Second
+		c.KafkaTimeout = DefaultKafkaTimeout
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = 2 * time.Second
@@ -213,7 +246,7 @@ func (c Config) withDefaults() Config {
 		c.IdempotencyKeys = 10000
 	}
 	if c.MaxStreams == 0 {
-		c.MaxStreams = 1000
+		c.MaxStreams = DefaultMaxStreams
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 15 * time.Second
@@ -243,22 +276,22 @@ func (c Config) withDefaults() Config {
 		c.TracerProvider = noop.NewTracerProvider()
 	}
 	if c.PreAuthRatePerSecond == 0 {
-		c.PreAuthRatePerSecond = 50
+		c.PreAuthRatePerSecond = DefaultPreAuthRatePerSecond
 	}
 	if c.PreAuthBurst == 0 {
-		c.PreAuthBurst = 100
+		c.PreAuthBurst = DefaultPreAuthBurst
 	}
 	if c.MaxStreamsPerSubject == 0 {
-		c.MaxStreamsPerSubject = 50
+		c.MaxStreamsPerSubject = DefaultMaxStreamsPerSubject
 	}
 	if c.StreamQueue == 0 {
-		c.StreamQueue = 128
+		c.StreamQueue = DefaultStreamQueue
 	}
 	if c.ReplayBytes == 0 {
-		c.ReplayBytes = 4 << 20
+		c.ReplayBytes = DefaultReplayBytes
 	}
 	if c.TailIdle == 0 {
-		c.TailIdle = 30 * time.Second
+		c.TailIdle = DefaultTailIdle
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 // Package kafkaconn holds the Kafka connection settings every canopy command
-// takes (seed brokers, topic names, TLS, SASL), as flags with CANOPY_*
-// environment variables, and turns them into franz-go options. One place, so
+// takes (seed brokers, topic names, TLS, SASL), as flags (with CANOPY_*
+// environment variables by flagenv's rule), and turns them into franz-go
+// options. One place, so
 // that the projector and the gateway name and check them alike.
 package kafkaconn
 
@@ -10,20 +11,20 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // Flags are the connection settings. Register binds them to a flag set;
-// flags win over the environment variables named in their help.
+// their CANOPY_* variables are flagenv's (flagenv.Parse), applied after the
+// command line.
 type Flags struct {
 	Brokers, Prefix, TLSCA, SASLMechanism, SASLUser, SASLPassword string
 	// TLSCert and TLSKey are PEM files of the client certificate and its
@@ -33,83 +34,39 @@ type Flags struct {
 	Version         int
 }
 
-// Register adds the flags to fs. tlsPrefix prefixes the names of the TLS
-// flags ("" gives -tls, -tls-ca, -tls-cert and -tls-key; "kafka-" gives
-// -kafka-tls, -kafka-tls-ca, -kafka-tls-cert and -kafka-tls-key, for a
-// command whose own -tls flags are about HTTP).
-func (f *Flags) Register(fs *flag.FlagSet, tlsPrefix string) {
-	fs.StringVar(&f.Brokers, "brokers", Env("CANOPY_BROKERS", ""), "Kafka seed brokers, host:port,... (CANOPY_BROKERS)")
-	fs.StringVar(&f.Prefix, "topic-prefix", Env("CANOPY_TOPIC_PREFIX", topics.DefaultPrefix), "prefix of every topic name (CANOPY_TOPIC_PREFIX)")
+// Register adds the flags to fs. Kafka's TLS flags are -kafka-tls,
+// -kafka-tls-ca, -kafka-tls-cert and -kafka-tls-key in every command, so
+// that no command's own -tls flags (the gateway's HTTPS) read the same
+// variable; EnvAliases keeps the variables they had before.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Brokers, "brokers", "", "Kafka seed brokers, host:port,...")
+	fs.StringVar(&f.Prefix, "topic-prefix", topics.DefaultPrefix, "prefix of every topic name")
 	fs.IntVar(&f.Version, "topic-version", topics.DefaultVersion, "contract version suffix of every topic name")
-	fs.BoolVar(&f.TLS, tlsPrefix+"tls", Env("CANOPY_TLS", "") == "true", "connect to Kafka with TLS (CANOPY_TLS=true)")
-	fs.StringVar(&f.TLSCA, tlsPrefix+"tls-ca", Env("CANOPY_TLS_CA", ""), "PEM file of CAs to trust for Kafka, instead of the system's (CANOPY_TLS_CA)")
-	fs.StringVar(&f.TLSCert, tlsPrefix+"tls-cert", Env("CANOPY_TLS_CERT", ""),
-		"PEM file of the client certificate to present to Kafka (mTLS); implies TLS (CANOPY_TLS_CERT)")
-	fs.StringVar(&f.TLSKey, tlsPrefix+"tls-key", Env("CANOPY_TLS_KEY", ""), "PEM file of the key of the client certificate (CANOPY_TLS_KEY)")
-	fs.StringVar(&f.SASLMechanism, "sasl-mechanism", Env("CANOPY_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (CANOPY_SASL_MECHANISM)")
-	fs.StringVar(&f.SASLUser, "sasl-user", Env("CANOPY_SASL_USER", ""), "SASL user (CANOPY_SASL_USER)")
-	// The password's variable is read after the flag is defined, not as its
-	// default: a default is printed by -h and in usage errors.
-	fs.StringVar(&f.SASLPassword, "sasl-password", "", "SASL password (CANOPY_SASL_PASSWORD)")
-	f.SASLPassword = Env("CANOPY_SASL_PASSWORD", "")
+	fs.BoolVar(&f.TLS, "kafka-tls", false, "connect to Kafka with TLS")
+	fs.StringVar(&f.TLSCA, "kafka-tls-ca", "", "PEM file of CAs to trust for Kafka, instead of the system's")
+	fs.StringVar(&f.TLSCert, "kafka-tls-cert", "", "PEM file of the client certificate to present to Kafka (mTLS); implies TLS")
+	fs.StringVar(&f.TLSKey, "kafka-tls-key", "", "PEM file of the key of the client certificate")
+	fs.StringVar(&f.SASLMechanism, "sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	fs.StringVar(&f.SASLUser, "sasl-user", "", "SASL user")
+	fs.StringVar(&f.SASLPassword, "sasl-password", "", "SASL password; never printed")
 }
 
-// known are the environment variables the running command reads, noted as
-// its flags are registered (Env, EnvFlag), for UnknownEnv.
-var (
-	knownMu sync.Mutex
-	known   = map[string]bool{}
-)
-
-func note(name string) {
-	knownMu.Lock()
-	defer knownMu.Unlock()
-	known[name] = true
+// RegisterTLSAliases adds the Kafka TLS flags' names before the rename
+// (-tls, -tls-ca, -tls-cert, -tls-key), deprecated, to a command that had
+// them (projector run and create-topics). Call it after Register.
+func RegisterTLSAliases(fs *flag.FlagSet) {
+	for _, n := range []string{"tls", "tls-ca", "tls-cert", "tls-key"} {
+		flagenv.Alias(fs, n, "kafka-"+n)
+	}
 }
 
-// Env returns the environment variable name, or def when it is not set. It
-// notes name as a variable the command reads (UnknownEnv).
-func Env(name, def string) string {
-	note(name)
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
-}
-
-// EnvFlag sets the flag flagName of fs from the environment variable
-// envName when that is set, so that the variable is parsed, and refused,
-// exactly as the flag would be (Env's callers take a string as it is). Call
-// it after registering the flag and before fs.Parse: a flag on the command
-// line still wins.
-func EnvFlag(fs *flag.FlagSet, flagName, envName string) error {
-	note(envName)
-	v, ok := os.LookupEnv(envName)
-	if !ok {
-		return nil
-	}
-	if err := fs.Set(flagName, v); err != nil {
-		return fmt.Errorf("%s=%q (-%s): %w", envName, v, flagName, err)
-	}
-	return nil
-}
-
-// UnknownEnv lists the CANOPY_* variables of the environment that no flag
-// of the command reads: misspelt, or meant for another command. A command
-// checking its configuration (-check-config) refuses them, since otherwise
-// they would be silently ignored.
-func UnknownEnv() []string {
-	knownMu.Lock()
-	defer knownMu.Unlock()
-	var out []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "CANOPY_") && !known[name] {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+// EnvAliases are the Kafka TLS flags' variables before the rename, read,
+// deprecated, when the new ones are not set.
+var EnvAliases = []flagenv.EnvAlias{
+	{Var: "CANOPY_TLS", Flag: "kafka-tls"},
+	{Var: "CANOPY_TLS_CA", Flag: "kafka-tls-ca"},
+	{Var: "CANOPY_TLS_CERT", Flag: "kafka-tls-cert"},
+	{Var: "CANOPY_TLS_KEY", Flag: "kafka-tls-key"},
 }
 
 // Names are the topic names the flags give.
@@ -135,7 +92,7 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 		return nil, nil
 	}
 	if (f.TLSCert == "") != (f.TLSKey == "") {
-		return nil, fmt.Errorf("Kafka client certificate: the certificate (CANOPY_TLS_CERT) and its key (CANOPY_TLS_KEY) go together")
+		return nil, fmt.Errorf("Kafka client certificate: the certificate (-kafka-tls-cert) and its key (-kafka-tls-key) go together")
 	}
 	c, err := ClientTLS(f.TLSCA)
 	if err != nil {

@@ -24,6 +24,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/internal/flagenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestFlags(t *testing.T) {
 	var f Flags
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	f.Register(fs, "kafka-")
+	f.Register(fs)
 	if err := fs.Parse([]string{"-brokers", " a:1, ,b:2", "-topic-prefix", "p", "-sasl-mechanism", "scram-sha-512"}); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func (p *pki) issue(t *testing.T, cn string, server, selfSigned bool) (tls.Certi
 
 // TestMutualTLS: against kfake listening with TLS and requiring a client
 // certificate signed by its CA, the flags' client certificate (from the
-// CANOPY_TLS_* variables, as the chart sets them) completes the handshake
+// CANOPY_KAFKA_TLS_* variables, as the chart sets them) completes the handshake
 // and the broker sees it; without one, or with one the CA did not sign,
 // the broker refuses the connection.
 func TestMutualTLS(t *testing.T) {
@@ -191,12 +193,17 @@ func TestMutualTLS(t *testing.T) {
 	}
 
 	// The chart's way: environment variables, no flags.
+	// The CA by its deprecated variable, from before the -kafka-tls rename.
 	t.Setenv("CANOPY_BROKERS", brokers)
 	t.Setenv("CANOPY_TLS_CA", filepath.Join(p.dir, "ca.pem"))
-	t.Setenv("CANOPY_TLS_CERT", certFile)
-	t.Setenv("CANOPY_TLS_KEY", keyFile)
+	t.Setenv("CANOPY_KAFKA_TLS_CERT", certFile)
+	t.Setenv("CANOPY_KAFKA_TLS_KEY", keyFile)
 	var f Flags
-	f.Register(flag.NewFlagSet("run", flag.ContinueOnError), "")
+	runFlags := flag.NewFlagSet("run", flag.ContinueOnError)
+	f.Register(runFlags)
+	if dep, err := flagenv.Parse(runFlags, nil, EnvAliases...); err != nil || !slices.Equal(dep, []string{"CANOPY_TLS_CA"}) {
+		t.Fatalf("flagenv.Parse: %v, deprecated %v", err, dep)
+	}
 	if err := ping(&f); err != nil {
 		t.Fatalf("mTLS with the client certificate: %v", err)
 	}
@@ -206,11 +213,11 @@ func TestMutualTLS(t *testing.T) {
 	}
 	mu.Unlock()
 
-	// The gateway's flag names.
+	// The flags, winning over the variables.
 	var g Flags
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	g.Register(fs, "kafka-")
-	if err := fs.Parse([]string{"-kafka-tls-cert", certFile, "-kafka-tls-key", keyFile}); err != nil {
+	g.Register(fs)
+	if _, err := flagenv.Parse(fs, []string{"-kafka-tls-cert", certFile, "-kafka-tls-key", keyFile}, EnvAliases...); err != nil {
 		t.Fatal(err)
 	}
 	if err := ping(&g); err != nil {
@@ -249,34 +256,27 @@ func TestClientCertificateConfig(t *testing.T) {
 	}
 }
 
-// TestEnvFlagAndUnknownEnv: a variable set through EnvFlag is parsed as
-// its flag is (a bad value is an error, a command-line flag wins), and
-// UnknownEnv names exactly the CANOPY_* variables nothing registered reads.
-func TestEnvFlagAndUnknownEnv(t *testing.T) {
-	t.Setenv("CANOPY_READY_LAG", "250")
-	t.Setenv("CANOPY_NOT_A_SETTING", "x")
+// TestTLSAliases: the projector's Kafka TLS flag names before the rename
+// still set the -kafka-tls-* flags, and have no variable of their own.
+func TestTLSAliases(t *testing.T) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	lag := fs.Int64("ready-lag", 10000, "")
 	var f Flags
-	f.Register(fs, "")
-	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err != nil || *lag != 250 {
-		t.Fatalf("EnvFlag: %v, lag %d; want 250", err, *lag)
+	f.Register(fs)
+	RegisterTLSAliases(fs)
+	if _, err := flagenv.Parse(fs, []string{"-tls", "-tls-ca", "ca.pem"}, EnvAliases...); err != nil {
+		t.Fatal(err)
 	}
-	if err := fs.Parse([]string{"-ready-lag", "7"}); err != nil || *lag != 7 {
-		t.Errorf("the flag after the variable: %v, lag %d; want 7", err, *lag)
+	if !f.TLS || f.TLSCA != "ca.pem" {
+		t.Errorf("-tls -tls-ca: %+v", f)
 	}
-	if got := UnknownEnv(); !slices.Contains(got, "CANOPY_NOT_A_SETTING") || slices.Contains(got, "CANOPY_READY_LAG") || slices.Contains(got, "CANOPY_BROKERS") {
-		t.Errorf("UnknownEnv = %q, want CANOPY_NOT_A_SETTING and not the registered ones", got)
-	}
-	t.Setenv("CANOPY_READY_LAG", "lots")
-	if err := EnvFlag(fs, "ready-lag", "CANOPY_READY_LAG"); err == nil || !strings.Contains(err.Error(), "CANOPY_READY_LAG") {
-		t.Errorf("a bad value: %v, want an error naming the variable", err)
+	if vars := flagenv.Vars(fs, EnvAliases...); slices.Contains(vars, "CANOPY_TLS_KEY") != true || !slices.Contains(vars, "CANOPY_KAFKA_TLS_KEY") {
+		t.Errorf("variables %v", vars)
 	}
 }
 
 // TestPasswordNeverPrinted: CANOPY_SASL_PASSWORD fills -sasl-password
-// (a flag on the command line still wins) but is not its default, so -h
-// and usage errors never print it.
+// (a flag on the command line still wins) after parsing, never as its
+// default, so -h and usage errors never print it.
 func TestPasswordNeverPrinted(t *testing.T) {
 	t.Setenv("CANOPY_SASL_PASSWORD", "canary-pw-1234")
 	for _, args := range [][]string{nil, {"-sasl-password", "from-flag"}} {
@@ -284,9 +284,9 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		var out bytes.Buffer
 		fs.SetOutput(&out)
 		var f Flags
-		f.Register(fs, "kafka-")
+		f.Register(fs)
 		fs.PrintDefaults()
-		if err := fs.Parse(args); err != nil {
+		if _, err := flagenv.Parse(fs, args); err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(out.String(), "canary") {

@@ -145,7 +145,7 @@ var ErrConfig = errors.New("projector: invalid config")
 
 func (c Config) withDefaults() Config {
 	if c.Group == "" {
-		c.Group = "canopy-projector"
+		c.Group = DefaultGroup
 	}
 	if c.ClientID == "" {
 		c.ClientID = "canopy-projector"
@@ -154,7 +154,7 @@ func (c Config) withDefaults() Config {
 		c.Names = topics.DefaultNames()
 	}
 	if c.Chunk == 0 {
-		c.Chunk = 500
+		c.Chunk = DefaultChunk
 	}
 	if c.MemTableSize == 0 {
 		c.MemTableSize = defaultMemTableSize
@@ -163,28 +163,28 @@ func (c Config) withDefaults() Config {
 		c.MemoryLimit = DefaultMemoryLimit
 	}
 	if c.MaxBatch == 0 {
-		c.MaxBatch = 5000
+		c.MaxBatch = DefaultMaxBatch
 	}
 	if c.MaxPending == 0 {
-		c.MaxPending = 20000
+		c.MaxPending = DefaultMaxPending
 	}
 	if c.GroupProtocol == "" {
 		c.GroupProtocol = GroupProtocolClassic
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 6 * time.Second
+		c.SessionTimeout = DefaultSessionTimeout
 	}
 	if c.TransactionalIDPrefix == "" {
 		c.TransactionalIDPrefix = c.Group
 	}
 	if c.TransactionTimeout == 0 {
-		c.TransactionTimeout = 60 * time.Second
+		c.TransactionTimeout = DefaultTransactionTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = 60 * time.Second
+		c.RebalanceTimeout = DefaultRebalanceTimeout
 	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = 2 * c.RebalanceTimeout
@@ -193,7 +193,7 @@ func (c Config) withDefaults() Config {
 		c.LockWait = 10 * time.Second
 	}
 	if c.ReadyLag == 0 {
-		c.ReadyLag = 10000
+		c.ReadyLag = DefaultReadyLag
 	}
 	if c.Hooks == nil {
 		c.Hooks = NopHooks{}
@@ -211,8 +211,33 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// DefaultMemoryLimit is Config.MemoryLimit's default.
-const DefaultMemoryLimit = 512 << 20
+// Defaults of Config's fields (withDefaults), which projector run's flags
+// use as theirs: each is written once.
+const (
+	// DefaultGroup is Config.Group's default.
+	DefaultGroup = "canopy-projector"
+	// DefaultChunk is Config.Chunk's default.
+	DefaultChunk = 500
+	// DefaultMaxBatch is Config.MaxBatch's default.
+	DefaultMaxBatch = 5000
+	// DefaultMaxPending is Config.MaxPending's default.
+	DefaultMaxPending = 20000
+	// DefaultMemTableSize is Config.MemTableSize's default.
+	DefaultMemTableSize = defaultMemTableSize
+	// DefaultMemoryLimit is Config.MemoryLimit's default.
+	DefaultMemoryLimit = 512 << 20
+	// DefaultSessionTimeout is Config.SessionTimeout's default.
+	DefaultSessionTimeout = 6 * time.Second
+	// DefaultRebalanceTimeout is Config.RebalanceTimeout's default.
+	DefaultRebalanceTimeout = 60 * time.Second
+	// DefaultTransactionTimeout is Config.TransactionTimeout's default.
+	DefaultTransactionTimeout = 60 * time.Second
+	// DefaultReadyLag is Config.ReadyLag's default.
+	DefaultReadyLag = 10000
+	// DefaultRetention is projector run's default Projection.Retention,
+	// where the projection's own default keeps runs for ever.
+	DefaultRetention = 7 * 24 * time.Hour
+)
 
 // processOverhead is what HotRunBytes sets aside of the memory limit for
 // everything but runs and memtables: the Kafka clients and their fetch

@@ -100,18 +100,18 @@ app.kubernetes.io/component: {{ .component }}
 - name: CANOPY_TOPIC_PREFIX
   value: {{ .Values.kafka.topicPrefix | quote }}
 {{- if or .Values.kafka.tls.enabled .Values.kafka.tls.caSecret.name .Values.kafka.tls.clientSecret.name }}
-- name: CANOPY_TLS
+- name: CANOPY_KAFKA_TLS
   value: "true"
 {{- end }}
 {{- if .Values.kafka.tls.caSecret.name }}
-- name: CANOPY_TLS_CA
+- name: CANOPY_KAFKA_TLS_CA
   value: /etc/canopy/kafka-ca/{{ .Values.kafka.tls.caSecret.key }}
 {{- end }}
 {{- if .Values.kafka.tls.clientSecret.name }}
 {{- /* mTLS: the client certificate and key are files of a kubernetes.io/tls Secret. */}}
-- name: CANOPY_TLS_CERT
+- name: CANOPY_KAFKA_TLS_CERT
   value: /etc/canopy/kafka-client/tls.crt
-- name: CANOPY_TLS_KEY
+- name: CANOPY_KAFKA_TLS_KEY
   value: /etc/canopy/kafka-client/tls.key
 {{- end }}
 {{- with .Values.kafka.sasl }}

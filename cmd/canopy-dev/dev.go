@@ -5,20 +5,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -28,58 +23,13 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/apachekafka"
 	"github.com/canopy-dev/canopy/internal/gateway"
+	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
-
-// runDev is "projector dev": everything on one machine, for a first look. An
-// embedded Kafka (franz-go's kfake) listens on loopback only; the projector,
-// a demo workload of agent trees and a human typing into one of them run
-// against it, and every wake is printed as it is published.
-func runDev(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		runs       = fs.Int("runs", 3, "concurrent demo runs")
-		nodes      = fs.Int("nodes", 25, "nodes per demo run")
-		rate       = fs.Float64("rate", 40, "demo events per second, all runs together")
-		partitions = fs.Int("partitions", 4, "partitions of the topics")
-		duration   = fs.Duration("duration", 0, "stop after this long (default: until Ctrl-C)")
-		dataDir    = fs.String("data-dir", "", "keep the projector's state here (default: a temporary directory)")
-		httpAddr   = fs.String("http-addr", "127.0.0.1:8081", "the projector's query endpoint (loopback)")
-		gwAddr     = fs.String("gateway-addr", "127.0.0.1:8080", "the conductor gateway (loopback)")
-		memtableMB = fs.Float64("memtable-mb", 32, "size of each of the projector's Pebble memtables, in MiB")
-		maxHot     = fs.Int("max-hot-nodes", 0, "nodes the projector keeps in memory per partition (default: run's default); a small value shows eviction")
-		maxHotRun  = fs.Int("max-hot-nodes-per-run", 0, "nodes of one run the projector keeps in memory (default: run's default); a small value shows nodes read back")
-		kafka      = fs.String("kafka", "kfake", "the broker to start: kfake (embedded, instant) or real (Apache Kafka from tools/kafka/lib,\n"+
-			"a KRaft node in a child JVM; ./tools/install.sh installs it)")
-		brokers = fs.String("brokers", "", "use this Kafka (host:port,...) instead of starting one; the demo's topics get a prefix of their own")
-	)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *runs < 1 || *nodes < 2 || *rate <= 0 || *partitions < 1 || (*kafka != "kfake" && *kafka != "real") {
-		fmt.Fprintln(stderr, "projector dev: want -runs >= 1, -nodes >= 2, -rate > 0, -partitions >= 1, -kafka kfake or real")
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
-	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
-		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), maxHotNodes: *maxHot, maxHotPerRun: *maxHotRun, kafka: *kafka,
-		brokers: splitList(*brokers)}, stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "projector dev: %v\n", err)
-		return 1
-	}
-	return 0
-}
 
 type devOptions struct {
 	runs, nodes           int
@@ -90,8 +40,9 @@ type devOptions struct {
 	memTableSize          int
 	maxHotNodes           int
 	maxHotPerRun          int
-	kafka                 string   // kfake or real: the broker to start
-	brokers               []string // a Kafka to use instead
+	duration              time.Duration // stop after this long; 0: on a signal
+	kafka                 string        // kfake or real: the broker to start
+	brokers               []string      // a Kafka to use instead
 }
 
 // devToken is the bearer token of `make run`'s gateway: every run, on
@@ -99,6 +50,9 @@ type devOptions struct {
 const devToken = "canopy-dev-token"
 
 func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
+	// Caught from here on: a Ctrl-C while the broker starts still stops
+	// everything gracefully.
+	signals := lifecycle.Signals()
 	// Warn, not the info of `projector run`: dev prints each wake itself, so
 	// the per-wake event lines (conductor.snapshot.generated, .truncated,
 	// .stale at info) and partition start-up lines would only bury the
@@ -179,11 +133,6 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer in.shutdown()
-	p, err := projector.New(ctx, pcfg)
-	if err != nil {
-		return err
-	}
-	in.metrics.Set(p)
 	// The query endpoint is closed as in production: a secret of this
 	// session's own, which the gateway presents.
 	secret := make([]byte, 32)
@@ -192,7 +141,10 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	queries := projector.NewQueryServer()
 	queries.Secret = []byte(hex.EncodeToString(secret))
-	queries.Set(p)
+	p, err := newProjector(ctx, pcfg, queries, in)
+	if err != nil {
+		return err
+	}
 	gm, err := telemetry.NewGatewayMetrics(in.reg)
 	if err != nil {
 		return err
@@ -211,55 +163,46 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer gw.Close()
-	servers := []*http.Server{{Handler: in.handler(queries), ReadHeaderTimeout: 10 * time.Second}, {Handler: gw, ReadHeaderTimeout: 10 * time.Second}}
 	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gLis.Addr(), devToken)
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gLis.Addr())
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n", devToken, gLis.Addr())
 	fmt.Fprintf(stdout, "canopy dev: Prometheus metrics on http://%s/metrics\n\n", qLis.Addr())
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	const actors = 5
-	errc := make(chan error, actors)
-	wg.Add(actors)
-	go func() { defer wg.Done(); errc <- p.Run(ctx) }()
-	go func() { defer wg.Done(); errc <- printWakes(ctx, brokers, names, stdout, in) }()
-	go func() { defer wg.Done(); errc <- demoTraffic(ctx, cl, names, o) }()
-	for i, lis := range []net.Listener{qLis, gLis} {
-		srv := servers[i]
-		go func() {
-			defer wg.Done()
-			err := srv.Serve(lis)
-			if errors.Is(err, http.ErrServerClosed) {
-				err = nil
-			}
-			errc <- err
-		}()
+	// The group's actors, in their stop order (lifecycle's package doc):
+	// the gateway first, so that no request is left waiting on a projector
+	// that stops; then the demo workload, the projector and the printer of
+	// wakes; the projector's query endpoint and /metrics last.
+	g := lifecycle.Group{Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	g.Add(signals)
+	if o.duration > 0 {
+		g.Add(lifecycle.After(o.duration))
 	}
-	var first error
-	for i := 0; i < actors; i++ {
-		err := <-errc
-		if err != nil && first == nil && ctx.Err() == nil {
-			first = err
-		}
-		if i == 0 {
-			// Whichever ends first (the duration, Ctrl-C, a failure) ends
-			// all: the HTTP servers first, so that no request is left
-			// waiting on a projector that stops.
-			gw.Drain()
-			for _, srv := range servers {
-				sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = srv.Shutdown(sctx)
-				scancel()
-			}
-			cancel()
-		}
-	}
+	var ready lifecycle.Readiness
+	g.Add(ready.Actor())
+	gsrv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	gsrv.RegisterOnShutdown(gw.Drain) // wake streams hold their connection
+	g.Add(lifecycle.HTTPServer("gateway", gsrv, gLis, 5*time.Second))
+	g.Add(lifecycle.Actor{Name: "demo workload", Run: func(ctx context.Context) error { return demoTraffic(ctx, cl, names, o) }})
+	g.Add(lifecycle.Actor{Name: "projector", Run: p.Run})
+	g.Add(lifecycle.Actor{Name: "wake printer", Run: func(ctx context.Context) error { return printWakes(ctx, brokers, names, stdout, in) }})
+	qsrv := &http.Server{Handler: in.handler(queries, &ready), ReadHeaderTimeout: 10 * time.Second}
+	g.Add(lifecycle.HTTPServer("query endpoint", qsrv, qLis, 5*time.Second))
+	err = g.Run(ctx)
 	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
 		p.Stats.Applied.Load(), p.Stats.Wakes.Load(), p.Stats.PriorityWakes.Load(), p.Stats.DeadLettered.Load())
-	return first
+	return err
+}
+
+// newProjector makes the projector and hands it to the query server and
+// the metrics.
+func newProjector(ctx context.Context, cfg projector.Config, qs *projector.QueryServer, in *instrumentation) (*projector.Projector, error) {
+	p, err := projector.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	qs.Set(p)
+	in.metrics.Set(p)
+	return p, nil
 }
 
 // printWakes prints every wake of both lanes as a conductor receives it
