@@ -18,7 +18,7 @@ package schema_test
 // the tests validate against a source (the examples, every repository
 // JSONL line, Go's encodings, the tables of broken events and mutations, the
 // projection's wakes) against its rendering too, and fails on any
-// disagreement. TestAsyncAPIParser (asyncapi_tools_test.go) checks that the
+// disagreement. TestAsyncAPIParser (apitools_test.go) checks that the
 // parser reads the payloads as typed.
 
 import (
