@@ -1011,10 +1011,11 @@ func TestInvalidWakesRefused(t *testing.T) {
 	}
 }
 
-// TestAsyncAPI checks asyncapi.yaml without a YAML library (go.mod has none):
-// its version line, that it names every topic and header, that it is plain
-// two-space-indented YAML, and that every file and local component it
-// references exists.
+// TestAsyncAPI checks asyncapi.yaml's text: its version line, that it names
+// every topic and header, that it is plain two-space-indented YAML, that
+// every file and local component it references exists, and that its
+// payloads are the draft-07 renderings. The AsyncAPI parser reads it in
+// TestAsyncAPIParser (apitools_test.go).
 func TestAsyncAPI(t *testing.T) {
 	dir := schemaDir(t)
 	b, err := os.ReadFile(filepath.Join(dir, "asyncapi.yaml"))
