@@ -120,7 +120,19 @@ func (s *schemas) validate(rel string, doc []byte) error {
 	if err != nil {
 		return fmt.Errorf("not JSON: %w", err)
 	}
-	return sch.Validate(v)
+	verr := sch.Validate(v)
+	if hasDraft07(rel) {
+		// The draft-07 rendering (draft07_test.go) must give the same
+		// verdict on every document any test validates.
+		sch7, err := s.compile(draft07Dir + rel)
+		if err != nil {
+			return &schemaError{err}
+		}
+		if err7 := sch7.Validate(v); (err7 == nil) != (verr == nil) {
+			return &schemaError{fmt.Errorf("schema/%s%s disagrees with schema/%s on %s:\n2020-12: %v\ndraft-07: %v", draft07Dir, rel, rel, clip(doc), verr, err7)}
+		}
+	}
+	return verr
 }
 
 // schemaError is a schema that does not compile, as opposed to a document
@@ -141,8 +153,9 @@ func (s *schemas) refuses(t testing.TB, rel string, doc []byte) bool {
 	return err != nil
 }
 
-// schemaFiles lists every *.json under schema/ except the examples, as
-// slash-separated paths relative to schema/.
+// schemaFiles lists every *.json under schema/ except the examples and the
+// generated draft-07 renderings, as slash-separated paths relative to
+// schema/.
 func schemaFiles(t testing.TB) []string {
 	t.Helper()
 	dir := schemaDir(t)
@@ -151,7 +164,7 @@ func schemaFiles(t testing.TB) []string {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path == filepath.Join(dir, "examples") {
+		if d.IsDir() && (path == filepath.Join(dir, "examples") || path == filepath.Join(dir, "draft-07")) {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, ".json") {
@@ -998,10 +1011,11 @@ func TestInvalidWakesRefused(t *testing.T) {
 	}
 }
 
-// TestAsyncAPI checks asyncapi.yaml without a YAML library (go.mod has none):
-// its version line, that it names every topic and header, that it is plain
-// two-space-indented YAML, and that every file and local component it
-// references exists.
+// TestAsyncAPI checks asyncapi.yaml's text: its version line, that it names
+// every topic and header, that it is plain two-space-indented YAML, that
+// every file and local component it references exists, and that its
+// payloads are the draft-07 renderings. The AsyncAPI parser reads it in
+// TestAsyncAPIParser (apitools_test.go).
 func TestAsyncAPI(t *testing.T) {
 	dir := schemaDir(t)
 	b, err := os.ReadFile(filepath.Join(dir, "asyncapi.yaml"))
@@ -1040,7 +1054,7 @@ func TestAsyncAPI(t *testing.T) {
 	}
 	for _, h := range []string{topics.HeaderContentType, topics.HeaderTraceParent, topics.HeaderTraceState, topics.HeaderSchemaVersion,
 		topics.HeaderDeadLetterReason, topics.HeaderDeadLetterTopic, topics.HeaderDeadLetterPartition, topics.HeaderDeadLetterOffset,
-		topics.ContentTypeCloudEvents, topics.ContentTypeJSON, "murmur2", "murmur2_random", "application/schema+json;version=draft-2020-12"} {
+		topics.ContentTypeCloudEvents, topics.ContentTypeJSON, "murmur2", "murmur2_random", "application/schema+json;version=draft-07"} {
 		if !strings.Contains(text, h) {
 			t.Errorf("%q is not mentioned", h)
 		}
@@ -1056,10 +1070,23 @@ func TestAsyncAPI(t *testing.T) {
 		rel, _ := filepath.Rel(dir, p)
 		refs[filepath.ToSlash(rel)] = true
 	}
-	for _, want := range []string{eventSchema, wakeSchema, typeSchema(topics.TypeInput), typeSchema(topics.TypeWakeReceived)} {
-		if !refs[want] {
-			t.Errorf("no $ref to %s", want)
+	// The payloads reference the draft-07 renderings (draft07_test.go), and
+	// only those; the descriptions name the 2020-12 sources.
+	for _, src := range draft07Sources() {
+		if !refs[draft07Dir+src] {
+			t.Errorf("no $ref to %s%s", draft07Dir, src)
 		}
+		if !strings.Contains(text, "schema/"+src) {
+			t.Errorf("schema/%s is not mentioned", src)
+		}
+	}
+	for ref := range refs {
+		if !strings.HasPrefix(ref, draft07Dir) {
+			t.Errorf("$ref %s: a payload must reference a draft-07 rendering (AsyncAPI tooling does not read 2020-12)", ref)
+		}
+	}
+	if strings.Contains(text, "schemaFormat: application/schema+json;version=draft-2020-12") {
+		t.Error("a payload's schemaFormat is draft 2020-12, which the AsyncAPI parser does not read")
 	}
 	// Mentions of schema/...json paths (in descriptions) must exist too.
 	mention := regexp.MustCompile(`schema/[A-Za-z0-9_./-]+\.json`)

@@ -9,6 +9,9 @@
 #   kube-score                     checks the rendered chart (bin/tools)
 #   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
 #                                  package-lock.json) check the TypeScript example
+#   tools/node/node_modules        (npm ci, pinned by its package-lock.json) the
+#                                  AsyncAPI parser and Redocly CLI, which check
+#                                  schema/asyncapi.yaml and schema/openapi.yaml
 #   a JDK and Maven + tools/kafka/lib  Apache Kafka's broker, the version pinned
 #                                  in tools/kafka/pom.xml, resolved from Maven
 #                                  Central: the broker-matrix tests run it
@@ -54,6 +57,15 @@ fi
 if ! [ -x examples/typescript/node_modules/.bin/tsc ]; then
 	echo "tools: npm ci in examples/typescript (typescript, kafkajs, as package-lock.json pins them)"
 	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
+fi
+
+# The API documents' validators (schema/apitools_test.go). The stamp is the
+# lock file's checksum, so a new pin installs again.
+node_stamp=$(sha256sum tools/node/package-lock.json | cut -d' ' -f1)
+if [ "$(cat tools/node/node_modules/.stamp 2>/dev/null)" != "$node_stamp" ]; then
+	echo "tools: npm ci in tools/node (@asyncapi/parser, @redocly/cli, as package-lock.json pins them)"
+	(cd tools/node && npm ci --no-audit --no-fund >/dev/null)
+	echo "$node_stamp" >tools/node/node_modules/.stamp
 fi
 
 # Apache Kafka: the jars of the pinned version and what they need at run

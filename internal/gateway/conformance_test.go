@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,13 +63,41 @@ func loadSpec() (*spec, error) {
 		}
 		c := jsonschema.NewCompiler()
 		c.DefaultDraft(jsonschema.Draft2020) // OpenAPI 3.1's schema dialect
-		if err := c.AddResource("openapi.json", res); err != nil {
+		// The document's relative $refs (./wake.schema.json#/$defs/...,
+		// ./read-model.schema.json) resolve against its place among the
+		// schemas, https://canopy.dev/schema/, whose files are on disk.
+		c.UseLoader(schemaDirLoader{})
+		if err := c.AddResource(specURL, res); err != nil {
 			specErr = err
 			return
 		}
 		theSpec = &spec{doc: doc, compiler: c, compiled: map[string]*jsonschema.Schema{}}
 	})
 	return theSpec, specErr
+}
+
+// specURL is where openapi.yaml sits among the schemas' $ids, so that its
+// relative references name their $ids.
+const (
+	schemaBase = "https://canopy.dev/schema/"
+	specURL    = schemaBase + "openapi.yaml"
+)
+
+// schemaDirLoader serves schemaBase from schema/ and refuses anything else:
+// no network in tests.
+type schemaDirLoader struct{}
+
+func (schemaDirLoader) Load(url string) (any, error) {
+	rel, ok := strings.CutPrefix(url, schemaBase)
+	if !ok {
+		return nil, fmt.Errorf("schema/openapi.yaml references %s, outside %s", url, schemaBase)
+	}
+	f, err := os.Open(filepath.Join("../../schema", filepath.FromSlash(rel)))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return jsonschema.UnmarshalJSON(f)
 }
 
 // pointer escapes one JSON pointer token.
@@ -110,7 +139,7 @@ func (s *spec) schema(loc string) (*jsonschema.Schema, error) {
 	if sch, ok := s.compiled[loc]; ok {
 		return sch, nil
 	}
-	sch, err := s.compiler.Compile("openapi.json#" + loc)
+	sch, err := s.compiler.Compile(specURL + "#" + loc)
 	if err != nil {
 		return nil, err
 	}

@@ -63,8 +63,40 @@ func (f *fakeQuery) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			{Seq: 1, EventID: f.name, Type: "fake", AgentID: run, At: topics.NewTime(time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)), CorrelationID: &corr}}, OldestRetainedSeq: 1, WindowSize: 1})
 		return
 	}
-	_ = json.NewEncoder(w).Encode(map[string]any{"who": f.name, "what": what, "run": run, "query": r.URL.RawQuery,
-		"scope": map[string]any{"run_id": run, "session_id": session}})
+	// A snapshot or read model as the contract has it (the conformance
+	// check reads it against schema/openapi.yaml), made by a projection of
+	// one event: the run's root node, named after who answered.
+	proj, err := projection.New(projection.Config{})
+	if err == nil {
+		_, _, err = proj.ApplyEvent(&topics.Event{ID: "01JM0000000000000000000001", Source: "/fake", Type: topics.TypeNodeCreated,
+			Time: topics.NewTime(time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)), RunID: run, AgentID: f.name, SchemaVersion: 1,
+			SessionID: session, Data: &topics.NodeCreated{Role: topics.RoleConductor}})
+	}
+	var body any
+	if err == nil && what == "snapshot" {
+		body, _, err = proj.Snapshot(run, time.Now())
+	} else if err == nil {
+		body, err = proj.ReadModel(run, time.Now(), false)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// answeredBy reads who answered a snapshot or read model of fakeQuery (its
+// root node) and for which run.
+func answeredBy(body []byte) (who, run string) {
+	var d struct {
+		Root  string `json:"root_agent_id"`
+		RunID string `json:"run_id"`
+		Scope struct {
+			RunID string `json:"run_id"`
+		} `json:"scope"`
+	}
+	_ = json.Unmarshal(body, &d)
+	return d.Root, d.RunID + d.Scope.RunID
 }
 
 func newFakeQuery(t *testing.T, name string) (*fakeQuery, *httptest.Server) {
@@ -117,6 +149,7 @@ func TestRouting(t *testing.T) {
 			if r.status != 200 || json.Unmarshal(r.body, &got) != nil {
 				t.Fatalf("%s %s: %d %s", run, what, r.status, r.body)
 			}
+			got["who"], got["run"] = answeredBy(r.body)
 			if strings.HasPrefix(what, "history") {
 				var pg projection.HistoryPage
 				if err := json.Unmarshal(r.body, &pg); err != nil {
