@@ -16,8 +16,11 @@ export PATH := $(CURDIR)/$(BIN)/tools:$(PATH)
 
 all: build
 
+# -buildvcs=auto: the binaries carry the commit they were built from
+# (`projector version`, canopy_build_info) even where the Go environment
+# sets GOFLAGS=-buildvcs=false, as on canopy's build machines.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/...
 
 # run brings everything up on this machine: an embedded Kafka (kfake) on
 # loopback, canopy's topics, the projector, and a demo workload of agent

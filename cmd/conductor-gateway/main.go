@@ -20,6 +20,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "version" {
+		fmt.Println(telemetry.ReadBuild())
+		return
+	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stderr, nil))
 }
 

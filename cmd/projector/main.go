@@ -21,6 +21,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
 const usage = `usage: projector <command> [flags]
@@ -30,6 +31,7 @@ commands:
   create-topics  create canopy's topics, co-partitioned
   replay         read newline-delimited events on stdin, write the wakes the
                  projector would publish for them on stdout, one per line
+  version        print the version, commit and Go version of this binary
 
 Run "projector <command> -h" for a command's flags. Every flag -foo-bar is
 also read from the variable CANOPY_FOO_BAR. The embedded broker and demo
@@ -52,6 +54,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runProjector(args[1:], stderr)
 	case "create-topics":
 		return createTopics(args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, telemetry.ReadBuild())
+		return 0
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
