@@ -23,9 +23,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
-	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 	errs = append(errs, err)
 	cfg.SASL = m
 	if *projectorSecretFile != "" {
-		secret, err := projector.ReadQuerySecret(*projectorSecretFile)
+		secret, err := cluster.ReadQuerySecret(*projectorSecretFile)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("-projector-secret-file: %w", err))
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -58,7 +58,7 @@ func testKill9(t *testing.T, b *brokertest.Broker) {
 	}
 	t.Cleanup(cl.Close)
 	adm := kadm.NewClient(cl)
-	if err := projector.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 

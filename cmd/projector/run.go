@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -199,7 +200,7 @@ func runProjector(args []string, stderr io.Writer) int {
 func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpoint, error) {
 	var e projector.QueryEndpoint
 	if secretFile != "" {
-		s, err := projector.ReadQuerySecret(secretFile)
+		s, err := cluster.ReadQuerySecret(secretFile)
 		if err != nil {
 			return e, fmt.Errorf("-query-secret-file: %w", err)
 		}
@@ -323,11 +324,11 @@ func createTopics(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	if err := projector.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication), topics.TombstoneRetention(*tombstones)); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication), topics.TombstoneRetention(*tombstones)); err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1
 	}
-	n, err := projector.CheckTopics(ctx, adm, k.Names())
+	n, err := cluster.CheckTopics(ctx, adm, k.Names())
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1

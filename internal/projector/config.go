@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -318,6 +319,6 @@ func (c Config) Validate() error {
 
 // The consumer group protocols (Config.GroupProtocol).
 const (
-	GroupProtocolClassic  = "classic"  // JoinGroup/SyncGroup, client-side cooperative-sticky
-	GroupProtocolConsumer = "consumer" // KIP-848, broker-side assignment
+	GroupProtocolClassic  = cluster.GroupProtocolClassic  // JoinGroup/SyncGroup, client-side cooperative-sticky
+	GroupProtocolConsumer = cluster.GroupProtocolConsumer // KIP-848, broker-side assignment
 )

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -346,7 +347,7 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = CreateTopics(ctx, kadm.NewClient(admin), o.names, outagePartitions, 1)
+	err = cluster.CreateTopics(ctx, kadm.NewClient(admin), o.names, outagePartitions, 1)
 	admin.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
@@ -152,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		return fail(fmt.Errorf("projector: producer: %w", err))
 	}
 	adm := kadm.NewClient(p.prod)
-	if p.partitions, err = CheckTopics(ctx, adm, cfg.Names); err != nil {
+	if p.partitions, err = cluster.CheckTopics(ctx, adm, cfg.Names); err != nil {
 		return fail(err)
 	}
 	p.trust = checkpointTrust(ctx, adm, cfg.Names, p.log)
@@ -200,7 +201,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	}
 	if cfg.AdvertiseAddr != "" {
 		// The member's client id carries where it answers: see Assignment.
-		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+advertiseSep+cfg.AdvertiseAddr))
+		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
 	}
 	// The human client first: the group's assignment callback uses it, and
 	// may run before NewClient returns the group client.

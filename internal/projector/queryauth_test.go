@@ -6,12 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -119,7 +118,7 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 // on loopback only, and refusing anything else says what to set; with one
 // it may listen anywhere. The default address follows.
 func TestQueryEndpointValidate(t *testing.T) {
-	secret := []byte(strings.Repeat("s", MinQuerySecretLen))
+	secret := []byte(strings.Repeat("s", cluster.MinQuerySecretLen))
 	for _, tc := range []struct {
 		addr   string
 		secret []byte
@@ -138,7 +137,7 @@ func TestQueryEndpointValidate(t *testing.T) {
 		{"8081", nil, false}, // not host:port
 		{":8081", secret, true},
 		{"10.1.2.3:8081", secret, true},
-		{":8081", secret[:MinQuerySecretLen-1], false}, // too short
+		{":8081", secret[:cluster.MinQuerySecretLen-1], false}, // too short
 		{":8081", append([]byte("a b"), secret...), false},
 	} {
 		err := QueryEndpoint{Addr: tc.addr, Secret: tc.secret}.Validate()
@@ -155,30 +154,5 @@ func TestQueryEndpointValidate(t *testing.T) {
 	}
 	if a := DefaultQueryAddrFor(secret); a != ":8081" {
 		t.Errorf("default address with a secret: %q, want :8081", a)
-	}
-}
-
-// TestReadQuerySecret: the file's content without surrounding whitespace,
-// refused when short, empty or not a header's worth of printable ASCII.
-func TestReadQuerySecret(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	want := strings.Repeat("ab", 20)
-	if got, err := ReadQuerySecret(write("ok", "  "+want+"\n")); err != nil || string(got) != want {
-		t.Errorf("ReadQuerySecret: %q %v, want %q", got, err, want)
-	}
-	for name, content := range map[string]string{"empty": "", "blank": " \n", "short": "abc\n", "space": want + " " + want, "newline": want + "\n" + want, "nonascii": want + "é"} {
-		if _, err := ReadQuerySecret(write(name, content)); err == nil {
-			t.Errorf("ReadQuerySecret(%s %q): accepted", name, content)
-		}
-	}
-	if _, err := ReadQuerySecret(filepath.Join(dir, "missing")); err == nil {
-		t.Error("ReadQuerySecret of a missing file: accepted")
 	}
 }

@@ -44,7 +44,7 @@ type QueryServer struct {
 	// (which answers between batches); default 10s.
 	Timeout time.Duration
 	// Secret, when set, is the shared secret callers must present (see
-	// above; ReadQuerySecret reads one). Set it before serving.
+	// above; cluster.ReadQuerySecret reads one). Set it before serving.
 	Secret []byte
 }
 

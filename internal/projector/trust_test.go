@@ -20,6 +20,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -70,10 +71,10 @@ func testCheckpointTrustFollowsTheTopic(t *testing.T, b *brokertest.Broker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(e.client)
-	if err := CreateTopics(ctx, adm, e.names, 1, 1, topics.TombstoneRetention(10*time.Minute)); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, e.names, 1, 1, topics.TombstoneRetention(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := TombstoneRetention(ctx, adm, e.names); err != nil || d != 10*time.Minute {
+	if d, err := cluster.TombstoneRetention(ctx, adm, e.names); err != nil || d != 10*time.Minute {
 		t.Fatalf("TombstoneRetention = %v, %v; want 10m0s", d, err)
 	}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -36,20 +37,20 @@ type kafka struct {
 
 func newKafka(t *testing.T, prefix string, partitions int32) *kafka {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &kafka{cluster: cluster, brokers: cluster.ListenAddrs(), names: topics.Names{Prefix: prefix, Version: 1}, partitions: partitions}
+	k := &kafka{cluster: kc, brokers: kc.ListenAddrs(), names: topics.Names{Prefix: prefix, Version: 1}, partitions: partitions}
 	k.cl, err = kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
-		cluster.Close()
+		kc.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { k.cl.Close(); cluster.Close() })
+	t.Cleanup(func() { k.cl.Close(); kc.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(k.cl), k.names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(k.cl), k.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	return k
