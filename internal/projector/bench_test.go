@@ -18,8 +18,8 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/workload"
-	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -243,7 +243,7 @@ func benchRestore(b *testing.B, addrs []string) {
 			b.StartTimer()
 			start := time.Now()
 			res, err := changelog.Restore(context.Background(), changelog.Config{ClientOpts: opts, Topic: names.Changelog()},
-				part, projection.NewStore(db, part))
+				part, store.New(db, part))
 			if err != nil {
 				b.Fatal(err)
 			}

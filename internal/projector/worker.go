@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -48,7 +49,7 @@ type worker struct {
 	// or the projector's shared one at least once.
 	prod  *kgo.Client
 	txn   bool
-	store *projection.Store
+	store *store.Store
 	proj  *projection.Projection
 	// offsets is the next offset to consume per input topic.
 	offsets map[string]int64
@@ -166,7 +167,7 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 	// A partition paused by an earlier owner in this process must flow again.
 	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
 	w := &worker{
-		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
+		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: store.New(p.db, part),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool), queries: make(chan *query),
 		humanSignal: make(chan struct{}, 1), prioOrigins: make(map[string]origin),
 		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),

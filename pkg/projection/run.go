@@ -113,7 +113,7 @@ type Run struct {
 	// key is no node of the run, known without reading the store.
 	nodes    map[string]*node
 	resident int
-	store    *Store
+	store    *store
 	// nodeErr is the first failure to read a node back from the store: the
 	// run no longer matches its store, and the projection stops (sticky).
 	nodeErr error
