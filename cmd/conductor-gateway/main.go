@@ -27,6 +27,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 )
 
 func main() {
@@ -171,7 +172,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 		return 2
 	}
-	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-gateway"})
+	ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: "canopy-gateway"})
 	if err != nil {
 		fmt.Fprintf(stderr, "conductor-gateway: %v\n", err)
 		return 2

@@ -24,7 +24,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
-	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -357,7 +357,7 @@ func checkedConfig(stderr io.Writer, cmd, service string) int {
 		// The exporters are made but connect lazily: nothing is dialled.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: service})
+		ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: service})
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 			return 2

@@ -1,4 +1,4 @@
-package telemetry_test
+package projectormetrics_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -79,7 +81,7 @@ func (k *kafka) produce(t *testing.T, topic string, at time.Time, evs ...topics.
 
 // runProjector runs a projector instance reporting to pm until the test
 // ends (or stop is called), and points pm's gauges at it.
-func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg prometheus.Registerer, group string) (p *projector.Projector, stop func()) {
+func runProjector(t *testing.T, k *kafka, pm *projectormetrics.ProjectorMetrics, reg prometheus.Registerer, group string) (p *projector.Projector, stop func()) {
 	t.Helper()
 	var logs testenv.Buffer
 	t.Cleanup(func() {
@@ -109,7 +111,7 @@ func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg pr
 }
 
 // metrics gathers reg: each family by name.
-func metrics(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
+func gather(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
@@ -180,7 +182,7 @@ func waitMetrics(t *testing.T, reg prometheus.Gatherer, d time.Duration, what st
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		fams := metrics(t, reg)
+		fams := gather(t, reg)
 		if cond(fams) {
 			return fams
 		}
@@ -199,7 +201,7 @@ func waitMetrics(t *testing.T, reg prometheus.Gatherer, d time.Duration, what st
 func TestWakeLagCountsSkew(t *testing.T) {
 	k := newKafka(t, "skew", 2)
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,13 +237,13 @@ func TestWakeLagCountsSkew(t *testing.T) {
 func TestRebalancesCountCallbacks(t *testing.T) {
 	k := newKafka(t, "rebalance", 3)
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, stop := runProjector(t, k, pm, reg, "rebalance-projector")
 	waitMetrics(t, reg, 60*time.Second, "the instance owns all three partitions", func(map[string]*dto.MetricFamily) bool { return len(p.Owned()) == 3 })
-	fams := metrics(t, reg)
+	fams := gather(t, reg)
 	if got := value(fams, "canopy_projector_rebalances_total", "change", "assigned"); got != 1 {
 		t.Errorf("rebalances_total{change=assigned} = %g after one assignment of three partitions, want 1", got)
 	}
@@ -250,7 +252,7 @@ func TestRebalancesCountCallbacks(t *testing.T) {
 	}
 	// Leaving the group revokes all three in one callback.
 	stop()
-	fams = metrics(t, reg)
+	fams = gather(t, reg)
 	if r, c := value(fams, "canopy_projector_rebalances_total", "change", "revoked"), value(fams, "canopy_projector_partition_changes_total", "change", "revoked"); r != 1 || c != 3 {
 		t.Errorf("after leaving: rebalances_total{change=revoked} = %g, partition_changes_total{change=revoked} = %g; want 1 and 3", r, c)
 	}
@@ -323,7 +325,7 @@ func TestRestoreProgressIsLive(t *testing.T) {
 	})
 
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,15 +365,15 @@ func TestRestoreProgressIsLive(t *testing.T) {
 // CanopyConsumerGroupStalled alert count.
 func TestGroupStallsCount(t *testing.T) {
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := value(metrics(t, reg), "canopy_projector_group_stalls_total"); got != 0 {
+	if got := value(gather(t, reg), "canopy_projector_group_stalls_total"); got != 0 {
 		t.Fatalf("group_stalls_total = %g before any stall, want 0 (and the series present)", got)
 	}
 	pm.GroupStalled(2 * time.Minute)
-	if got := value(metrics(t, reg), "canopy_projector_group_stalls_total"); got != 1 {
+	if got := value(gather(t, reg), "canopy_projector_group_stalls_total"); got != 1 {
 		t.Errorf("group_stalls_total = %g after one stall, want 1", got)
 	}
 }
