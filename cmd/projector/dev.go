@@ -30,6 +30,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -184,16 +185,17 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	in.metrics.Set(p)
+	if err := projectormetrics.RegisterGauges(in.reg, p); err != nil {
+		return err
+	}
 	// The query endpoint is closed as in production: a secret of this
 	// session's own, which the gateway presents.
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return err
 	}
-	queries := projector.NewQueryServer()
+	queries := projector.NewQueryServer(p)
 	queries.Secret = []byte(hex.EncodeToString(secret))
-	queries.Set(p)
 	gm, err := telemetry.NewGatewayMetrics(in.reg)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -151,13 +152,19 @@ func runProjector(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer in.shutdown()
-	qs := projector.NewQueryServer()
+	// The Server replaces a failed instance; the query endpoint and the
+	// gauges read through it.
+	server, err := projector.NewServer(cfg)
+	if err == nil {
+		err = projectormetrics.RegisterGauges(in.reg, server)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "projector run: %v\n", err)
+		return 2
+	}
+	qs := projector.NewQueryServer(server)
 	qs.Secret = endpoint.Secret
-	started := func(p *projector.Projector) { qs.Set(p); in.metrics.Set(p) }
-	actors := []actor{{
-		name:  "projector",
-		start: func(ctx context.Context) error { return projector.Serve(ctx, cfg, started) },
-	}}
+	actors := []actor{{name: "projector", start: server.Run}}
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.

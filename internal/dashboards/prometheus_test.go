@@ -424,7 +424,9 @@ func (in *instance) join(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.metrics.Set(p)
+	if err := projectormetrics.RegisterGauges(in.reg, p); err != nil {
+		t.Fatal(err)
+	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(pctx) }()

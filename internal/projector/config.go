@@ -115,11 +115,11 @@ type Config struct {
 	// StallTimeout is how long the consumer group may give this instance no
 	// generation (it is joining: never joined, or rejoining after its
 	// session was lost) while the brokers answer, before the instance
-	// counts the group as stalled, stops, and lets Serve start a fresh
+	// counts the group as stalled, stops, and lets the Server start a fresh
 	// member; default twice RebalanceTimeout, the longest a healthy
 	// rebalance takes.
 	StallTimeout time.Duration
-	// LockWait is how long Serve waits for a data directory that another
+	// LockWait is how long a Server waits for a data directory that another
 	// process holds (ErrDataDirLocked) before it gives up with that error;
 	// default 10s.
 	LockWait time.Duration

@@ -35,7 +35,7 @@ type Hooks interface {
 	Restored(partition int32, res changelog.Result, err error)
 	// GroupStalled reports that the consumer group gave this instance no
 	// generation for stalled while the brokers answered: the instance
-	// stops, and Serve starts a fresh one, a new member of the group.
+	// stops, and its Server starts a fresh one, a new member of the group.
 	GroupStalled(stalled time.Duration)
 	// PriorityCommitted reports a human input record once the commit that
 	// published its wake succeeded: how long it spent in each stage of the
@@ -189,4 +189,27 @@ func (p *Projector) PebbleMetrics() *pebble.Metrics {
 		return nil
 	}
 	return p.db.Metrics()
+}
+
+// Counters are what an instance counts beyond its hooks, read at scrape
+// time by the metrics adapter: its restores as they go (so that a long
+// restore shows progress), retention's expiries and the priority gate.
+type Counters struct {
+	// Restoring is the number of partitions restoring now; RestoredRecords
+	// the changelog records restores wrote.
+	Restoring, RestoredRecords int64
+	// Expired counts the finished runs whose state retention deleted.
+	Expired int64
+	// GatePauses counts the pauses of the priority gate, GatePaused their
+	// time.
+	GatePauses int64
+	GatePaused time.Duration
+}
+
+// Counters returns the instance's Counters; running is true (a Projector
+// is its own instance).
+func (p *Projector) Counters() (c Counters, running bool) {
+	return Counters{Restoring: p.Stats.Restoring.Load(), RestoredRecords: p.Stats.RestoredRecords.Load(),
+		Expired: p.Stats.Expired.Load(), GatePauses: p.Stats.GatePauses.Load(),
+		GatePaused: time.Duration(p.Stats.GatePausedNanos.Load())}, true
 }

@@ -24,7 +24,7 @@
 // transaction, acknowledged before Pebble is written.
 //
 // A failure the projector cannot go past (a transaction that does not
-// commit, a fenced producer, a storage error) stops Run with an error; Serve
+// commit, a fenced producer, a storage error) stops Run with an error; a Server
 // starts a fresh instance, which resumes from what was committed.
 package projector
 
@@ -51,7 +51,7 @@ type Stats struct {
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted, Wakes, PriorityWakes atomic.Int64
 	// GroupStalls is 1 once this instance found its group stalled and
 	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
-	// instances Serve runs.
+	// instances a Server runs.
 	GroupStalls atomic.Int64
 	// Transactions committed and aborted.
 	Commits, Aborts atomic.Int64

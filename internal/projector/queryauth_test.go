@@ -32,9 +32,8 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 	waitFor(t, 60*time.Second, p, "the run is projected", func() bool { return p.Stats.Applied.Load() >= 4 })
 
 	secret := []byte("0123456789abcdef0123456789abcdef-the-secret")
-	qs := NewQueryServer()
+	qs := NewQueryServer(p)
 	qs.Secret = secret
-	qs.Set(p)
 	srv := httptest.NewServer(qs)
 	defer srv.Close()
 	get := func(path, authorization string) (int, http.Header, []byte) {
@@ -105,8 +104,7 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 
 	// Without a secret the server answers anyone (it listens on loopback
 	// only: QueryEndpoint.Validate).
-	open := NewQueryServer()
-	open.Set(p)
+	open := NewQueryServer(p)
 	rec := httptest.NewRecorder()
 	open.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, snapshot, nil))
 	if rec.Code != http.StatusOK {

@@ -43,7 +43,7 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runProjector(t, k, pm, preg, "lint-projector")
+	runProjector(t, k, pm, preg, preg, "lint-projector")
 
 	greg := telemetry.NewRegistry()
 	gm, err := telemetry.NewGatewayMetrics(greg)

@@ -3,34 +3,27 @@ package projectormetrics
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // ProjectorMetrics implements projector.Hooks: it counts what projector
 // instances do as Prometheus metrics and emits the snapshot events. Counters
-// live here rather than in the instance, so they go on counting when
-// projector.Serve replaces a failed instance; gauges (partitions owned,
-// consumer lag, Pebble) are read at scrape time from the instance Set last.
+// live here rather than in the instance, so they go on counting when a
+// projector.Server replaces a failed instance; gauges (partitions owned,
+// consumer lag, Pebble) are read at scrape time from a Source
+// (RegisterGauges).
 type ProjectorMetrics struct {
 	projector.NopHooks
 	events *telemetry.Events
-
-	// mu guards cur and restoredBefore together, so that a scrape never
-	// sees a replaced instance's restored records twice or not at all.
-	mu  sync.Mutex
-	cur *projector.Projector
-	// restoredBefore counts the changelog records restored by the
-	// instances Set replaced, so that restored_records_total, read live
-	// from the current instance, never goes back.
-	restoredBefore int64
 
 	consumed       *prometheus.CounterVec
 	deadLetters    prometheus.Counter
@@ -135,28 +128,32 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.priorityStages, gauges{m})
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.priorityStages)
 	return m, err
 }
 
-// Set points the scrape-time gauges at the running instance: pass it as
-// projector.Serve's started callback. The instance it replaces has stopped;
-// its restored records stay counted.
-func (m *ProjectorMetrics) Set(p *projector.Projector) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cur != nil && m.cur != p {
-		m.restoredBefore += m.cur.Stats.RestoredRecords.Load()
-	}
-	m.cur = p
+// Source is what the gauges read at scrape time: a projector.Server, which
+// answers for whichever of its instances runs now and counts the records
+// its replaced instances restored, or one projector.Projector.
+type Source interface {
+	Owned() []int32
+	Lag() []projector.PartitionLag
+	Memory() projection.BudgetStats
+	MemoryLimit() int64
+	PebbleMetrics() *pebble.Metrics
+	Counters() (c projector.Counters, running bool)
 }
 
-// current is the instance Set last and the records its predecessors
-// restored.
-func (m *ProjectorMetrics) current() (*projector.Projector, int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cur, m.restoredBefore
+var (
+	_ Source = (*projector.Server)(nil)
+	_ Source = (*projector.Projector)(nil)
+)
+
+// RegisterGauges registers on reg the metrics read from src at scrape
+// time: partitions owned and restoring, consumer lag, the memory budget,
+// Pebble's figures, restored records, expiries and the priority gate.
+func RegisterGauges(reg prometheus.Registerer, src Source) error {
+	return telemetry.Register(reg, gauges{src})
 }
 
 // Consumed counts a consumed record.
@@ -236,8 +233,8 @@ func (m *ProjectorMetrics) Revoked(parts []int32) {
 }
 
 // Restored counts a finished restore and its time. Its records were
-// counted as they were written (restored_records_total reads the
-// instance's Stats at scrape time), so that a long restore shows progress
+// counted as they were written (restored_records_total reads the Source's
+// Counters at scrape time), so that a long restore shows progress
 // while it runs rather than all at once when it ends.
 func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
 	if err != nil {
@@ -252,7 +249,7 @@ func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
 func (m *ProjectorMetrics) GroupStalled(time.Duration) { m.groupStalls.Inc() }
 
 // gauges reads, at scrape time, what only the running instance knows.
-type gauges struct{ m *ProjectorMetrics }
+type gauges struct{ src Source }
 
 var (
 	descOwned = prometheus.NewDesc(telemetry.Namespace+"_projector_partitions_owned",
@@ -314,17 +311,15 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	p, restored := g.m.current()
-	if p == nil {
-		ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
+	p := g.src
+	// Read live: restores advance it after every batch they write.
+	c, running := p.Counters()
+	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(c.RestoredRecords))
+	if !running {
 		return
 	}
-	// Read live from the instance's Stats, which its restores advance after
-	// every batch they write.
-	restored += p.Stats.RestoredRecords.Load()
-	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
 	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(p.Owned())))
-	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(p.Stats.Restoring.Load()))
+	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(c.Restoring))
 	ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(p.MemoryLimit()))
 	mem := p.Memory()
 	ch <- prometheus.MustNewConstMetric(descHotLimit, prometheus.GaugeValue, float64(mem.Limit))
@@ -334,9 +329,9 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHotEvictions, prometheus.CounterValue, float64(mem.Evictions))
 	ch <- prometheus.MustNewConstMetric(descNodeReads, prometheus.CounterValue, float64(mem.NodeReads))
 	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
-	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(p.Stats.Expired.Load()))
-	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(p.Stats.GatePauses.Load()))
-	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, time.Duration(p.Stats.GatePausedNanos.Load()).Seconds())
+	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.Expired))
+	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(c.GatePauses))
+	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, c.GatePaused.Seconds())
 	for _, l := range p.Lag() {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
 	}

@@ -232,7 +232,9 @@ func TestOTLPExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pm.Set(p)
+	if err := projectormetrics.RegisterGauges(reg, p); err != nil {
+		t.Fatal(err)
+	}
 	pctx, pstop := context.WithCancel(ctx)
 	pdone := make(chan error, 1)
 	go func() { pdone <- p.Run(pctx) }()
