@@ -15,7 +15,7 @@ import (
 )
 
 // Hooks receive what a projector does, so that metrics and telemetry
-// (pkg/telemetry) stay out of the core. The projector calls them from its
+// (internal/projectormetrics) stay out of the core. The projector calls them from its
 // partitions' goroutines, in each partition's order; they must be quick and
 // must not block. Embed NopHooks to implement only some.
 type Hooks interface {
@@ -213,3 +213,83 @@ func (p *Projector) Counters() (c Counters, running bool) {
 		Expired: p.Stats.Expired.Load(), GatePauses: p.Stats.GatePauses.Load(),
 		GatePaused: time.Duration(p.Stats.GatePausedNanos.Load())}, true
 }
+
+// Consumed counts a consumed record by its outcome.
+func (s *Stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
+	s.Records.Add(1)
+	switch outcome {
+	case OutcomeApplied:
+		s.Applied.Add(1)
+	case OutcomeDuplicate:
+		s.Duplicates.Add(1)
+	case OutcomeRerouted:
+		s.Rerouted.Add(1)
+	case OutcomeUnknownType:
+		s.UnknownType.Add(1)
+		s.DeadLettered.Add(1)
+	case OutcomeDeadLettered, OutcomeRunExpired:
+		s.DeadLettered.Add(1)
+	}
+}
+
+// WakeCommitted counts a committed wake.
+func (s *Stats) WakeCommitted(_ context.Context, w CommittedWake) {
+	s.Wakes.Add(1)
+	if w.Wake.Lane == topics.LanePriority {
+		s.PriorityWakes.Add(1)
+	}
+}
+
+// GroupStalled counts a stalled group.
+func (s *Stats) GroupStalled(time.Duration) { s.GroupStalls.Add(1) }
+
+// tee reports to stats, then to next: an instance's hooks.
+type tee struct {
+	stats *Stats
+	next  Hooks
+}
+
+func (t tee) Consumed(topic string, typ topics.EventType, outcome Outcome) {
+	t.stats.Consumed(topic, typ, outcome)
+	t.next.Consumed(topic, typ, outcome)
+}
+
+func (t tee) WakeCommitted(ctx context.Context, w CommittedWake) {
+	t.stats.WakeCommitted(ctx, w)
+	t.next.WakeCommitted(ctx, w)
+}
+
+func (t tee) Committed(partition int32, took time.Duration, err error) {
+	t.stats.Committed(partition, took, err)
+	t.next.Committed(partition, took, err)
+}
+
+func (t tee) Assigned(partitions []int32) {
+	t.stats.Assigned(partitions)
+	t.next.Assigned(partitions)
+}
+
+func (t tee) Revoked(partitions []int32) {
+	t.stats.Revoked(partitions)
+	t.next.Revoked(partitions)
+}
+
+func (t tee) Restored(partition int32, res changelog.Result, err error) {
+	t.stats.Restored(partition, res, err)
+	t.next.Restored(partition, res, err)
+}
+
+func (t tee) GroupStalled(stalled time.Duration) {
+	t.stats.GroupStalled(stalled)
+	t.next.GroupStalled(stalled)
+}
+
+func (t tee) PriorityCommitted(partition int32, stages PriorityStages) {
+	t.stats.PriorityCommitted(partition, stages)
+	t.next.PriorityCommitted(partition, stages)
+}
+
+var (
+	_ Hooks = (*Stats)(nil)
+	_ Hooks = tee{}
+)

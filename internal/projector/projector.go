@@ -46,14 +46,25 @@ import (
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
-// Stats count what the projector did since it started.
+// Stats count what the projector did since it started. The records, wakes
+// and stalls it reports to its hooks are counted as a Hooks implementation
+// (hooks.go), which the instance reports to before Config.Hooks, so that
+// each is counted in one place; the rest it counts where they happen.
 type Stats struct {
-	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted, Wakes, PriorityWakes atomic.Int64
+	NopHooks
+	// Records counts the records consumed (Hooks.Consumed), Applied and
+	// the rest them by outcome; DeadLettered counts every record sent to
+	// the dead-letter topic, UnknownType and RunExpired ones included.
+	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
+	// Wakes counts the committed wakes (Hooks.WakeCommitted),
+	// PriorityWakes those of the priority lane.
+	Wakes, PriorityWakes atomic.Int64
 	// GroupStalls is 1 once this instance found its group stalled and
 	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
 	// instances a Server runs.
 	GroupStalls atomic.Int64
-	// Transactions committed and aborted.
+	// Transactions committed and aborted (Hooks.Committed reports every
+	// commit, a transaction or not, and failures after one too).
 	Commits, Aborts atomic.Int64
 	// Expired counts the finished runs whose state retention deleted
 	// (projection.Config.Retention).
@@ -112,6 +123,8 @@ type Projector struct {
 
 	// Stats are live counters, for tests and the metrics adapter.
 	Stats Stats
+	// hooks reports to Stats, then to Config.Hooks.
+	hooks Hooks
 }
 
 // New validates cfg, opens the state, connects to Kafka and checks that the
@@ -127,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{})}
 	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
+	p.hooks = tee{&p.Stats, cfg.Hooks}
 
 	db, err := openState(cfg, cfg.Now())
 	if err != nil {
@@ -388,7 +402,7 @@ func (p *Projector) assigned(_ context.Context, _ *kgo.Client, assigned map[stri
 		}
 	}
 	if len(parts) > 0 {
-		p.cfg.Hooks.Assigned(parts)
+		p.hooks.Assigned(parts)
 		p.log.Info("partitions assigned", "partitions", parts)
 	}
 }
@@ -447,7 +461,7 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	if p.standby != nil {
 		p.standby.track(parts)
 	}
-	p.cfg.Hooks.Revoked(parts)
+	p.hooks.Revoked(parts)
 	p.log.Info("partitions revoked", "partitions", parts)
 }
 

@@ -122,8 +122,7 @@ func (p *Projector) watchGroup(ctx context.Context) {
 			since = now
 			continue
 		}
-		p.Stats.GroupStalls.Add(1)
-		p.cfg.Hooks.GroupStalled(stalled)
+		p.hooks.GroupStalled(stalled)
 		p.log.Error("the consumer group has given this instance no assignment while the brokers answer: rejoining as a fresh member",
 			"group", p.cfg.Group, "joining_for", stalled.Round(time.Second), "stall_timeout", p.cfg.StallTimeout)
 		p.fail(fmt.Errorf("%w: no assignment for %v while the brokers answer (group %s)", ErrGroupStalled,
