@@ -15,9 +15,9 @@ import (
 )
 
 // Hooks receive what a projector does, so that metrics and telemetry
-// (internal/projectormetrics) stay out of the core. The projector calls them from its
-// partitions' goroutines, in each partition's order; they must be quick and
-// must not block. Embed NopHooks to implement only some.
+// (internal/projectormetrics) stay out of the core. The projector calls
+// them from its partitions' goroutines, in each partition's order; they
+// must be quick and must not block. Embed NopHooks to implement only some.
 type Hooks interface {
 	// Consumed reports a record read from an input topic and what became of
 	// it. typ is the event type when the record decoded, else "".
