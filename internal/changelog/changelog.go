@@ -1,7 +1,7 @@
 // Package changelog carries a projector partition's state between instances.
 //
 // Every commit a projector makes is a list of key changes to its partition's
-// Pebble store (projection.Changes, the consumed offsets last). Records turns
+// Pebble store (internal/store; projection.Changes, the consumed offsets last). Records turns
 // them into records of the compacted changelog topic, in the partition of
 // the same number, key for key: compaction then keeps exactly the latest
 // value of every key, which is the store. Restore brings a store up to date

@@ -17,7 +17,7 @@ import (
 // windows; loading a run reads its chunks and keeps what the windows still
 // hold. One key per run per commit, not one per event (an applied-id key
 // and a history key each, before): a commit of 5,000 events now writes as
-// many journal records as it has runs, to Pebble and to the changelog.
+// many journal records as it has runs, to the Storage and to the changelog.
 
 // journalVersion is the first byte of every chunk: a build reads only the
 // versions it knows, and says which it found otherwise.

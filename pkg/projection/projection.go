@@ -278,7 +278,7 @@ func (p *Projection) setDue(run string, at int64, ok bool) {
 }
 
 // Commit writes every change since the last commit, and the next offset to
-// consume of each input topic in offsets, in one synced Pebble batch: after a
+// consume of each input topic in offsets, in one synced Storage write: after a
 // crash the projection resumes exactly from there. It is Prepare and Finish
 // with nothing in between, for callers without a changelog.
 func (p *Projection) Commit(offsets map[string]int64) error {
@@ -331,8 +331,8 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 // Without a checkpoint the store is the only copy of the state, and the
 // batch is synced. With one, the changes are already durable in the
 // changelog, so the batch is not synced: a machine crash can only leave the
-// store at an earlier checkpoint (Pebble recovers a prefix of its batches),
-// and restoring from the changelog, which every owner does first, replays
+// store at an earlier checkpoint (Pebble, internal/store, recovers a prefix
+// of its batches), and restoring from the changelog, which every owner does first, replays
 // the rest. A process crash loses nothing either way.
 func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.err != nil {

@@ -163,7 +163,7 @@ type Run struct {
 	// max_nodes (snapshot.Cache), never persisted.
 	digests snapshot.Cache
 
-	// Persistence, when the run belongs to a Store: what changed since the
+	// Persistence, when the run belongs to a Storage: what changed since the
 	// last commit (nil when nothing persists the run), the journal chunks
 	// stored, oldest first, and when it was last used (for eviction).
 	dirty    *dirt
