@@ -332,8 +332,8 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 // batch is synced. With one, the changes are already durable in the
 // changelog, so the batch is not synced: a machine crash can only leave the
 // store at an earlier checkpoint (Pebble, internal/store, recovers a prefix
-// of its batches), and restoring from the changelog, which every owner does first, replays
-// the rest. A process crash loses nothing either way.
+// of its batches), and restoring from the changelog, which every owner does
+// first, replays the rest. A process crash loses nothing either way.
 func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.err != nil {
 		return p.err
