@@ -214,7 +214,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		}
 	}
 	if cfg.AdvertiseAddr != "" {
-		// The member's client id carries where it answers: see Assignment.
+		// The member's client id carries where it answers: see cluster.Assignment.
 		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
 	}
 	// The human client first: the group's assignment callback uses it, and

@@ -11,7 +11,7 @@ import (
 )
 
 // Errors of the query API (Snapshot, ReadModel, History). A router that gets
-// ErrNotOwner or ErrRestoring asks the group's assignment again (Assignment)
+// ErrNotOwner or ErrRestoring asks the group's assignment again (cluster.Assignment)
 // or retries a little later; projection.ErrUnknownRun means the owner has
 // applied no event of the run.
 var (

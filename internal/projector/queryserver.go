@@ -14,7 +14,7 @@ import (
 )
 
 // QueryServer is a projector process's internal HTTP query endpoint, which
-// the gateway calls on the instance that owns a run (see Assignment):
+// the gateway calls on the instance that owns a run (see cluster.Assignment):
 //
 //	GET /internal/v1/runs/{run_id}/snapshot     the run's current agent_tree_snapshot
 //	GET /internal/v1/runs/{run_id}/read-model   seed 003's read model (projection.ReadModel)
