@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -24,7 +25,7 @@ func TestFinishingTreeExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	p, err := projection.Open(projection.Config{Retention: retention}, projection.NewStore(db, 0))
+	p, err := projection.Open(projection.Config{Retention: retention}, store.New(db, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestFinishingTreeExpires(t *testing.T) {
 	}
 	// Reopened from the store, the runs are still expired: their state is
 	// gone, only the markers answer.
-	p2, err := projection.Open(projection.Config{Retention: retention}, projection.NewStore(db, 0))
+	p2, err := projection.Open(projection.Config{Retention: retention}, store.New(db, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

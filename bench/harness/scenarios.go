@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -656,7 +656,7 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 		}
 		return nil, err
 	}
-	a, err := projector.Assignment(ctx, h.adm, s.group, s.names)
+	a, err := cluster.Assignment(ctx, h.adm, s.group, s.names)
 	if err != nil {
 		<-errc
 		return nil, err

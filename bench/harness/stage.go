@@ -17,8 +17,8 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
-	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -82,7 +82,7 @@ func (h *Harness) newStage(ctx context.Context, name string, opts ...topics.Spec
 	s := &stage{h: h, name: name, partitions: int32(h.cfg.Partitions), tr: newTracker(), publishDelay: newHist(),
 		names: topics.Names{Prefix: fmt.Sprintf("bench-%s-%d-%d", name, h.began.Unix(), h.stages), Version: 1}}
 	s.group = s.names.Prefix
-	if err := projector.CreateTopics(ctx, h.adm, s.names, s.partitions, -1, opts...); err != nil {
+	if err := cluster.CreateTopics(ctx, h.adm, s.names, s.partitions, -1, opts...); err != nil {
 		return nil, fmt.Errorf("%s: creating topics: %w", name, err)
 	}
 	var err error
@@ -159,7 +159,7 @@ func (s *stage) waitAssigned(ctx context.Context, n int) error {
 		if err := s.died(); err != nil {
 			return err
 		}
-		a, err := projector.Assignment(ctx, s.h.adm, s.group, s.names)
+		a, err := cluster.Assignment(ctx, s.h.adm, s.group, s.names)
 		if err == nil && len(a) == int(s.partitions) {
 			members := map[string]bool{}
 			for _, m := range a {

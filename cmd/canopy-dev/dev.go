@@ -22,9 +22,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/apachekafka"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -91,7 +93,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, o.partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, o.partitions, 1); err != nil {
 		return err
 	}
 	dir := o.dataDir
@@ -139,12 +141,12 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if _, err := rand.Read(secret); err != nil {
 		return err
 	}
-	queries := projector.NewQueryServer()
-	queries.Secret = []byte(hex.EncodeToString(secret))
-	p, err := newProjector(ctx, pcfg, queries, in)
+	p, err := newProjector(ctx, pcfg, in)
 	if err != nil {
 		return err
 	}
+	queries := projector.NewQueryServer(p)
+	queries.Secret = []byte(hex.EncodeToString(secret))
 	gm, err := telemetry.NewGatewayMetrics(in.reg)
 	if err != nil {
 		return err
@@ -193,15 +195,16 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	return err
 }
 
-// newProjector makes the projector and hands it to the query server and
-// the metrics.
-func newProjector(ctx context.Context, cfg projector.Config, qs *projector.QueryServer, in *instrumentation) (*projector.Projector, error) {
+// newProjector makes the projector and registers its gauges: dev runs one
+// instance, with no restarts to hide behind a projector.Server.
+func newProjector(ctx context.Context, cfg projector.Config, in *instrumentation) (*projector.Projector, error) {
 	p, err := projector.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	qs.Set(p)
-	in.metrics.Set(p)
+	if err := projectormetrics.RegisterGauges(in.reg, p); err != nil {
+		return nil, err // a duplicate metric: the process ends
+	}
 	return p, nil
 }
 

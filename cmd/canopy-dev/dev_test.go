@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"github.com/canopy-dev/canopy/internal/testenv"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // TestDev is `make run` as a new user meets it: everything comes up on

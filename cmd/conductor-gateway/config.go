@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
-	"github.com/canopy-dev/canopy/internal/projector"
 )
 
 // writeTimeout bounds a response (not a wake stream's), from the end of
@@ -147,7 +147,7 @@ func (f *flags) apply(o *options) []error {
 	errs = append(errs, err)
 	c.SASL = m
 	if f.projectorSecret != "" {
-		secret, err := projector.ReadQuerySecret(f.projectorSecret)
+		secret, err := cluster.ReadQuerySecret(f.projectorSecret)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("-projector-secret-file: %w", err))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 )
 
 func main() {
@@ -37,7 +38,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 		return 2
 	}
 	fail := func(code int, err error) int { fmt.Fprintf(stderr, "conductor-gateway: %v\n", err); return code }
-	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-gateway"})
+	ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: "canopy-gateway"})
 	if err != nil {
 		return fail(2, err)
 	}
@@ -78,7 +79,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 
 // newGateway makes the gateway, its Kafka clients and its metrics in reg;
 // it gives up after 30s.
-func newGateway(ctx context.Context, cfg gateway.Config, reg *prometheus.Registry, ot *telemetry.OTel) (*gateway.Gateway, error) {
+func newGateway(ctx context.Context, cfg gateway.Config, reg *prometheus.Registry, ot *otlp.Providers) (*gateway.Gateway, error) {
 	gm, err := telemetry.NewGatewayMetrics(reg)
 	if err != nil {
 		return nil, err

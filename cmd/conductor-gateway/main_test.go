@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -94,7 +94,7 @@ func TestServeAndStop(t *testing.T) {
 	names := topics.Names{Prefix: "cmd", Version: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	tokens := filepath.Join(t.TempDir(), "tokens.json")

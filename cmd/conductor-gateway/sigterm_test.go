@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -45,7 +45,7 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 	}
 	defer cl.Close()
 	names := topics.Names{Prefix: "sigterm", Version: 1}
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

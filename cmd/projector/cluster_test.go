@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -262,7 +262,7 @@ func newHarnessWithin(t *testing.T, b *brokertest.Broker, name string, partition
 		t.Fatal(err)
 	}
 	t.Cleanup(h.cl.Close)
-	if err := projector.CreateTopics(ctx, kadm.NewClient(h.cl), h.names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(h.cl), h.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	h.logf("binary built, broker and topics ready")
@@ -618,7 +618,7 @@ func (h *harness) waitFor(what string, d time.Duration, cond func() bool) {
 func (h *harness) stable(members int) bool {
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
 	defer cancel()
-	g, err := projector.DescribeGroup(ctx, kadm.NewClient(h.cl), h.group, h.names)
+	g, err := cluster.DescribeGroup(ctx, kadm.NewClient(h.cl), h.group, h.names)
 	return err == nil && g.State == "Stable" && len(g.Members) == members
 }
 
@@ -656,7 +656,7 @@ func (h *harness) dump() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	g, err := projector.DescribeGroup(ctx, kadm.NewClient(h.cl), h.group, h.names)
+	g, err := cluster.DescribeGroup(ctx, kadm.NewClient(h.cl), h.group, h.names)
 	if err != nil {
 		h.t.Logf("describing group %s: %v", h.group, err)
 		return

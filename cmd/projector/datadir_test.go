@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -96,7 +96,7 @@ func freshTopics(ctx context.Context, t *testing.T, b *brokertest.Broker, stem s
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	return names, cl

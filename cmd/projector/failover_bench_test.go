@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -92,7 +92,7 @@ func benchMove(b *testing.B, brokers []string, scaleOut, standby bool, extra ...
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		names := topics.Names{Prefix: fmt.Sprintf("failover%d-%d", i, time.Now().UnixNano()), Version: 1}
 		group := "g-" + names.Prefix
-		if err := projector.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
+		if err := cluster.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
 			b.Fatal(err)
 		}
 		// The backlog, and one marker per run whose wake says it is in.
@@ -170,7 +170,7 @@ func benchMove(b *testing.B, brokers []string, scaleOut, standby bool, extra ...
 		owned := func(member string) []int32 {
 			var mine []int32
 			for len(mine) == 0 {
-				assign, err := projector.Assignment(ctx, adm, group, names)
+				assign, err := cluster.Assignment(ctx, adm, group, names)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -19,8 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -58,7 +59,7 @@ func testKill9(t *testing.T, b *brokertest.Broker) {
 	}
 	t.Cleanup(cl.Close)
 	adm := kadm.NewClient(cl)
-	if err := projector.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -341,8 +342,8 @@ func testKill9(t *testing.T, b *brokertest.Broker) {
 	}
 	defer db.Close()
 	for part := int32(0); part < partitions; part++ {
-		store := projection.NewStore(db, part)
-		offs, err := store.Offsets()
+		st := store.New(db, part)
+		offs, err := st.Offsets()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,7 +351,7 @@ func testKill9(t *testing.T, b *brokertest.Broker) {
 		if got := offs[names.AgentEvents()]; got != end.Offset {
 			t.Errorf("partition %d: next offset in Pebble %d, want the end of the partition, %d", part, got, end.Offset)
 		}
-		live, err := projection.Open(projection.Config{}, store)
+		live, err := projection.Open(projection.Config{}, st)
 		if err != nil {
 			t.Fatal(err)
 		}

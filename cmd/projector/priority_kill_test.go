@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -60,7 +60,7 @@ func testPriorityWakeOnceAcrossKill(t *testing.T, fresh bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 

@@ -17,12 +17,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/pkg/projection"
-	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -105,9 +107,19 @@ func runProjector(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer in.shutdown()
-	qs := projector.NewQueryServer()
+	// The Server replaces a failed instance; the query endpoint and the
+	// gauges read through it.
+	server, err := projector.NewServer(*cfg)
+	if err == nil {
+		err = projectormetrics.RegisterGauges(in.reg, server)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "projector run: %v\n", err)
+		return 2
+	}
+	qs := projector.NewQueryServer(server)
 	qs.Secret = endpoint.Secret
-	g.Add(projectorActor(*cfg, qs, in))
+	g.Add(lifecycle.Actor{Name: "projector", Run: server.Run})
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.
@@ -193,13 +205,6 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.check = checkConfigFlag(fs)
 }
 
-// projectorActor runs the projector, restarting it as projector.Serve
-// does, and hands each instance to the query server and the metrics.
-func projectorActor(cfg projector.Config, qs *projector.QueryServer, in *instrumentation) lifecycle.Actor {
-	started := func(p *projector.Projector) { qs.Set(p); in.metrics.Set(p) }
-	return lifecycle.Actor{Name: "projector", Run: func(ctx context.Context) error { return projector.Serve(ctx, cfg, started) }}
-}
-
 // warnDeprecated logs each deprecated variable that was read.
 func warnDeprecated(log *slog.Logger, vars []string) {
 	for _, v := range vars {
@@ -214,7 +219,7 @@ func warnDeprecated(log *slog.Logger, vars []string) {
 func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpoint, error) {
 	var e projector.QueryEndpoint
 	if secretFile != "" {
-		s, err := projector.ReadQuerySecret(secretFile)
+		s, err := cluster.ReadQuerySecret(secretFile)
 		if err != nil {
 			return e, fmt.Errorf("-query-secret-file: %w", err)
 		}
@@ -289,11 +294,11 @@ func createTopics(args []string, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	if err := projector.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication), topics.TombstoneRetention(*tombstones)); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, k.Names(), int32(*partitions), int16(*replication), topics.TombstoneRetention(*tombstones)); err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1
 	}
-	n, err := projector.CheckTopics(ctx, adm, k.Names())
+	n, err := cluster.CheckTopics(ctx, adm, k.Names())
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1
@@ -322,7 +327,7 @@ func checkedConfig(stderr io.Writer, cmd, service string, fs *flag.FlagSet, alia
 		// The exporters are made but connect lazily: nothing is dialled.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: service})
+		ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: service})
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 			return 2

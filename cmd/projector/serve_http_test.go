@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -28,12 +28,12 @@ import (
 // without the run's id, and on SIGTERM it stops gracefully, the HTTP server
 // with it.
 func TestRunServesQueries(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer kc.Close()
+	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "httptest", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -42,7 +42,7 @@ func TestRunServesQueries(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)

@@ -10,7 +10,9 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 )
 
 // instrumentation is a projector process's telemetry: the registry behind
@@ -18,19 +20,19 @@ import (
 // without an endpoint), and the hooks that feed both.
 type instrumentation struct {
 	reg     *prometheus.Registry
-	otel    *telemetry.OTel
-	metrics *telemetry.ProjectorMetrics
+	otel    *otlp.Providers
+	metrics *projectormetrics.ProjectorMetrics
 	log     *slog.Logger
 }
 
 // instrument sets up telemetry and wires it into cfg.
 func instrument(ctx context.Context, cfg *projector.Config) (*instrumentation, error) {
-	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-projector"})
+	ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: "canopy-projector"})
 	if err != nil {
 		return nil, err
 	}
 	in := &instrumentation{reg: telemetry.NewRegistry(), otel: ot, log: cfg.Logger}
-	in.metrics, err = telemetry.NewProjectorMetrics(in.reg, telemetry.NewEvents(ot.Logs, cfg.Logger, nil))
+	in.metrics, err = projectormetrics.NewProjectorMetrics(in.reg, telemetry.NewEvents(ot.Logs, cfg.Logger, nil))
 	if err != nil {
 		return nil, in.shutdownWith(err)
 	}

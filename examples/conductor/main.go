@@ -9,6 +9,13 @@
 //	go run ./examples/conductor -brokers 127.0.0.1:9092
 //
 // It imports only the public packages pkg/wake, pkg/topics and pkg/telemetry.
+// It reports as slog lines (the wake-received event among them); built
+// with -tags otlp it also exports spans and events over OTLP, configured by
+// the OTEL_* variables (export_otlp.go, through pkg/telemetry/otlp): the
+// OpenTelemetry SDK and its exporters would otherwise be most of what it
+// links.
+//
+//	go run -tags otlp ./examples/conductor -brokers 127.0.0.1:9092
 package main
 
 import (
@@ -22,6 +29,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.opentelemetry.io/otel/log"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -47,10 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// OpenTelemetry from the OTEL_* variables (off without an endpoint):
-	// each wake's process span continues the projector's trace, and
+	// OpenTelemetry export when built with it (-tags otlp): each wake's
+	// process span continues the projector's trace, and
 	// conductor.wake.received goes out as a log record on it.
-	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-example-conductor"})
+	ot, err := setupExport(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "conductor: %v\n", err)
 		return 2
@@ -58,15 +68,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = ot.Shutdown(sctx)
+		_ = ot.shutdown(sctx)
 	}()
-	obs, err := telemetry.NewWakeObserver(nil, telemetry.NewEvents(ot.Logs, log, nil))
+	obs, err := telemetry.NewWakeObserver(nil, telemetry.NewEvents(ot.logs, log, nil))
 	if err != nil {
 		fmt.Fprintf(stderr, "conductor: %v\n", err)
 		return 2
 	}
 	c, err := wake.New(wake.Config{Brokers: strings.Split(*brokers, ","), Names: topics.Names{Prefix: *prefix, Version: topics.DefaultVersion},
-		Group: *group, StaleAfter: *staleAfter, Logger: log, Observer: obs, TracerProvider: ot.Tracer}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
+		Group: *group, StaleAfter: *staleAfter, Logger: log, Observer: obs, TracerProvider: ot.tracer}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
 		fmt.Fprintln(stdout, wake.Line(w, r))
 		return nil
 	})
@@ -79,6 +89,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// export is where the conductor's spans and log-record events go: nowhere
+// (nil providers: no-ops) unless built with -tags otlp.
+type export struct {
+	tracer   trace.TracerProvider
+	logs     log.LoggerProvider
+	shutdown func(context.Context) error
 }
 
 func envOr(key, def string) string {

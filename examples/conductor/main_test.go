@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -29,12 +29,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // the wakes of examples/small-run.jsonl waiting, logs one line per wake,
 // the priority lane's first, and stops when its context ends.
 func TestConductorLogsWakes(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer kc.Close()
+	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "conductortest", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -43,7 +43,7 @@ func TestConductorLogsWakes(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
 	in, err := os.ReadFile("../small-run.jsonl")

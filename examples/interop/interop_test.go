@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/replay"
@@ -74,7 +75,7 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -446,7 +447,7 @@ func testPythonConductorPriorityFirst(t *testing.T, b *brokertest.Broker) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	in, err := os.ReadFile(filepath.Join(root, "examples/small-run.jsonl"))

@@ -1,7 +1,7 @@
 // Package changelog carries a projector partition's state between instances.
 //
 // Every commit a projector makes is a list of key changes to its partition's
-// Pebble store (projection.Changes, the consumed offsets last). Records turns
+// Pebble store (internal/store; projection.Changes, the consumed offsets last). Records turns
 // them into records of the compacted changelog topic, in the partition of
 // the same number, key for key: compaction then keeps exactly the latest
 // value of every key, which is the store. Restore brings a store up to date
@@ -35,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -132,7 +133,7 @@ type Result struct {
 // transactions the caller must have fenced the partition's previous writer
 // first, so that no transaction of it is left open. The store ends with a
 // checkpoint at the end of that commit.
-func Restore(ctx context.Context, cfg Config, partition int32, store *projection.Store) (Result, error) {
+func Restore(ctx context.Context, cfg Config, partition int32, st *store.Store) (Result, error) {
 	cfg.defaults()
 	began := cfg.Now()
 	res := Result{}
@@ -154,14 +155,14 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 	}
 	res.Tail = tail
 
-	cp, ok, err := store.Checkpoint()
+	cp, ok, err := st.Checkpoint()
 	if err != nil {
 		return fail(err)
 	}
 	now := cfg.Now()
 	switch {
 	case !ok:
-		empty, err := store.Empty()
+		empty, err := st.Empty()
 		if err != nil {
 			return fail(err)
 		}
@@ -181,7 +182,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 	}
 	if res.Wiped != "" {
 		cfg.Logger.Warn("discarding partition state", "partition", partition, "reason", res.Wiped)
-		if err := store.Wipe(); err != nil {
+		if err := st.Wipe(); err != nil {
 			return fail(err)
 		}
 	}
@@ -193,7 +194,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 
 	var batch projection.Changes
 	flush := func(next int64) error {
-		if err := store.Write(batch, &projection.Checkpoint{Next: next, At: cfg.Now().UnixMilli()}, false); err != nil {
+		if err := st.Write(batch, &projection.Checkpoint{Next: next, At: cfg.Now().UnixMilli()}, false); err != nil {
 			return err
 		}
 		res.Records += int64(len(batch))
@@ -222,7 +223,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 	}
 	// The last write is synced and carries the final checkpoint, also when
 	// nothing was read: a current store's checkpoint is thereby renewed.
-	if err := store.Write(batch, &projection.Checkpoint{Next: want, At: cfg.Now().UnixMilli()}, true); err != nil {
+	if err := st.Write(batch, &projection.Checkpoint{Next: want, At: cfg.Now().UnixMilli()}, true); err != nil {
 		return fail(err)
 	}
 	res.Records += int64(len(batch))
@@ -238,7 +239,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, store *projection
 // Rollback returns the changes that undo a torn commit's tail: every tail
 // key set back to its value in the (restored) store, or deleted when it has
 // none, then the store's offsets, which close the undoing as a commit.
-func Rollback(store *projection.Store, tail [][]byte) (projection.Changes, error) {
+func Rollback(st *store.Store, tail [][]byte) (projection.Changes, error) {
 	if len(tail) == 0 {
 		return nil, nil
 	}
@@ -249,7 +250,7 @@ func Rollback(store *projection.Store, tail [][]byte) (projection.Changes, error
 			continue
 		}
 		seen[string(k)] = true
-		v, ok, err := store.Get(k)
+		v, ok, err := st.Get(k)
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +260,7 @@ func Rollback(store *projection.Store, tail [][]byte) (projection.Changes, error
 			out = append(out, projection.Change{Key: k, Delete: true})
 		}
 	}
-	offs, ok, err := store.Get(projection.OffsetsKey)
+	offs, ok, err := st.Get(projection.OffsetsKey)
 	if err != nil {
 		return nil, err
 	}

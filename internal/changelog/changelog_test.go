@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
@@ -167,17 +168,17 @@ func (w *writer) visible(r *kgo.Record) {
 	}
 }
 
-func openStore(t *testing.T) (*pebble.DB, *projection.Store) {
+func openStore(t *testing.T) (*pebble.DB, *store.Store) {
 	t.Helper()
 	db, err := pebble.Open(t.TempDir(), &pebble.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return db, projection.NewStore(db, 1)
+	return db, store.New(db, 1)
 }
 
-func (c *cluster) restore(store *projection.Store, mut ...func(*Config)) Result {
+func (c *cluster) restore(st *store.Store, mut ...func(*Config)) Result {
 	c.t.Helper()
 	cfg := Config{ClientOpts: c.opts, Topic: c.topic, BatchRecords: 50}
 	for _, m := range mut {
@@ -185,7 +186,7 @@ func (c *cluster) restore(store *projection.Store, mut ...func(*Config)) Result 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := Restore(ctx, cfg, 1, store)
+	res, err := Restore(ctx, cfg, 1, st)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -247,8 +248,8 @@ func testRestore(t *testing.T, b *brokertest.Broker) {
 					w.tear() // an aborted transaction: never visible
 				}
 			}
-			db, store := openStore(t)
-			res := c.restore(store)
+			db, st := openStore(t)
+			res := c.restore(st)
 			same(t, "first restore", dump(t, db), w.want)
 			if res.Wiped != "" || len(res.Tail) != 0 || res.Records == 0 {
 				t.Fatalf("first restore: %+v", res)
@@ -259,16 +260,16 @@ func testRestore(t *testing.T, b *brokertest.Broker) {
 				w.commit()
 			}
 			c.b.Compact(t, c.topic, 30*time.Second)
-			res = c.restore(store)
+			res = c.restore(st)
 			same(t, "restore from the checkpoint", dump(t, db), w.want)
 			if res.From != first || res.Wiped != "" {
 				t.Fatalf("second restore read from %d (wiped: %q), want from the checkpoint %d", res.From, res.Wiped, first)
 			}
 
 			// A current store reads nothing.
-			res = c.restore(store)
+			res = c.restore(st)
 			if res.Records != 0 || res.From != res.To {
-				t.Fatalf("restoring a current store: %+v", res)
+				t.Fatalf("restoring a current st: %+v", res)
 			}
 
 			// An empty store restores the compacted log to the same state.
@@ -292,13 +293,13 @@ func testTornCommit(t *testing.T, b *brokertest.Broker) {
 		w.commit()
 	}
 	w.tear()
-	db, store := openStore(t)
-	res := c.restore(store)
+	db, st := openStore(t)
+	res := c.restore(st)
 	same(t, "restore before a torn commit's tail", dump(t, db), w.want)
 	if len(res.Tail) == 0 {
 		t.Fatal("the torn commit's keys were not reported")
 	}
-	undo, err := Rollback(store, res.Tail)
+	undo, err := Rollback(st, res.Tail)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,8 +316,8 @@ func testTornCommit(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("tail after the rollback: %d keys", len(res.Tail))
 	}
 	same(t, "restore through a torn commit and its rollback", dump(t, freshDB), w.want)
-	res = c.restore(store)
-	same(t, "the first store, restored on", dump(t, db), w.want)
+	res = c.restore(st)
+	same(t, "the first st, restored on", dump(t, db), w.want)
 }
 
 // TestUntrustedStores: a store ahead of the changelog (its commit never made
@@ -331,53 +332,53 @@ func testUntrustedStores(t *testing.T, b *brokertest.Broker) {
 		w.commit()
 	}
 	t.Run("ahead", func(t *testing.T) {
-		db, store := openStore(t)
-		c.restore(store)
+		db, st := openStore(t)
+		c.restore(st)
 		junk := projection.Changes{{Key: []byte("r999"), Value: []byte("never committed")}}
-		if err := store.Write(junk, &projection.Checkpoint{Next: 1 << 40, At: time.Now().UnixMilli()}, true); err != nil {
+		if err := st.Write(junk, &projection.Checkpoint{Next: 1 << 40, At: time.Now().UnixMilli()}, true); err != nil {
 			t.Fatal(err)
 		}
-		if res := c.restore(store); res.Wiped == "" {
-			t.Fatal("a store ahead of the changelog was not wiped")
+		if res := c.restore(st); res.Wiped == "" {
+			t.Fatal("a st ahead of the changelog was not wiped")
 		}
 		same(t, "after wiping", dump(t, db), w.want)
 	})
 	t.Run("no checkpoint", func(t *testing.T) {
-		db, store := openStore(t)
-		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("x")}}, nil, true); err != nil {
+		db, st := openStore(t)
+		if err := st.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("x")}}, nil, true); err != nil {
 			t.Fatal(err)
 		}
-		if res := c.restore(store); res.Wiped == "" {
-			t.Fatal("a store without a checkpoint was not wiped")
+		if res := c.restore(st); res.Wiped == "" {
+			t.Fatal("a st without a checkpoint was not wiped")
 		}
 		same(t, "after wiping", dump(t, db), w.want)
 	})
 	t.Run("old checkpoint", func(t *testing.T) {
-		db, store := openStore(t)
-		c.restore(store)
+		db, st := openStore(t)
+		c.restore(st)
 		w.commit()
-		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("deleted long ago")}}, nil, true); err != nil {
+		if err := st.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("deleted long ago")}}, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		// Past the default window, half of a day's tombstones.
 		later := func(cfg *Config) { cfg.Now = func() time.Time { return time.Now().Add(13 * time.Hour) } }
-		if res := c.restore(store, later); res.Wiped == "" {
-			t.Fatal("a store with a checkpoint older than MaxCheckpointAge was not wiped")
+		if res := c.restore(st, later); res.Wiped == "" {
+			t.Fatal("a st with a checkpoint older than MaxCheckpointAge was not wiped")
 		}
 		same(t, "after wiping", dump(t, db), w.want)
 	})
 	t.Run("young checkpoint", func(t *testing.T) {
-		db, store := openStore(t)
-		c.restore(store)
+		db, st := openStore(t)
+		c.restore(st)
 		w.commit()
 		// A key the changelog does not have stays: the store is resumed,
 		// not read again.
-		if err := store.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("kept")}}, nil, true); err != nil {
+		if err := st.Write(projection.Changes{{Key: []byte("r999"), Value: []byte("kept")}}, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		later := func(cfg *Config) { cfg.Now = func() time.Time { return time.Now().Add(11 * time.Hour) } }
-		if res := c.restore(store, later); res.Wiped != "" || res.From == 0 || res.Records == 0 {
-			t.Fatalf("a store with a checkpoint younger than MaxCheckpointAge: %+v, want it resumed", res)
+		if res := c.restore(st, later); res.Wiped != "" || res.From == 0 || res.Records == 0 {
+			t.Fatalf("a st with a checkpoint younger than MaxCheckpointAge: %+v, want it resumed", res)
 		}
 		want := maps.Clone(w.want)
 		want["r999"] = []byte("kept")
@@ -403,8 +404,8 @@ func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			store := projection.NewStore(db, 1)
-			c.restore(store) // ends with a synced write
+			st := store.New(db, 1)
+			c.restore(st) // ends with a synced write
 			synced := maps.Clone(w.want)
 
 			// Commits as a worker makes them: the changelog first, then
@@ -423,7 +424,7 @@ func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
 					}
 				}
 				next := res[len(res)-1].Record.Offset + 1
-				if err := store.Write(ch, &projection.Checkpoint{Next: next, At: time.Now().UnixMilli()}, false); err != nil {
+				if err := st.Write(ch, &projection.Checkpoint{Next: next, At: time.Now().UnixMilli()}, false); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -441,9 +442,9 @@ func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
 			if unsynced == 0 {
 				same(t, "after the crash, before the restore", dump(t, db), synced)
 			}
-			res := c.restore(projection.NewStore(db, 1))
+			res := c.restore(store.New(db, 1))
 			if res.Wiped != "" {
-				t.Fatalf("the crashed store was wiped (%s): it should be behind, not untrusted", res.Wiped)
+				t.Fatalf("the crashed st was wiped (%s): it should be behind, not untrusted", res.Wiped)
 			}
 			same(t, "after the crash and the restore", dump(t, db), w.want)
 		})

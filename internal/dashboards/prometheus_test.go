@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
@@ -406,7 +407,7 @@ type instance struct {
 	dir         string
 	kafkaAddr   string
 	reg         *prometheus.Registry
-	metrics     *telemetry.ProjectorMetrics
+	metrics     *projectormetrics.ProjectorMetrics
 	srv         *httptest.Server
 	metricsAddr string
 	logs        *testenv.Buffer
@@ -417,7 +418,7 @@ func newInstance(t *testing.T, kafkaAddr, dir string) *instance {
 	t.Helper()
 	in := &instance{dir: dir, kafkaAddr: kafkaAddr, reg: telemetry.NewRegistry(), logs: &testenv.Buffer{}}
 	var err error
-	if in.metrics, err = telemetry.NewProjectorMetrics(in.reg, nil); err != nil {
+	if in.metrics, err = projectormetrics.NewProjectorMetrics(in.reg, nil); err != nil {
 		t.Fatal(err)
 	}
 	in.srv = httptest.NewServer(telemetry.Handler(in.reg))
@@ -445,7 +446,9 @@ func (in *instance) join(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.metrics.Set(p)
+	if err := projectormetrics.RegisterGauges(in.reg, p); err != nil {
+		t.Fatal(err)
+	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(pctx) }()

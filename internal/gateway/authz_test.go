@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
-	"github.com/canopy-dev/canopy/internal/projector"
 )
 
 // TestSessionTokenForbiddenAlike: a token that covers a run only through
@@ -45,7 +45,7 @@ func TestSessionTokenForbiddenAlike(t *testing.T) {
 	waitFor(t, 30*time.Second, "the projector owns the partitions", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		a, err := projector.Assignment(ctx, adm, e.group, e.names)
+		a, err := cluster.Assignment(ctx, adm, e.group, e.names)
 		return err == nil && len(a) == 2
 	})
 	_, srv := e.gateway(e.config())

@@ -25,7 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -159,7 +159,7 @@ type Config struct {
 	// ProjectorSecret, when set, is sent on every call to a projector's
 	// query endpoint as "Authorization: Bearer <ProjectorSecret>": the
 	// shared secret of the projectors' -query-secret-file
-	// (projector.ReadQuerySecret reads one). Default none, for projectors
+	// (cluster.ReadQuerySecret reads one). Default none, for projectors
 	// that listen on loopback only.
 	ProjectorSecret []byte
 }
@@ -358,7 +358,7 @@ func (c Config) Validate() error {
 		ps = append(ps, "TailIdle: must not be negative")
 	}
 	if len(c.ProjectorSecret) > 0 {
-		if err := projector.CheckQuerySecret(c.ProjectorSecret); err != nil {
+		if err := cluster.CheckQuerySecret(c.ProjectorSecret); err != nil {
 			ps = append(ps, "ProjectorSecret: "+err.Error())
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -111,7 +112,7 @@ func newEnvOn(t testing.TB, broker *brokertest.Broker, partitions int32) *env {
 	t.Cleanup(e.client.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(e.client), e.names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(e.client), e.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	e.tokens = filepath.Join(t.TempDir(), "tokens.json")

@@ -22,8 +22,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
-	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: kafka client: %w", err)
 	}
 	g.adm = kadm.NewClient(g.cl)
-	g.partitions, err = projector.CheckTopics(ctx, g.adm, cfg.Names)
+	g.partitions, err = cluster.CheckTopics(ctx, g.adm, cfg.Names)
 	if err != nil {
 		g.cl.Close()
 		return nil, fmt.Errorf("gateway: %w", err)

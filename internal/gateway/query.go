@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
-	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -33,16 +33,16 @@ import (
 type ownerCache struct {
 	ttl        time.Duration
 	mu         sync.Mutex
-	assignment map[int32]projector.Member // nil until first read
-	at         time.Time                  // when assignment was read
-	inflight   chan struct{}              // closed when the read in flight ends; nil if none
-	err        error                      // the last read's error, nil if it succeeded
-	failedAt   time.Time                  // when the last read failed
+	assignment map[int32]cluster.Member // nil until first read
+	at         time.Time                // when assignment was read
+	inflight   chan struct{}            // closed when the read in flight ends; nil if none
+	err        error                    // the last read's error, nil if it succeeded
+	failedAt   time.Time                // when the last read failed
 }
 
 // assignment returns the cached assignment, reading it again when it is
 // older than the TTL or refresh is set.
-func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]projector.Member, error) {
+func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]cluster.Member, error) {
 	c := &g.owners
 	c.mu.Lock()
 	now := g.cfg.Now()
@@ -66,11 +66,11 @@ func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]proje
 	c.mu.Unlock()
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.KafkaTimeout)
-	a, err := projector.Assignment(rctx, g.adm, g.cfg.ProjectorGroup, g.cfg.Names)
+	a, err := cluster.Assignment(rctx, g.adm, g.cfg.ProjectorGroup, g.cfg.Names)
 	cancel()
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		// No projector has joined the group yet: nobody owns anything.
-		a, err = map[int32]projector.Member{}, nil
+		a, err = map[int32]cluster.Member{}, nil
 	}
 	c.mu.Lock()
 	if err == nil {
@@ -90,7 +90,7 @@ func (g *Gateway) assignment(ctx context.Context, refresh bool) (map[int32]proje
 
 // latest is the last assignment read, stale if the last read failed; the
 // error only when there is none.
-func (c *ownerCache) latest() (map[int32]projector.Member, error) {
+func (c *ownerCache) latest() (map[int32]cluster.Member, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.assignment != nil {
@@ -109,8 +109,8 @@ func (g *Gateway) owner(ctx context.Context, run string, refresh bool) (string, 
 	if err != nil {
 		return "", g.unavailable(problem.Unavailable, "cannot read the projector group's assignment from Kafka in time; retry later")
 	}
-	m, part, err := projector.Owner(a, run, g.partitions)
-	if errors.Is(err, projector.ErrNoOwner) && !refresh {
+	m, part, err := cluster.Owner(a, run, g.partitions)
+	if errors.Is(err, cluster.ErrNoOwner) && !refresh {
 		// A cached assignment may predate the owner: ask again once.
 		return g.owner(ctx, run, true)
 	}

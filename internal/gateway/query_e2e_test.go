@@ -91,7 +91,7 @@ func TestQueryRetriesNewOwner(t *testing.T) { brokertest.Run(t, testQueryRetries
 func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 	e := newEnvOn(t, broker, 2)
 	two := e.twoOwners(t)
-	ps, qs, stops := two.ps, two.qs, two.stops
+	ps, stops := two.ps, two.stops
 	run := runOn(0, 2, "-moved")
 	e.produceRoot(t, "01JM00000000000000000000B0", run)
 	// The assignment is cached for a minute: only the retry can find the
@@ -104,12 +104,11 @@ func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 	})
 
 	// The owner of partition 0 stops (leaving the group); its process's
-	// query server stays up with no instance, answering 503.
+	// query server stays up, answering 503 for the stopped instance.
 	old := 0
 	if slices.Contains(ps[1].Owned(), 0) {
 		old = 1
 	}
-	qs[old].Set(nil)
 	stops[old]()
 	other := ps[1-old]
 	waitFor(t, 30*time.Second, "the other instance owns both partitions", func() bool { return len(other.Owned()) == 2 })
@@ -140,17 +139,19 @@ func (e *env) twoOwnersWith(t *testing.T, secret []byte) *owners {
 	t.Helper()
 	o := &owners{}
 	var addrs [2]string
+	// Each endpoint listens first: its instance advertises the address.
+	var srvs [2]*httptest.Server
 	for i := range o.qs {
-		o.qs[i] = projector.NewQueryServer()
-		o.qs[i].Secret = secret
-		srv := httptest.NewServer(o.qs[i])
-		t.Cleanup(srv.Close)
-		addrs[i] = srv.Listener.Addr().String()
+		srvs[i] = httptest.NewUnstartedServer(nil)
+		t.Cleanup(srvs[i].Close)
+		addrs[i] = srvs[i].Listener.Addr().String()
 	}
 	for i := range o.qs {
 		o.ps[i], o.stops[i] = e.projector(addrs[i])
-		o.qs[i].Set(o.ps[i])
-		t.Cleanup(func() { o.qs[i].Set(nil) })
+		o.qs[i] = projector.NewQueryServer(o.ps[i])
+		o.qs[i].Secret = secret
+		srvs[i].Config.Handler = o.qs[i]
+		srvs[i].Start()
 	}
 	waitFor(t, 30*time.Second, "each instance owns one partition", func() bool {
 		return len(o.ps[0].Owned()) == 1 && len(o.ps[1].Owned()) == 1

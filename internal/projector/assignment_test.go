@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 )
 
 // TestAssignmentBothProtocols: the gateway finds a run's owner through
@@ -43,8 +44,8 @@ func TestAssignmentBothProtocols(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				adm := kadm.NewClient(e.client)
-				var assign map[int32]Member
-				var g Group
+				var assign map[int32]cluster.Member
+				var g cluster.Group
 				t.Cleanup(func() {
 					if t.Failed() {
 						t.Logf("last seen: group %+v, assignment %v, owned %v and %v", g, assign, ps[0].Owned(), ps[1].Owned())
@@ -52,11 +53,11 @@ func TestAssignmentBothProtocols(t *testing.T) {
 				})
 				waitFor(t, 30*time.Second, nil, "both instances to own partitions, as the coordinator says", func() bool {
 					var err error
-					if g, err = DescribeGroup(ctx, adm, e.group, e.names); err != nil {
+					if g, err = cluster.DescribeGroup(ctx, adm, e.group, e.names); err != nil {
 						t.Logf("DescribeGroup: %v", err)
 						return false
 					}
-					assign, err = Assignment(ctx, adm, e.group, e.names)
+					assign, err = cluster.Assignment(ctx, adm, e.group, e.names)
 					return err == nil && len(assign) == partitions && len(g.Members) == 2 && g.State == "Stable" &&
 						len(ps[0].Owned()) > 0 && len(ps[1].Owned()) > 0
 				})
@@ -73,7 +74,7 @@ func TestAssignmentBothProtocols(t *testing.T) {
 				if len(seen) != 2 {
 					t.Errorf("owners %v, want both instances", seen)
 				}
-				none, err := Assignment(ctx, adm, e.group+"-none", e.names)
+				none, err := cluster.Assignment(ctx, adm, e.group+"-none", e.names)
 				if err != nil || len(none) != 0 {
 					t.Errorf("Assignment of a group that does not exist = %v, %v; want no owners", none, err)
 				}

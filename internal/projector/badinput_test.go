@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -229,7 +230,7 @@ func TestWrongPartitionIsRerouted(t *testing.T) {
 	}
 	defer db.Close()
 	for part := range int32(partitions) {
-		proj, err := projection.Open(projection.Config{}, projection.NewStore(db, part))
+		proj, err := projection.Open(projection.Config{}, store.New(db, part))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,8 +17,9 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/workload"
-	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -86,7 +87,7 @@ func benchLoad(b *testing.B, brokers []string) ([]string, func() topics.Names, i
 		names := topics.Names{Prefix: fmt.Sprintf("bench%d-%d", n, time.Now().UnixNano()), Version: 1}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := CreateTopics(ctx, kadm.NewClient(cl), names, benchPartitions, 1); err != nil {
+		if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, benchPartitions, 1); err != nil {
 			b.Fatal(err)
 		}
 		out := make([]*kgo.Record, len(recs))
@@ -242,7 +243,7 @@ func benchRestore(b *testing.B, addrs []string) {
 			b.StartTimer()
 			start := time.Now()
 			res, err := changelog.Restore(context.Background(), changelog.Config{ClientOpts: opts, Topic: names.Changelog()},
-				part, projection.NewStore(db, part))
+				part, store.New(db, part))
 			if err != nil {
 				b.Fatal(err)
 			}

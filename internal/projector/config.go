@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -114,11 +115,11 @@ type Config struct {
 	// StallTimeout is how long the consumer group may give this instance no
 	// generation (it is joining: never joined, or rejoining after its
 	// session was lost) while the brokers answer, before the instance
-	// counts the group as stalled, stops, and lets Serve start a fresh
+	// counts the group as stalled, stops, and lets the Server start a fresh
 	// member; default twice RebalanceTimeout, the longest a healthy
 	// rebalance takes.
 	StallTimeout time.Duration
-	// LockWait is how long Serve waits for a data directory that another
+	// LockWait is how long a Server waits for a data directory that another
 	// process holds (ErrDataDirLocked) before it gives up with that error;
 	// default 10s.
 	LockWait time.Duration
@@ -343,6 +344,6 @@ func (c Config) Validate() error {
 
 // The consumer group protocols (Config.GroupProtocol).
 const (
-	GroupProtocolClassic  = "classic"  // JoinGroup/SyncGroup, client-side cooperative-sticky
-	GroupProtocolConsumer = "consumer" // KIP-848, broker-side assignment
+	GroupProtocolClassic  = cluster.GroupProtocolClassic  // JoinGroup/SyncGroup, client-side cooperative-sticky
+	GroupProtocolConsumer = cluster.GroupProtocolConsumer // KIP-848, broker-side assignment
 )

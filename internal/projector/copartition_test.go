@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -84,7 +85,7 @@ func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
 
 	// Everything else with 4 partitions: the odd one is named with both
 	// counts.
-	if err := CreateTopics(ctx, adm, names, 4, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, names, 4, 1); err != nil {
 		t.Fatal(err)
 	}
 	msg = refused("human input with 3 partitions, the rest with 4")
@@ -136,7 +137,7 @@ func TestCreateTopicsThenStart(t *testing.T) {
 		defer cancel()
 		for range 5 {
 			names := topics.Names{Prefix: b.Prefix(t, "created"), Version: 1}
-			if err := CreateTopics(ctx, kadm.NewClient(cl), names, 6, 1); err != nil {
+			if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 6, 1); err != nil {
 				t.Fatal(err)
 			}
 			// A fresh client, as a projector process has.
@@ -144,7 +145,7 @@ func TestCreateTopicsThenStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n, err := CheckTopics(ctx, kadm.NewClient(fresh), names)
+			n, err := cluster.CheckTopics(ctx, kadm.NewClient(fresh), names)
 			fresh.Close()
 			if err != nil || n != 6 {
 				t.Fatalf("right after CreateTopics: CheckTopics = %d, %v", n, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -75,10 +76,10 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(e.client)
-	var assign map[int32]Member
+	var assign map[int32]cluster.Member
 	waitFor(t, 30*time.Second, nil, "the group's assignment lists every partition", func() bool {
 		var err error
-		assign, err = Assignment(ctx, adm, cfgA.Group, e.names)
+		assign, err = cluster.Assignment(ctx, adm, cfgA.Group, e.names)
 		return err == nil && len(assign) == partitions
 	})
 	for part, m := range assign {
@@ -91,12 +92,12 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 		}
 	}
 	for _, run := range ref.Runs() {
-		m, part, err := Owner(assign, run, partitions)
+		m, part, err := cluster.Owner(assign, run, partitions)
 		if err != nil || part != topics.Partition([]byte(run), partitions) || m.Addr != assign[part].Addr {
 			t.Errorf("Owner(%s) = %+v, %d, %v", run, m, part, err)
 		}
 	}
-	if _, _, err := Owner(map[int32]Member{}, "x", partitions); err == nil {
+	if _, _, err := cluster.Owner(map[int32]cluster.Member{}, "x", partitions); err == nil {
 		t.Error("Owner found an owner in an empty assignment")
 	}
 

@@ -15,9 +15,9 @@ import (
 )
 
 // Hooks receive what a projector does, so that metrics and telemetry
-// (pkg/telemetry) stay out of the core. The projector calls them from its
-// partitions' goroutines, in each partition's order; they must be quick and
-// must not block. Embed NopHooks to implement only some.
+// (internal/projectormetrics) stay out of the core. The projector calls
+// them from its partitions' goroutines, in each partition's order; they
+// must be quick and must not block. Embed NopHooks to implement only some.
 type Hooks interface {
 	// Consumed reports a record read from an input topic and what became of
 	// it. typ is the event type when the record decoded, else "".
@@ -35,7 +35,7 @@ type Hooks interface {
 	Restored(partition int32, res changelog.Result, err error)
 	// GroupStalled reports that the consumer group gave this instance no
 	// generation for stalled while the brokers answered: the instance
-	// stops, and Serve starts a fresh one, a new member of the group.
+	// stops, and its Server starts a fresh one, a new member of the group.
 	GroupStalled(stalled time.Duration)
 	// PriorityCommitted reports a human input record once the commit that
 	// published its wake succeeded: how long it spent in each stage of the
@@ -190,3 +190,106 @@ func (p *Projector) PebbleMetrics() *pebble.Metrics {
 	}
 	return p.db.Metrics()
 }
+
+// Counters are what an instance counts beyond its hooks, read at scrape
+// time by the metrics adapter: its restores as they go (so that a long
+// restore shows progress), retention's expiries and the priority gate.
+type Counters struct {
+	// Restoring is the number of partitions restoring now; RestoredRecords
+	// the changelog records restores wrote.
+	Restoring, RestoredRecords int64
+	// Expired counts the finished runs whose state retention deleted.
+	Expired int64
+	// GatePauses counts the pauses of the priority gate, GatePaused their
+	// time.
+	GatePauses int64
+	GatePaused time.Duration
+}
+
+// Counters returns the instance's Counters; running is true (a Projector
+// is its own instance).
+func (p *Projector) Counters() (c Counters, running bool) {
+	return Counters{Restoring: p.Stats.Restoring.Load(), RestoredRecords: p.Stats.RestoredRecords.Load(),
+		Expired: p.Stats.Expired.Load(), GatePauses: p.Stats.GatePauses.Load(),
+		GatePaused: time.Duration(p.Stats.GatePausedNanos.Load())}, true
+}
+
+// Consumed counts a consumed record by its outcome.
+func (s *Stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
+	s.Records.Add(1)
+	switch outcome {
+	case OutcomeApplied:
+		s.Applied.Add(1)
+	case OutcomeDuplicate:
+		s.Duplicates.Add(1)
+	case OutcomeRerouted:
+		s.Rerouted.Add(1)
+	case OutcomeUnknownType:
+		s.UnknownType.Add(1)
+		s.DeadLettered.Add(1)
+	case OutcomeDeadLettered, OutcomeRunExpired:
+		s.DeadLettered.Add(1)
+	}
+}
+
+// WakeCommitted counts a committed wake.
+func (s *Stats) WakeCommitted(_ context.Context, w CommittedWake) {
+	s.Wakes.Add(1)
+	if w.Wake.Lane == topics.LanePriority {
+		s.PriorityWakes.Add(1)
+	}
+}
+
+// GroupStalled counts a stalled group.
+func (s *Stats) GroupStalled(time.Duration) { s.GroupStalls.Add(1) }
+
+// tee reports to stats, then to next: an instance's hooks.
+type tee struct {
+	stats *Stats
+	next  Hooks
+}
+
+func (t tee) Consumed(topic string, typ topics.EventType, outcome Outcome) {
+	t.stats.Consumed(topic, typ, outcome)
+	t.next.Consumed(topic, typ, outcome)
+}
+
+func (t tee) WakeCommitted(ctx context.Context, w CommittedWake) {
+	t.stats.WakeCommitted(ctx, w)
+	t.next.WakeCommitted(ctx, w)
+}
+
+func (t tee) Committed(partition int32, took time.Duration, err error) {
+	t.stats.Committed(partition, took, err)
+	t.next.Committed(partition, took, err)
+}
+
+func (t tee) Assigned(partitions []int32) {
+	t.stats.Assigned(partitions)
+	t.next.Assigned(partitions)
+}
+
+func (t tee) Revoked(partitions []int32) {
+	t.stats.Revoked(partitions)
+	t.next.Revoked(partitions)
+}
+
+func (t tee) Restored(partition int32, res changelog.Result, err error) {
+	t.stats.Restored(partition, res, err)
+	t.next.Restored(partition, res, err)
+}
+
+func (t tee) GroupStalled(stalled time.Duration) {
+	t.stats.GroupStalled(stalled)
+	t.next.GroupStalled(stalled)
+}
+
+func (t tee) PriorityCommitted(partition int32, stages PriorityStages) {
+	t.stats.PriorityCommitted(partition, stages)
+	t.next.PriorityCommitted(partition, stages)
+}
+
+var (
+	_ Hooks = (*Stats)(nil)
+	_ Hooks = tee{}
+)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -62,8 +63,8 @@ func BenchmarkEventPath(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer db.Close()
-			store := projection.NewStore(db, 0)
-			proj, err := projection.Open(projection.Config{}, store)
+			st := store.New(db, 0)
+			proj, err := projection.Open(projection.Config{}, st)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -80,10 +81,10 @@ func BenchmarkEventPath(b *testing.B) {
 					// The records are used again as a new partition's: a
 					// fresh store, so that nothing is a duplicate.
 					b.StopTimer()
-					if err := store.Wipe(); err != nil {
+					if err := st.Wipe(); err != nil {
 						b.Fatal(err)
 					}
-					if proj, err = projection.Open(projection.Config{}, store); err != nil {
+					if proj, err = projection.Open(projection.Config{}, st); err != nil {
 						b.Fatal(err)
 					}
 					next = 0

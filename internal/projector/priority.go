@@ -113,7 +113,7 @@ func (w *worker) commitPriority(j *commitJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.p.cfg.TransactionTimeout)
 	defer cancel()
 	began := time.Now()
-	defer func() { w.p.cfg.Hooks.Committed(w.part, time.Since(began), j.err) }()
+	defer func() { w.p.hooks.Committed(w.part, time.Since(began), j.err) }()
 	// Held until the watermark is in Pebble: no agent commit's checkpoint
 	// may pass its record before (see pebbleMu).
 	w.pebbleMu.Lock()

@@ -24,7 +24,7 @@
 // transaction, acknowledged before Pebble is written.
 //
 // A failure the projector cannot go past (a transaction that does not
-// commit, a fenced producer, a storage error) stops Run with an error; Serve
+// commit, a fenced producer, a storage error) stops Run with an error; a Server
 // starts a fresh instance, which resumes from what was committed.
 package projector
 
@@ -42,17 +42,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
-// Stats count what the projector did since it started.
+// Stats count what the projector did since it started. The records, wakes
+// and stalls it reports to its hooks are counted as a Hooks implementation
+// (hooks.go), which the instance reports to before Config.Hooks, so that
+// each is counted in one place; the rest it counts where they happen.
 type Stats struct {
-	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted, Wakes, PriorityWakes atomic.Int64
+	NopHooks
+	// Records counts the records consumed (Hooks.Consumed), Applied and
+	// the rest them by outcome; DeadLettered counts every record sent to
+	// the dead-letter topic, UnknownType and RunExpired ones included.
+	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
+	// Wakes counts the committed wakes (Hooks.WakeCommitted),
+	// PriorityWakes those of the priority lane.
+	Wakes, PriorityWakes atomic.Int64
 	// GroupStalls is 1 once this instance found its group stalled and
 	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
-	// instances Serve runs.
+	// instances a Server runs.
 	GroupStalls atomic.Int64
-	// Transactions committed and aborted.
+	// Transactions committed and aborted (Hooks.Committed reports every
+	// commit, a transaction or not, and failures after one too).
 	Commits, Aborts atomic.Int64
 	// Expired counts the finished runs whose state retention deleted
 	// (projection.Config.Retention).
@@ -111,6 +123,8 @@ type Projector struct {
 
 	// Stats are live counters, for tests and the metrics adapter.
 	Stats Stats
+	// hooks reports to Stats, then to Config.Hooks.
+	hooks Hooks
 }
 
 // New validates cfg, opens the state, connects to Kafka and checks that the
@@ -126,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{})}
 	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
+	p.hooks = tee{&p.Stats, cfg.Hooks}
 
 	db, err := openState(cfg, cfg.Now())
 	if err != nil {
@@ -152,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		return fail(fmt.Errorf("projector: producer: %w", err))
 	}
 	adm := kadm.NewClient(p.prod)
-	if p.partitions, err = CheckTopics(ctx, adm, cfg.Names); err != nil {
+	if p.partitions, err = cluster.CheckTopics(ctx, adm, cfg.Names); err != nil {
 		return fail(err)
 	}
 	p.trust = checkpointTrust(ctx, adm, cfg.Names, p.log)
@@ -199,8 +214,8 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		}
 	}
 	if cfg.AdvertiseAddr != "" {
-		// The member's client id carries where it answers: see Assignment.
-		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+advertiseSep+cfg.AdvertiseAddr))
+		// The member's client id carries where it answers: see cluster.Assignment.
+		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
 	}
 	// The human client first: the group's assignment callback uses it, and
 	// may run before NewClient returns the group client.
@@ -387,7 +402,7 @@ func (p *Projector) assigned(_ context.Context, _ *kgo.Client, assigned map[stri
 		}
 	}
 	if len(parts) > 0 {
-		p.cfg.Hooks.Assigned(parts)
+		p.hooks.Assigned(parts)
 		p.log.Info("partitions assigned", "partitions", parts)
 	}
 }
@@ -446,7 +461,7 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	if p.standby != nil {
 		p.standby.track(parts)
 	}
-	p.cfg.Hooks.Revoked(parts)
+	p.hooks.Revoked(parts)
 	p.log.Info("partitions revoked", "partitions", parts)
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -53,7 +54,7 @@ func newEnvOn(t *testing.T, b *brokertest.Broker, partitions int32) *env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := CreateTopics(ctx, kadm.NewClient(e.client), e.names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(e.client), e.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.client.Close)
@@ -119,7 +120,7 @@ func (e *env) produce(topic string, evs ...topics.Event) {
 func (e *env) partitions() (int32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return CheckTopics(ctx, kadm.NewClient(e.client), e.names)
+	return cluster.CheckTopics(ctx, kadm.NewClient(e.client), e.names)
 }
 
 // wakeReader reads wakes of both lanes in the order the broker returns them.

@@ -11,9 +11,9 @@ import (
 )
 
 // Errors of the query API (Snapshot, ReadModel, History). A router that gets
-// ErrNotOwner or ErrRestoring asks the group's assignment again (Assignment)
-// or retries a little later; projection.ErrUnknownRun means the owner has
-// applied no event of the run.
+// ErrNotOwner or ErrRestoring asks the group's assignment again
+// (cluster.Assignment) or retries a little later; projection.ErrUnknownRun
+// means the owner has applied no event of the run.
 var (
 	// ErrNotOwner: the run's partition is not assigned to this instance.
 	ErrNotOwner = errors.New("projector: the run's partition is not owned by this instance")

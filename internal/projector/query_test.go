@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,9 +186,15 @@ func TestQueries(t *testing.T) {
 	checkRun("A", a, runOfA)
 	checkRun("B", b, runOfB) // restored from the changelog
 
-	// The HTTP endpoint of A's process.
-	qs := NewQueryServer()
-	srv := httptest.NewServer(qs)
+	// The HTTP endpoint of A's process: first of a Server that has started
+	// no instance yet, then of A.
+	idle, err := NewServer(cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs atomic.Pointer[QueryServer]
+	qs.Store(NewQueryServer(idle))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { qs.Load().ServeHTTP(w, r) }))
 	defer srv.Close()
 	get := func(path string) (int, http.Header, []byte) {
 		t.Helper()
@@ -213,7 +220,7 @@ func TestQueries(t *testing.T) {
 	if code, _, _ := get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("readyz without an instance: %d, want 503", code)
 	}
-	qs.Set(a)
+	qs.Store(NewQueryServer(a))
 	if code, _, body := get("/healthz"); code != http.StatusOK {
 		t.Errorf("healthz: %d %s", code, body)
 	}
@@ -295,8 +302,7 @@ func TestQueryWhileRestoring(t *testing.T) {
 	if _, err := p.Snapshot(ctx, run); !errors.Is(err, ErrRestoring) {
 		t.Errorf("snapshot while restoring: %v, want ErrRestoring", err)
 	}
-	qs := NewQueryServer()
-	qs.Set(p)
+	qs := NewQueryServer(p)
 	rec := httptest.NewRecorder()
 	qs.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/internal/v1/runs/"+run+"/read-model", nil))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {

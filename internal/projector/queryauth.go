@@ -1,15 +1,14 @@
 package projector
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
 )
 
@@ -20,10 +19,6 @@ import (
 // The secret is a file's content, the same file for every projector and
 // every gateway (projector run -query-secret-file, conductor-gateway
 // -projector-secret-file), sent as "Authorization: Bearer <secret>".
-
-// MinQuerySecretLen is the shortest secret ReadQuerySecret accepts, in
-// bytes: 32 random characters are far beyond guessing.
-const MinQuerySecretLen = 32
 
 // The default listen addresses of the query endpoint (projector run
 // -http-addr): every interface when callers must present a secret, loopback
@@ -40,36 +35,6 @@ func DefaultQueryAddrFor(secret []byte) string {
 		return DefaultQueryAddr
 	}
 	return DefaultLoopbackQueryAddr
-}
-
-// ReadQuerySecret reads the shared secret of the query endpoint from path:
-// the file's content without the whitespace around it (a trailing newline),
-// at least MinQuerySecretLen bytes, printable ASCII without spaces (it goes
-// into an HTTP header as it is).
-func ReadQuerySecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	secret := bytes.TrimSpace(b)
-	if err := CheckQuerySecret(secret); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return secret, nil
-}
-
-// CheckQuerySecret says what is wrong with a secret, if anything: it must be
-// at least MinQuerySecretLen bytes of printable ASCII without spaces.
-func CheckQuerySecret(secret []byte) error {
-	if len(secret) < MinQuerySecretLen {
-		return fmt.Errorf("%d bytes; want at least %d random ones, e.g. from `openssl rand -hex 32`", len(secret), MinQuerySecretLen)
-	}
-	for i, c := range secret {
-		if c <= ' ' || c > '~' {
-			return fmt.Errorf("byte %d is %q; want printable ASCII without spaces (it is sent in an HTTP header), e.g. from `openssl rand -hex 32`", i, c)
-		}
-	}
-	return nil
 }
 
 // QueryEndpoint is where a projector process serves its QueryServer, and
@@ -95,7 +60,7 @@ func (e QueryEndpoint) Validate() error {
 		return fmt.Errorf("%w: -http-addr %q: want host:port, e.g. %s", ErrConfig, e.Addr, DefaultLoopbackQueryAddr)
 	}
 	if len(e.Secret) > 0 {
-		if err := CheckQuerySecret(e.Secret); err != nil {
+		if err := cluster.CheckQuerySecret(e.Secret); err != nil {
 			return fmt.Errorf("%w: the query secret: %w", ErrConfig, err)
 		}
 		return nil
@@ -110,7 +75,7 @@ func (e QueryEndpoint) Validate() error {
 	return fmt.Errorf("%w: -http-addr %q listens on %s, and without a secret anyone who reaches it could read every run: "+
 		"set -query-secret-file (or CANOPY_QUERY_SECRET_FILE) to a file holding a shared secret of at least %d bytes, and give the "+
 		"gateway the same file with -projector-secret-file (CANOPY_PROJECTOR_SECRET_FILE); or listen on loopback only, e.g. -http-addr %s",
-		ErrConfig, e.Addr, where, MinQuerySecretLen, DefaultLoopbackQueryAddr)
+		ErrConfig, e.Addr, where, cluster.MinQuerySecretLen, DefaultLoopbackQueryAddr)
 }
 
 // isLoopback reports whether a listen address's host is loopback only:

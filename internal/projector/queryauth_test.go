@@ -6,12 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -33,9 +32,8 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 	waitFor(t, 60*time.Second, p, "the run is projected", func() bool { return p.Stats.Applied.Load() >= 4 })
 
 	secret := []byte("0123456789abcdef0123456789abcdef-the-secret")
-	qs := NewQueryServer()
+	qs := NewQueryServer(p)
 	qs.Secret = secret
-	qs.Set(p)
 	srv := httptest.NewServer(qs)
 	defer srv.Close()
 	get := func(path, authorization string) (int, http.Header, []byte) {
@@ -106,8 +104,7 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 
 	// Without a secret the server answers anyone (it listens on loopback
 	// only: QueryEndpoint.Validate).
-	open := NewQueryServer()
-	open.Set(p)
+	open := NewQueryServer(p)
 	rec := httptest.NewRecorder()
 	open.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, snapshot, nil))
 	if rec.Code != http.StatusOK {
@@ -119,7 +116,7 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 // on loopback only, and refusing anything else says what to set; with one
 // it may listen anywhere. The default address follows.
 func TestQueryEndpointValidate(t *testing.T) {
-	secret := []byte(strings.Repeat("s", MinQuerySecretLen))
+	secret := []byte(strings.Repeat("s", cluster.MinQuerySecretLen))
 	for _, tc := range []struct {
 		addr   string
 		secret []byte
@@ -138,7 +135,7 @@ func TestQueryEndpointValidate(t *testing.T) {
 		{"8081", nil, false}, // not host:port
 		{":8081", secret, true},
 		{"10.1.2.3:8081", secret, true},
-		{":8081", secret[:MinQuerySecretLen-1], false}, // too short
+		{":8081", secret[:cluster.MinQuerySecretLen-1], false}, // too short
 		{":8081", append([]byte("a b"), secret...), false},
 	} {
 		err := QueryEndpoint{Addr: tc.addr, Secret: tc.secret}.Validate()
@@ -155,30 +152,5 @@ func TestQueryEndpointValidate(t *testing.T) {
 	}
 	if a := DefaultQueryAddrFor(secret); a != ":8081" {
 		t.Errorf("default address with a secret: %q, want :8081", a)
-	}
-}
-
-// TestReadQuerySecret: the file's content without surrounding whitespace,
-// refused when short, empty or not a header's worth of printable ASCII.
-func TestReadQuerySecret(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	want := strings.Repeat("ab", 20)
-	if got, err := ReadQuerySecret(write("ok", "  "+want+"\n")); err != nil || string(got) != want {
-		t.Errorf("ReadQuerySecret: %q %v, want %q", got, err, want)
-	}
-	for name, content := range map[string]string{"empty": "", "blank": " \n", "short": "abc\n", "space": want + " " + want, "newline": want + "\n" + want, "nonascii": want + "é"} {
-		if _, err := ReadQuerySecret(write(name, content)); err == nil {
-			t.Errorf("ReadQuerySecret(%s %q): accepted", name, content)
-		}
-	}
-	if _, err := ReadQuerySecret(filepath.Join(dir, "missing")); err == nil {
-		t.Error("ReadQuerySecret of a missing file: accepted")
 	}
 }

@@ -6,15 +6,15 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // QueryServer is a projector process's internal HTTP query endpoint, which
-// the gateway calls on the instance that owns a run (see Assignment):
+// the gateway calls on the instance that owns a run (see cluster.Assignment):
 //
 //	GET /internal/v1/runs/{run_id}/snapshot     the run's current agent_tree_snapshot
 //	GET /internal/v1/runs/{run_id}/read-model   seed 003's read model (projection.ReadModel)
@@ -34,17 +34,17 @@ import (
 // Retry-After, 400 BadRequest for a bad cursor or limit, 503 Unavailable
 // (with Retry-After) when no instance is running.
 //
-// Serve replaces a failed instance with a new one, so the server does not
-// hold an instance: Set, from Serve's started callback, points it at the
-// current one.
+// It reads through a Reader: a process's Server, which answers for
+// whichever instance runs now (503 Unavailable while none does), or one
+// Projector.
 type QueryServer struct {
-	cur atomic.Pointer[Projector]
+	src Reader
 	mux *http.ServeMux
 	// Timeout bounds how long a query may wait for the partition's owner
 	// (which answers between batches); default 10s.
 	Timeout time.Duration
 	// Secret, when set, is the shared secret callers must present (see
-	// above; ReadQuerySecret reads one). Set it before serving.
+	// above; cluster.ReadQuerySecret reads one). Set it before serving.
 	Secret []byte
 }
 
@@ -52,10 +52,23 @@ type QueryServer struct {
 // an instance being replaced: restores and restarts take seconds.
 const retryRestoring = 2 * time.Second
 
-// NewQueryServer returns a query server with no instance yet: it answers
-// 503 until Set is called.
-func NewQueryServer() *QueryServer {
-	s := &QueryServer{mux: http.NewServeMux(), Timeout: 10 * time.Second}
+// Reader is what the query endpoint reads runs from: a Server, or one
+// Projector.
+type Reader interface {
+	Ready() (ok bool, why string)
+	Snapshot(ctx context.Context, run string) (*topics.AgentTreeSnapshot, error)
+	ReadModel(ctx context.Context, run string) (*projection.ReadModel, error)
+	History(ctx context.Context, run, cursor string, limit int) (*projection.HistoryPage, error)
+}
+
+var (
+	_ Reader = (*Server)(nil)
+	_ Reader = (*Projector)(nil)
+)
+
+// NewQueryServer returns the query server of src.
+func NewQueryServer(src Reader) *QueryServer {
+	s := &QueryServer{src: src, mux: http.NewServeMux(), Timeout: 10 * time.Second}
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/snapshot", s.snapshot)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/read-model", s.readModel)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/history", s.history)
@@ -70,10 +83,6 @@ func NewQueryServer() *QueryServer {
 	return s
 }
 
-// Set makes p the instance queries go to (nil: none). Pass it as Serve's
-// started callback.
-func (s *QueryServer) Set(p *Projector) { s.cur.Store(p) }
-
 // ServeHTTP implements http.Handler.
 func (s *QueryServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(s.Secret) > 0 && !openPath(r.URL.Path) && !s.authorized(r) {
@@ -84,10 +93,7 @@ func (s *QueryServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *QueryServer) readyz(w http.ResponseWriter, r *http.Request) {
-	ok, why := false, "no projector instance is running"
-	if p := s.cur.Load(); p != nil {
-		ok, why = p.Ready()
-	}
+	ok, why := s.src.Ready()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if !ok {
@@ -96,37 +102,17 @@ func (s *QueryServer) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(why + "\n"))
 }
 
-// instance returns the current instance and a context bounded by Timeout,
-// or writes 503 when none runs.
-func (s *QueryServer) instance(w http.ResponseWriter, r *http.Request) (*Projector, context.Context, context.CancelFunc, bool) {
-	p := s.cur.Load()
-	if p == nil {
-		pr := problem.New(http.StatusServiceUnavailable, problem.Unavailable, "no projector instance is running in this process")
-		pr.RetryAfter = retryRestoring
-		problem.Write(w, r, pr)
-		return nil, nil, nil, false
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
-	return p, ctx, cancel, true
-}
-
 func (s *QueryServer) snapshot(w http.ResponseWriter, r *http.Request) {
-	p, ctx, cancel, ok := s.instance(w, r)
-	if !ok {
-		return
-	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
 	defer cancel()
-	snap, err := p.Snapshot(ctx, r.PathValue("run_id"))
+	snap, err := s.src.Snapshot(ctx, r.PathValue("run_id"))
 	s.reply(w, r, snap, err)
 }
 
 func (s *QueryServer) readModel(w http.ResponseWriter, r *http.Request) {
-	p, ctx, cancel, ok := s.instance(w, r)
-	if !ok {
-		return
-	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
 	defer cancel()
-	m, err := p.ReadModel(ctx, r.PathValue("run_id"))
+	m, err := s.src.ReadModel(ctx, r.PathValue("run_id"))
 	s.reply(w, r, m, err)
 }
 
@@ -143,12 +129,9 @@ func (s *QueryServer) history(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	p, ctx, cancel, ok := s.instance(w, r)
-	if !ok {
-		return
-	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
 	defer cancel()
-	pg, err := p.History(ctx, r.PathValue("run_id"), q.Get("cursor"), limit)
+	pg, err := s.src.History(ctx, r.PathValue("run_id"), q.Get("cursor"), limit)
 	s.reply(w, r, pg, err)
 }
 
@@ -186,8 +169,9 @@ func queryProblem(err error) *problem.Problem {
 		pr.RetryAfter = retryRestoring
 	case errors.Is(err, projection.ErrBadCursor), errors.Is(err, projection.ErrBadLimit):
 		pr = problem.New(http.StatusBadRequest, problem.BadRequest, "%v", err)
-	case errors.Is(err, ErrStopped), errors.Is(err, projection.ErrStore):
-		// The instance is going down; Serve starts another one.
+	case errors.Is(err, ErrNoInstance), errors.Is(err, ErrStopped), errors.Is(err, projection.ErrStore):
+		// No instance runs, or it is going down: the Server starts
+		// another one.
 		pr = problem.New(http.StatusServiceUnavailable, problem.Unavailable, "%v", err)
 		pr.RetryAfter = retryRestoring
 	case errors.Is(err, context.DeadlineExceeded):

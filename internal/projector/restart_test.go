@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -105,13 +106,13 @@ func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {
 	}
 	fixedNow := second[len(second)-1].Time.Std().Add(time.Minute)
 	for part := range n {
-		store := projection.NewStore(db, part)
-		live, err := projection.Open(projection.Config{}, store)
+		st := store.New(db, part)
+		live, err := projection.Open(projection.Config{}, st)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The offsets in Pebble are the ends of the partition's input.
-		offs, err := store.Offsets()
+		offs, err := st.Offsets()
 		if err != nil {
 			t.Fatal(err)
 		}

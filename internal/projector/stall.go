@@ -11,7 +11,7 @@ import (
 
 // ErrGroupStalled is the error an instance stops with when its consumer
 // group made no progress for Config.StallTimeout while the brokers
-// answered: Serve replaces it with a fresh instance, a new member.
+// answered: its Server replaces it with a fresh instance, a new member.
 var ErrGroupStalled = errors.New("projector: the consumer group made no progress")
 
 // ErrSessionUncertain is returned for reads while this instance cannot
@@ -122,8 +122,7 @@ func (p *Projector) watchGroup(ctx context.Context) {
 			since = now
 			continue
 		}
-		p.Stats.GroupStalls.Add(1)
-		p.cfg.Hooks.GroupStalled(stalled)
+		p.hooks.GroupStalled(stalled)
 		p.log.Error("the consumer group has given this instance no assignment while the brokers answer: rejoining as a fresh member",
 			"group", p.cfg.Group, "joining_for", stalled.Round(time.Second), "stall_timeout", p.cfg.StallTimeout)
 		p.fail(fmt.Errorf("%w: no assignment for %v while the brokers answer (group %s)", ErrGroupStalled,

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
@@ -30,7 +31,7 @@ type standby struct {
 
 // replica is the standby state of one partition.
 type replica struct {
-	store *projection.Store
+	store *store.Store
 	next  int64              // next changelog offset expected
 	buf   projection.Changes // the commit being read, written when it ends
 }
@@ -60,7 +61,7 @@ func (s *standby) track(parts []int32) {
 		if _, ok := s.replicas[part]; ok {
 			continue
 		}
-		r := &replica{store: projection.NewStore(s.p.db, part)}
+		r := &replica{store: store.New(s.p.db, part)}
 		cp, ok, err := r.store.Checkpoint()
 		if age := s.p.cfg.Now().Sub(time.UnixMilli(cp.At)); err == nil && ok && age > s.p.trust {
 			// A checkpoint older than the restore trusts: a tombstone

@@ -20,6 +20,8 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -70,10 +72,10 @@ func testCheckpointTrustFollowsTheTopic(t *testing.T, b *brokertest.Broker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(e.client)
-	if err := CreateTopics(ctx, adm, e.names, 1, 1, topics.TombstoneRetention(10*time.Minute)); err != nil {
+	if err := cluster.CreateTopics(ctx, adm, e.names, 1, 1, topics.TombstoneRetention(10*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := TombstoneRetention(ctx, adm, e.names); err != nil || d != 10*time.Minute {
+	if d, err := cluster.TombstoneRetention(ctx, adm, e.names); err != nil || d != 10*time.Minute {
 		t.Fatalf("TombstoneRetention = %v, %v; want 10m0s", d, err)
 	}
 
@@ -118,7 +120,7 @@ func testCheckpointTrustFollowsTheTopic(t *testing.T, b *brokertest.Broker) {
 	// changelog.
 	_, res := run(dir, 0, evs[half:], int64(len(evs)-half))
 	if res.Wiped != "" || res.From == 0 {
-		t.Fatalf("the first store, restarted at once: %+v, want it resumed", res)
+		t.Fatalf("the first st, restarted at once: %+v, want it resumed", res)
 	}
 	from := res.From // the copies' checkpoint
 
@@ -171,7 +173,7 @@ func TestStandbyStartsStaleReplicasOver(t *testing.T) {
 	now := time.Now()
 	ages := []time.Duration{6 * time.Minute, 4 * time.Minute} // of partitions 0 and 1
 	for part, age := range ages {
-		err := projection.NewStore(db, int32(part)).Write(projection.Changes{{Key: []byte("x"), Value: []byte("v")}},
+		err := store.New(db, int32(part)).Write(projection.Changes{{Key: []byte("x"), Value: []byte("v")}},
 			&projection.Checkpoint{Next: 7, At: now.Add(-age).UnixMilli()}, true)
 		if err != nil {
 			t.Fatal(err)
@@ -188,12 +190,12 @@ func TestStandbyStartsStaleReplicasOver(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for part, age := range ages {
-		store := projection.NewStore(db, int32(part))
-		cp, ok, err := store.Checkpoint()
+		st := store.New(db, int32(part))
+		cp, ok, err := st.Checkpoint()
 		if err != nil {
 			t.Fatal(err)
 		}
-		empty, err := store.Empty()
+		empty, err := st.Empty()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,10 +205,10 @@ func TestStandbyStartsStaleReplicasOver(t *testing.T) {
 		case r == nil:
 			t.Errorf("partition %d: not tracked", part)
 		case stale && (ok || !empty || r.next != 0):
-			t.Errorf("partition %d, checkpoint %v old: store empty %v, checkpoint %+v (%v), next %d; want it started over",
+			t.Errorf("partition %d, checkpoint %v old: st empty %v, checkpoint %+v (%v), next %d; want it started over",
 				part, age, empty, cp, ok, r.next)
 		case !stale && (!ok || cp.Next != 7 || empty || r.next != 7):
-			t.Errorf("partition %d, checkpoint %v old: store empty %v, checkpoint %+v (%v), next %d; want it kept, read on from 7",
+			t.Errorf("partition %d, checkpoint %v old: st empty %v, checkpoint %+v (%v), next %d; want it kept, read on from 7",
 				part, age, empty, cp, ok, r.next)
 		}
 	}

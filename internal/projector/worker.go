@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -48,7 +49,7 @@ type worker struct {
 	// or the projector's shared one at least once.
 	prod  *kgo.Client
 	txn   bool
-	store *projection.Store
+	store *store.Store
 	proj  *projection.Projection
 	// offsets is the next offset to consume per input topic.
 	offsets map[string]int64
@@ -166,7 +167,7 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 	// A partition paused by an earlier owner in this process must flow again.
 	p.group.ResumeFetchPartitions(map[string][]int32{p.cfg.Names.AgentEvents(): {part}})
 	w := &worker{
-		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: projection.NewStore(p.db, part),
+		p: p, part: part, prod: p.prod, txn: !p.cfg.AtLeastOnce, store: store.New(p.db, part),
 		human: make(chan batch, 1024), agent: make(chan batch, 1024), behind: make(map[string]bool), queries: make(chan *query),
 		humanSignal: make(chan struct{}, 1), prioOrigins: make(map[string]origin),
 		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
@@ -238,7 +239,7 @@ func (w *worker) init() error {
 	}, w.part, w.store)
 	p.Stats.RestoredRecords.Add(res.Records - counted)
 	p.Stats.Restoring.Add(-1)
-	p.cfg.Hooks.Restored(w.part, res, err)
+	p.hooks.Restored(w.part, res, err)
 	if err != nil {
 		return fail(err)
 	}
@@ -570,7 +571,7 @@ func (w *worker) flush() bool {
 // preemptible: it stops before any record but the first once the worker is
 // preempted (see preempted). It returns how many records it took.
 func (w *worker) apply(b batch, human bool) (done int) {
-	st, hooks := &w.p.Stats, w.p.cfg.Hooks
+	hooks := w.p.hooks
 	_, span := w.batchSpan(b)
 	defer span.End()
 	var last *kgo.Record
@@ -585,14 +586,12 @@ func (w *worker) apply(b batch, human bool) (done int) {
 		w.offsets[r.Topic] = r.Offset + 1
 		w.consumed++
 		last = r
-		st.Records.Add(1)
 		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
 		switch {
 		case errors.Is(err, topics.ErrUnknownType):
 			// A newer producer's type, or a typo: dead-lettered like any
 			// record this build cannot project, so that an operator sees
 			// it (the reason's code first), and counted apart.
-			st.UnknownType.Add(1)
 			w.deadLetter(r, DeadLetterUnknownType+": "+err.Error())
 			hooks.Consumed(r.Topic, "", OutcomeUnknownType)
 			continue
@@ -615,10 +614,8 @@ func (w *worker) apply(b batch, human bool) (done int) {
 			continue
 		}
 		if dup {
-			st.Duplicates.Add(1)
 			hooks.Consumed(r.Topic, ev.Type, OutcomeDuplicate)
 		} else {
-			st.Applied.Add(1)
 			hooks.Consumed(r.Topic, ev.Type, OutcomeApplied)
 		}
 		if human {
@@ -921,20 +918,15 @@ func (w *worker) settle() bool {
 // reported counts a successful commit's wakes and hands them to the hooks,
 // with the priority path's stages of the human input it carries.
 func (w *worker) reported(j *commitJob) {
-	st := &w.p.Stats
 	for i, b := range j.built {
-		st.Wakes.Add(1)
-		if b.Wake.Lane == topics.LanePriority {
-			st.PriorityWakes.Add(1)
-		}
 		cw := CommittedWake{Wake: b.Wake, Info: b.Info, Partition: w.part, Build: b.Build}
 		if o, ok := j.origins[b.Wake.RunID]; ok && !o.appended.IsZero() {
 			cw.FromRecord, cw.Lag = true, j.committedAt.Sub(o.appended)
 		}
-		w.p.cfg.Hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), j.spans[i]), cw)
+		w.p.hooks.WakeCommitted(trace.ContextWithSpan(context.Background(), j.spans[i]), cw)
 	}
 	for _, m := range j.marks {
-		w.p.cfg.Hooks.PriorityCommitted(w.part, PriorityStages{
+		w.p.hooks.PriorityCommitted(w.part, PriorityStages{
 			StageFetch:     max(m.fetched.Sub(m.appended), 0), // the gateway's clock against ours
 			StageQueued:    m.taken.Sub(m.fetched),
 			StageApplied:   m.applied.Sub(m.taken),
@@ -968,7 +960,7 @@ func (w *worker) commit(j *commitJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.p.cfg.TransactionTimeout)
 	defer cancel()
 	began := time.Now()
-	defer func() { w.p.cfg.Hooks.Committed(w.part, time.Since(began), j.err) }()
+	defer func() { w.p.hooks.Committed(w.part, time.Since(began), j.err) }()
 	j.err = func() error {
 		if w.txn {
 			if err := w.prod.BeginTransaction(); err != nil {
@@ -1026,7 +1018,6 @@ func (w *worker) deadLetter(r *kgo.Record, reason string) {
 		kgo.RecordHeader{Key: topics.HeaderDeadLetterOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
 	)
 	w.out = append(w.out, &kgo.Record{Topic: w.p.cfg.Names.DeadLetter(), Partition: 0, Key: r.Key, Value: r.Value, Headers: h})
-	w.p.Stats.DeadLettered.Add(1)
 	w.p.log.Warn("dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
 }
 
@@ -1034,5 +1025,4 @@ func (w *worker) deadLetter(r *kgo.Record, reason string) {
 // producer with another partitioner) to the right one, keyed by run id.
 func (w *worker) reroute(r *kgo.Record, runID string, want int32) {
 	w.out = append(w.out, &kgo.Record{Topic: r.Topic, Partition: want, Key: []byte(runID), Value: r.Value, Headers: r.Headers})
-	w.p.Stats.Rerouted.Add(1)
 }

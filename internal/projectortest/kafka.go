@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -306,8 +307,8 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 			tb.Errorf("projectortest: partition %d: closing Pebble: %v", part, err)
 		}
 	}()
-	store := projection.NewStore(db, part)
-	res, err := changelog.Restore(ctx, changelog.Config{ClientOpts: k.ClientOpts, Topic: k.Names.Changelog()}, part, store)
+	st := store.New(db, part)
+	res, err := changelog.Restore(ctx, changelog.Config{ClientOpts: k.ClientOpts, Topic: k.Names.Changelog()}, part, st)
 	if err != nil {
 		rep.add("restore failures", "partition %d: restoring the changelog: %v", part, err)
 		return
@@ -320,7 +321,7 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 		// rolled the torn commit back.
 		rep.add("torn commits", "partition %d: the changelog ends in a torn commit of %d keys after every instance stopped", part, len(res.Tail))
 	}
-	offs, err := store.Offsets()
+	offs, err := st.Offsets()
 	if err != nil {
 		rep.add("offsets unreadable", "partition %d: restored offsets: %v", part, err)
 		return
@@ -329,8 +330,8 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 		rep.add("consumed offsets not at the end", "partition %d: restored next offset of %s is %d (present: %v), want the end of the partition, %d",
 			part, k.Names.AgentEvents(), got, ok, end)
 	}
-	checkJournal(rep, store, ref, part)
-	live, err := projection.Open(ref.cfg, store)
+	checkJournal(rep, st, ref, part)
+	live, err := projection.Open(ref.cfg, st)
 	if err != nil {
 		rep.add("restored projections unreadable", "partition %d: opening the restored projection: %v", part, err)
 		return
@@ -343,14 +344,14 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 // the windows hold, no chunk wholly older than them (entries that left the
 // windows must have left the changelog too: a later load would ignore them,
 // hiding the leak from CompareRun), and no key of the earlier encoding.
-func checkJournal(rep *report, store *projection.Store, ref *Reference, part int32) {
+func checkJournal(rep *report, st *store.Store, ref *Reference, part int32) {
 	cfg := ref.cfg.WithDefaults()
 	keep := int64(max(cfg.HistorySize, cfg.DedupeWindow))
 	for _, run := range ref.Runs() {
 		if topics.Partition([]byte(run), ref.partitions) != part {
 			continue
 		}
-		spans, legacy, err := store.Journal(run)
+		spans, legacy, err := st.Journal(run)
 		if err != nil {
 			rep.add("journal unreadable", "run %s: %v", run, err)
 			continue

@@ -13,7 +13,7 @@ import (
 // than each partition. Each projection accounts its runs' estimated
 // footprints (Run.Footprint) in it; when the total is over the limit after
 // a commit, the projection evicts its least recently used runs down to its
-// share (see Projection.Committed). Colder runs are read back from Pebble on
+// share (see Projection.Committed). Colder runs are read back from the Storage on
 // their next event. A Budget is safe for concurrent use.
 type Budget struct {
 	limit                   int64
@@ -31,11 +31,11 @@ type BudgetStats struct {
 	// the runs in memory now.
 	Limit, Used int64
 	// Hits count runs found in memory when an event or a read needed them,
-	// Misses runs read back from Pebble, Evictions runs dropped from memory
+	// Misses runs read back from the Storage, Evictions runs dropped from memory
 	// to keep the budget.
 	Hits, Misses, Evictions int64
 	// NodeReads count nodes of runs larger than Config.MaxHotNodesPerRun
-	// read back from Pebble, NodeEvictions such nodes dropped from memory.
+	// read back from the Storage, NodeEvictions such nodes dropped from memory.
 	NodeReads, NodeEvictions int64
 }
 
@@ -211,7 +211,7 @@ func (p *Projection) Release() {
 // at its next commit). Called right after a commit's Write. A run changed
 // since the commit was prepared (applied meanwhile) stays, and so does the
 // one used last, however large, so that a run bigger than the budget is not
-// read back from Pebble for every event.
+// read back from the Storage for every event.
 func (p *Projection) evict() {
 	p.publish()
 	defer p.publish()

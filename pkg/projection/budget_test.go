@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -58,52 +56,6 @@ func TestFootprintEstimate(t *testing.T) {
 			runtime.KeepAlive(p)
 		})
 	}
-}
-
-// TestFootprintEstimateTrimmed: the same for a run larger than
-// MaxHotNodesPerRun, most of whose nodes are in Pebble only.
-func TestFootprintEstimateTrimmed(t *testing.T) {
-	events := workload.Generate(workload.Spec{RunID: "run-large", Nodes: 20_000, Seed: 1})
-	// Small memtables and block cache: under the race detector Pebble
-	// allocates them on the Go heap, which would count here.
-	cache := pebble.NewCache(1 << 20)
-	defer cache.Unref()
-	db, err := pebble.Open(t.TempDir(), &pebble.Options{MemTableSize: 256 << 10, Cache: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := Open(Config{MaxHotNodesPerRun: 500}, NewStore(db, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(map[string]int64{"t": 0}); err != nil {
-		t.Fatal(err)
-	}
-	before := heapInUse()
-	for i := range events {
-		p.Apply(&events[i])
-		if i%1000 == 999 {
-			if err := p.Commit(map[string]int64{"t": int64(i)}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := p.Commit(map[string]int64{"t": int64(len(events))}); err != nil {
-		t.Fatal(err)
-	}
-	measured := heapInUse() - before
-	r, _ := p.Run("run-large")
-	ratio := float64(r.Footprint()) / float64(measured)
-	t.Logf("%d nodes, %d in memory: measured %d bytes, estimated %d (%.2fx)", r.Len(), r.Resident(), measured, r.Footprint(), ratio)
-	if r.Resident() > 500 {
-		t.Errorf("%d nodes in memory after a commit, want at most 500", r.Resident())
-	}
-	if ratio < 1/1.5 || ratio > 1.5 {
-		t.Errorf("estimated %d bytes for %d measured (%.2fx): recalibrate footprintIndexed (budget.go)", r.Footprint(), measured, ratio)
-	}
-	runtime.KeepAlive(events)
-	runtime.KeepAlive(p)
 }
 
 func heapInUse() int64 {

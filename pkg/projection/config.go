@@ -25,20 +25,20 @@ type Config struct {
 	// done_but_not_forwarded. Default 30s.
 	ForwardGrace time.Duration
 	// MaxHotNodes bounds the nodes a store-backed projection keeps in
-	// memory; colder runs are read back from Pebble when next used.
+	// memory; colder runs are read back from the Storage when next used.
 	// Default 1,000,000.
 	MaxHotNodes int
 	// MaxHotNodesPerRun bounds the nodes of one run a store-backed
 	// projection keeps in memory: a larger run keeps those it used last
 	// (each node's facts; every node keeps its entries in the run's
 	// indexes, about a tenth of a node's footprint) and reads the others
-	// back from Pebble when an event, a timer or a snapshot needs one, so
+	// back from the Storage when an event, a timer or a snapshot needs one, so
 	// that a run's memory does not grow with its size. Runs at or under
 	// it are wholly in memory, as before. Default 4,096.
 	MaxHotNodesPerRun int
 	// Memory, when set, bounds the bytes of runs kept in memory, shared with
 	// every projection given the same Budget (a process's partitions);
-	// least recently used runs are evicted to Pebble beyond it. Default nil:
+	// least recently used runs are evicted to the Storage beyond it. Default nil:
 	// only MaxHotNodes bounds them.
 	Memory *Budget
 	// Retention is how long a finished run (its root terminal, no open

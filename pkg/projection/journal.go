@@ -17,7 +17,7 @@ import (
 // windows; loading a run reads its chunks and keeps what the windows still
 // hold. One key per run per commit, not one per event (an applied-id key
 // and a history key each, before): a commit of 5,000 events now writes as
-// many journal records as it has runs, to Pebble and to the changelog.
+// many journal records as it has runs, to the Storage and to the changelog.
 
 // journalVersion is the first byte of every chunk: a build reads only the
 // versions it knows, and says which it found otherwise.
@@ -215,11 +215,12 @@ func (r *Run) loadJournal(entries []HistoryEntry, cfg *Config) {
 // last entries.
 type JournalSpan struct{ First, Last int64 }
 
-// Journal returns the spans of run's stored journal chunks, oldest first,
-// and how many keys of the earlier encoding (per applied id, per history
-// entry) the run still has: for checks and tools that look at a store.
-func (s *Store) Journal(run string) (spans []JournalSpan, legacy int, err error) {
-	err = s.scan(s.abs(rel([]byte{'r'}, []byte(run), []byte{0})), func(k, v []byte) error {
+// Journal returns the spans of run's stored journal chunks in s, oldest
+// first, and how many keys of the earlier encoding (per applied id, per
+// history entry) the run still has: for checks and tools that look at a
+// store.
+func Journal(s Storage, run string) (spans []JournalSpan, legacy int, err error) {
+	err = s.Scan(rel([]byte{'r'}, []byte(run), []byte{0}), func(k, v []byte) error {
 		switch k[0] {
 		case 'e', 'h':
 			legacy++

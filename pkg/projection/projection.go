@@ -20,7 +20,7 @@ import (
 // Projection holds the runs of one partition (or, in replay, of a whole
 // file). It is not safe for concurrent use: one goroutine owns it.
 //
-// With a Store, runs live in Pebble and the hottest stay in memory (up to
+// With a Storage (Open), runs live in it and the hottest stay in memory (up to
 // Config.MaxHotNodes nodes); Commit writes everything that changed since the
 // last commit together with the consumed offsets in one atomic batch. A
 // storage failure is sticky: Apply and Advance do nothing more once one has
@@ -29,7 +29,7 @@ type Projection struct {
 	cfg  Config
 	runs map[string]*Run
 
-	store *Store
+	store *store
 	err   error
 	// dues holds (next timer due, run) of every run with a timer, in memory
 	// or not, so that timers fire for runs that are not loaded.
@@ -68,15 +68,16 @@ func New(cfg Config) (*Projection, error) {
 		due: make(map[string]int64), dueDirty: make(map[string]struct{}), limbo: make(map[string]limbo)}, nil
 }
 
-// Open returns the projection of a store, resuming where its last Commit left
-// it: runs are loaded when first used, timers are known at once.
-func Open(cfg Config, s *Store) (*Projection, error) {
+// Open returns the projection of a partition's storage, resuming where its
+// last Commit left it: runs are loaded when first used, timers are known at
+// once.
+func Open(cfg Config, s Storage) (*Projection, error) {
 	p, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p.store = s
-	dues, err := s.dues()
+	p.store = &store{kv: s}
+	dues, err := p.store.dues()
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +234,7 @@ func (p *Projection) FireDue(now topics.Time, pending *Pending) {
 					continue
 				}
 				if err := p.expire(r, now.UnixMilli()); err != nil {
-					p.err = fmt.Errorf("%w: expiring run %q: %v", ErrStore, r.id, err)
+					p.err = fmt.Errorf("%w: expiring run %q: %w", ErrStore, r.id, err)
 					return
 				}
 				continue
@@ -277,7 +278,7 @@ func (p *Projection) setDue(run string, at int64, ok bool) {
 }
 
 // Commit writes every change since the last commit, and the next offset to
-// consume of each input topic in offsets, in one synced Pebble batch: after a
+// consume of each input topic in offsets, in one synced Storage write: after a
 // crash the projection resumes exactly from there. It is Prepare and Finish
 // with nothing in between, for callers without a changelog.
 func (p *Projection) Commit(offsets map[string]int64) error {
@@ -305,7 +306,7 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 	defer func() { p.lastChanges = len(c) }()
 	for _, r := range p.runs {
 		if err := p.store.write(&c, r, p.cfg.journalKeep()); err != nil {
-			p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
+			p.err = fmt.Errorf("%w: commit: %w", ErrStore, err)
 			return nil, p.err
 		}
 	}
@@ -316,7 +317,7 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 	}
 	clear(p.dueDirty)
 	if err := putOffsets(&c, offsets); err != nil {
-		p.err = fmt.Errorf("%w: commit: %v", ErrStore, err)
+		p.err = fmt.Errorf("%w: commit: %w", ErrStore, err)
 		return nil, p.err
 	}
 	return c, nil
@@ -330,9 +331,9 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 // Without a checkpoint the store is the only copy of the state, and the
 // batch is synced. With one, the changes are already durable in the
 // changelog, so the batch is not synced: a machine crash can only leave the
-// store at an earlier checkpoint (Pebble recovers a prefix of its batches),
-// and restoring from the changelog, which every owner does first, replays
-// the rest. A process crash loses nothing either way.
+// store at an earlier checkpoint (Pebble, internal/store, recovers a prefix
+// of its batches), and restoring from the changelog, which every owner does
+// first, replays the rest. A process crash loses nothing either way.
 func (p *Projection) Finish(c Changes, cp *Checkpoint) error {
 	if p.err != nil {
 		return p.err
@@ -351,7 +352,7 @@ func (p *Projection) Write(c Changes, cp *Checkpoint) error {
 	if p.store == nil {
 		return nil
 	}
-	if err := p.store.Write(c, cp, cp == nil); err != nil {
+	if err := p.store.kv.Write(c, cp, cp == nil); err != nil {
 		return fmt.Errorf("projection: commit: %w", err)
 	}
 	return nil

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	                     prints up to N pages (default 1) of the run's
 //	                     history window, following the cursors
 //	config ... retention=D
-//	                     the projection has a store (Pebble in a temp dir)
+//	                     the projection has a store (in memory: memStorage)
 //	                     and expires finished runs after D (retention.go)
 //	commit               commits to the store
 //	fire now=T           fires every timer due by wall clock T (expiries
@@ -66,9 +66,7 @@ type harness struct {
 func (h *harness) reset(c Config) {
 	p, err := New(c)
 	if c.Retention > 0 { // retention needs a store
-		db := openDB(h.t, h.t.TempDir())
-		h.t.Cleanup(func() { db.Close() })
-		p, err = Open(c, NewStore(db, 0))
+		p, err = Open(c, newMemStorage())
 	}
 	if err != nil {
 		panic(err)
@@ -226,7 +224,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "keys":
 		prefix := rel([]byte{'r'}, []byte(arg("run", "run-1")), []byte{0})
 		var out strings.Builder
-		err := h.p.store.scan(h.p.store.abs(prefix), func(k, _ []byte) error {
+		err := h.p.store.scan(prefix, func(k, _ []byte) error {
 			fmt.Fprintf(&out, "%c %q\n", k[0], k[1:])
 			return nil
 		})

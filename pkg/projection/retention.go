@@ -109,7 +109,7 @@ func (p *Projection) expire(r *Run, now int64) error {
 		}
 	}
 	prefix := rel([]byte{'r'}, []byte(r.id), []byte{0})
-	if err := p.store.scan(p.store.abs(prefix), func(k, _ []byte) error {
+	if err := p.store.scan(prefix, func(k, _ []byte) error {
 		add(rel(prefix, k))
 		return nil
 	}); err != nil {

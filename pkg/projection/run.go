@@ -113,7 +113,7 @@ type Run struct {
 	// key is no node of the run, known without reading the store.
 	nodes    map[string]*node
 	resident int
-	store    *Store
+	store    *store
 	// nodeErr is the first failure to read a node back from the store: the
 	// run no longer matches its store, and the projection stops (sticky).
 	nodeErr error
@@ -163,7 +163,7 @@ type Run struct {
 	// max_nodes (snapshot.Cache), never persisted.
 	digests snapshot.Cache
 
-	// Persistence, when the run belongs to a Store: what changed since the
+	// Persistence, when the run belongs to a Storage: what changed since the
 	// last commit (nil when nothing persists the run), the journal chunks
 	// stored, oldest first, and when it was last used (for eviction).
 	dirty    *dirt

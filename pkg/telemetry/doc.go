@@ -1,9 +1,10 @@
-// Package telemetry adapts what canopy's parts report to OpenTelemetry and
-// Prometheus, so that the core never imports either: the projector reports
-// through projector.Hooks, the gateway through gateway.Hooks, a conductor's
-// wake consumer through wake.Observer, and this package turns those reports
-// into Prometheus metrics, OpenTelemetry spans and log-record events, and
-// slog lines.
+// Package telemetry is the public part of canopy's telemetry, what a
+// conductor needs: the snapshot and wake events (Events, SnapshotMeta,
+// ReceivedMeta), a wake.Observer that emits and counts them (WakeObserver),
+// the metric naming (Namespace, HistogramOpts), a registry and its /metrics
+// handler, and Prometheus hooks for franz-go clients (KafkaHooks). The
+// projector's and the gateway's adapters (internal/metrics) build on it;
+// OTLP export is pkg/telemetry/otlp.
 //
 // The four events of seed 000 ("Observability Events") are OpenTelemetry log
 // records with an event name, tied to the active span, carrying snapshot
@@ -19,6 +20,7 @@
 // collector.
 //
 // Registries, tracer and logger providers are passed in, never global.
-// OpenTelemetry export is configured by the standard OTEL_* environment
-// variables (SetupOTel) and is off unless an OTLP endpoint is set.
+// OpenTelemetry export is package pkg/telemetry/otlp, configured by the
+// standard OTEL_* environment variables and off unless an OTLP endpoint is
+// set; without it the providers are no-ops and the events are slog lines.
 package telemetry

@@ -19,10 +19,10 @@ func NewGatewayMetrics(reg prometheus.Registerer) (*GatewayMetrics, error) {
 	m := &GatewayMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "gateway", Name: "requests_total",
 			Help: "HTTP requests served, by route pattern (\"\" for none), method (GET, POST, HEAD, OPTIONS, PUT, DELETE, PATCH or _OTHER) and status code."}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(histogram("gateway", "request_duration_seconds",
-			"Time to serve an HTTP request, by route pattern; a wake stream counts when it ends.", secondsBuckets), []string{"route"}),
+		duration: prometheus.NewHistogramVec(HistogramOpts("gateway", "request_duration_seconds",
+			"Time to serve an HTTP request, by route pattern; a wake stream counts when it ends.", SecondsBuckets), []string{"route"}),
 	}
-	return m, register(reg, m.requests, m.duration)
+	return m, Register(reg, m.requests, m.duration)
 }
 
 // Request counts one request.

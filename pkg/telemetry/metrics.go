@@ -9,9 +9,9 @@ import (
 // Namespace prefixes every canopy metric.
 const Namespace = "canopy"
 
-// histogram makes a histogram with classic buckets and, for Prometheus
-// servers that scrape them, native buckets too.
-func histogram(subsystem, name, help string, buckets []float64) prometheus.HistogramOpts {
+// HistogramOpts are the options of a canopy histogram: classic buckets and,
+// for Prometheus servers that scrape them, native buckets too.
+func HistogramOpts(subsystem, name, help string, buckets []float64) prometheus.HistogramOpts {
 	return prometheus.HistogramOpts{
 		Namespace: Namespace, Subsystem: subsystem, Name: name, Help: help, Buckets: buckets,
 		NativeHistogramBucketFactor:     1.1,
@@ -20,15 +20,11 @@ func histogram(subsystem, name, help string, buckets []float64) prometheus.Histo
 	}
 }
 
-// Bucket layouts: latencies from 100µs to 30s, sizes from 256 B to 1 MiB.
-var (
-	secondsBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
-	bytesBuckets   = prometheus.ExponentialBuckets(256, 2, 13)
-	nodesBuckets   = []float64{1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256}
-)
+// SecondsBuckets is the bucket layout of every canopy latency: 100µs to 30s.
+var SecondsBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-// register registers every collector on reg, and reports the first error.
-func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+// Register registers every collector on reg, and reports the first error.
+func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return err

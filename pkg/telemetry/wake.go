@@ -28,11 +28,11 @@ func NewWakeObserver(reg prometheus.Registerer, events *Events) (*WakeObserver, 
 			Help: "Wakes delivered to the conductor's handler (duplicates dropped), by lane."}, []string{"lane"}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "conductor", Name: "stale_wakes_received_total",
 			Help: "Wakes whose snapshot was stale at receipt, by lane."}, []string{"lane"}),
-		age: prometheus.NewHistogramVec(histogram("conductor", "snapshot_age_seconds",
-			"Age of each delivered wake's snapshot at receipt, by lane.", secondsBuckets), []string{"lane"}),
+		age: prometheus.NewHistogramVec(HistogramOpts("conductor", "snapshot_age_seconds",
+			"Age of each delivered wake's snapshot at receipt, by lane.", SecondsBuckets), []string{"lane"}),
 	}
 	if reg != nil {
-		if err := register(reg, o.received, o.stale, o.age); err != nil {
+		if err := Register(reg, o.received, o.stale, o.age); err != nil {
 			return nil, err
 		}
 	}

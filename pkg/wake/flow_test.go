@@ -21,7 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -57,7 +57,7 @@ func newBrokerOn(t *testing.T, on *brokertest.Broker, prefix string, partitions 
 	b.adm = kadm.NewClient(b.cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, b.adm, b.names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, b.adm, b.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	return b

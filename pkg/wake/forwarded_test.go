@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -22,12 +23,12 @@ import (
 // until the conductor (pkg/wake) receives its wakes; pkg/wake's
 // acknowledgements then make the projector count the result forwarded.
 func TestAcksMarkResultsForwarded(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer kc.Close()
+	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "forwarded", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -36,7 +37,7 @@ func TestAcksMarkResultsForwarded(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 3, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 3, 1); err != nil {
 		t.Fatal(err)
 	}
 	// No timer falls due during the test: deadlines, the lease and the

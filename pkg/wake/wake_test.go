@@ -20,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
@@ -90,12 +90,12 @@ func (o *observed) WakeReceived(ctx context.Context, r wake.Received) {
 // injected clock, the span continues the record's trace, and every wake is
 // acknowledged on the agent events topic, keyed and partitioned by run.
 func TestConsumer(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer kc.Close()
+	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "waketest", Version: 1}
 	const partitions = 3
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -105,7 +105,7 @@ func TestConsumer(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -267,12 +267,12 @@ func TestConsumer(t *testing.T) {
 // the produce's "context canceled"; the wake is not acknowledged, so it is
 // delivered again after a restart.
 func TestStopDuringDelivery(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer kc.Close()
+	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "wakestop", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -281,7 +281,7 @@ func TestStopDuringDelivery(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, 1, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.ProduceSync(ctx, realWakes(t, names)[0]).FirstErr(); err != nil {

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
-// Store keeps one partition's runs and consumed offsets in a Pebble database
-// that several partitions may share. Key layout, under the partition prefix
-// 'p' + partition (4 bytes, big endian):
+// Storage is the ordered key-value storage a Projection opened on it (Open)
+// keeps one partition's runs and consumed offsets in: the projection
+// depends on this interface, not on a database, as Prometheus's promql
+// depends on storage.Queryable rather than on its TSDB (internal/store
+// implements it on Pebble). Keys are relative to the partition; the layout
+// the projection writes:
 //
 //	'o'                        next offset to consume per input topic (JSON)
 //	'w'                        the next human input offset whose wake is not yet published
@@ -31,7 +32,7 @@ import (
 //	                           is next committed
 //	'r' run 0x00 'h' seq       (earlier encoding) one history entry, JSON; turned into a
 //	                           journal chunk when its run is next committed
-//	'k'                        changelog checkpoint (Pebble only, see Checkpoint)
+//	(the storage's own)        changelog checkpoint (see Checkpoint), not state
 //
 // Identifiers never contain 0x00 (the contract forbids control characters),
 // so the separator is unambiguous.
@@ -41,28 +42,38 @@ import (
 // written, the offsets key last. That list is what the changelog topic
 // carries, so that replaying the changelog into an empty store rebuilds it
 // (see internal/changelog).
-type Store struct {
-	db     *pebble.DB
-	prefix []byte
+type Storage interface {
+	// Get returns the value of key, or ok false when it has none. The
+	// value is the caller's to keep.
+	Get(key []byte) (value []byte, ok bool, err error)
+	// Scan calls f with every key that starts with prefix, in key order,
+	// the key without the prefix, and its value; both are valid only
+	// during the call. An error of f ends the scan and is returned,
+	// matchable (errors.Is).
+	Scan(prefix []byte, f func(key, value []byte) error) error
+	// Write applies changes in order and, when cp is not nil, records the
+	// checkpoint, all at once; sync makes it durable before Write returns.
+	Write(changes Changes, cp *Checkpoint, sync bool) error
 }
+
+// store is the projection's view of its Storage: the runs' encoding
+// (loadRun, write) over any Storage.
+type store struct{ kv Storage }
+
+// Get returns the value of a relative key.
+func (s *store) Get(key []byte) ([]byte, bool, error) { return s.kv.Get(key) }
+
+// scan calls f with every key under prefix (without the prefix) and value.
+func (s *store) scan(prefix []byte, f func(k, v []byte) error) error { return s.kv.Scan(prefix, f) }
 
 // ErrStore wraps every storage failure: the projection cannot go on without
 // its state, so callers stop and let a restart resume from the last commit.
 var ErrStore = errors.New("projection: store")
 
-// NewStore returns the store of partition in db.
-func NewStore(db *pebble.DB, partition int32) *Store {
-	p := []byte{'p', 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(p[1:], uint32(partition))
-	return &Store{db: db, prefix: p}
-}
-
 // OffsetsKey is the relative key of the consumed offsets. A commit writes it
 // last, so in the changelog it closes each commit's records: records after
 // the last one are a commit that did not complete.
 var OffsetsKey = []byte{'o'}
-
-var checkpointKey = []byte{'k'}
 
 // WokenKey is the relative key of the priority path's watermark: the offset
 // of the first human input record whose wake is not yet published. The
@@ -79,24 +90,6 @@ func WokenChange(next int64) Change {
 	v := make([]byte, 8)
 	binary.BigEndian.PutUint64(v, uint64(next))
 	return Change{Key: WokenKey, Value: v}
-}
-
-// Woken returns the priority path's watermark (see WokenKey); ok is false
-// when no human input's wake was ever published from this partition.
-func (s *Store) Woken() (next int64, ok bool, err error) {
-	v, ok, err := s.Get(WokenKey)
-	if err != nil || !ok {
-		return 0, false, err
-	}
-	if len(v) != 8 {
-		return 0, false, fmt.Errorf("%w: woken watermark of %d bytes, want 8", ErrStore, len(v))
-	}
-	return int64(binary.BigEndian.Uint64(v)), true, nil
-}
-
-func (s *Store) abs(rel []byte) []byte {
-	k := make([]byte, 0, len(s.prefix)+len(rel))
-	return append(append(k, s.prefix...), rel...)
 }
 
 func rel(parts ...[]byte) []byte {
@@ -138,149 +131,38 @@ type Checkpoint struct {
 	Next, At int64
 }
 
-// Offsets returns the next offset to consume of every topic this partition
-// has committed.
-func (s *Store) Offsets() (map[string]int64, error) {
+// ReadWoken returns the priority path's watermark (see WokenKey) of the
+// partition in s; ok is false when no human input's wake was ever
+// published from it.
+func ReadWoken(s Storage) (next int64, ok bool, err error) {
+	v, ok, err := s.Get(WokenKey)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if len(v) != 8 {
+		return 0, false, fmt.Errorf("%w: woken watermark of %d bytes, want 8", ErrStore, len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), true, nil
+}
+
+// ReadOffsets returns the next offset to consume of every topic the
+// partition in s has committed.
+func ReadOffsets(s Storage) (map[string]int64, error) {
 	out := make(map[string]int64)
 	v, ok, err := s.Get(OffsetsKey)
 	if err != nil || !ok {
 		return out, err
 	}
 	if err := json.Unmarshal(v, &out); err != nil {
-		return nil, fmt.Errorf("%w: offsets: %v", ErrStore, err)
+		return nil, fmt.Errorf("%w: offsets: %w", ErrStore, err)
 	}
 	return out, nil
 }
 
-// Get returns the value of a relative key.
-func (s *Store) Get(key []byte) (value []byte, ok bool, err error) {
-	v, closer, err := s.db.Get(s.abs(key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	v = append([]byte{}, v...)
-	closer.Close()
-	return v, true, nil
-}
-
-// Checkpoint returns the store's changelog checkpoint; ok is false when it
-// has none (it never committed or restored).
-func (s *Store) Checkpoint() (cp Checkpoint, ok bool, err error) {
-	v, ok, err := s.Get(checkpointKey)
-	if err != nil || !ok {
-		return cp, false, err
-	}
-	if len(v) != 16 {
-		return cp, false, fmt.Errorf("%w: checkpoint: %d bytes", ErrStore, len(v))
-	}
-	return Checkpoint{Next: int64(binary.BigEndian.Uint64(v)), At: int64(binary.BigEndian.Uint64(v[8:]))}, true, nil
-}
-
-// Empty reports whether the store holds no key of its partition.
-func (s *Store) Empty() (bool, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: s.prefix, UpperBound: prefixEnd(s.prefix)})
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	empty := !it.First()
-	if err := it.Close(); err != nil {
-		return false, fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	return empty, nil
-}
-
-// Write applies changes and, when cp is not nil, the checkpoint, in one
-// Pebble batch; sync makes it durable before Write returns. Restoring from
-// the changelog and committing a processed batch both come here.
-func (s *Store) Write(changes Changes, cp *Checkpoint, sync bool) error {
-	// Sized up front: growing a commit's batch as it fills was a tenth of
-	// the projector's allocated bytes (BenchmarkEventPath).
-	size := 64
-	for _, c := range changes {
-		size += len(s.prefix) + len(c.Key) + len(c.Value) + 16 // a record's kind and varints
-	}
-	b := s.db.NewBatchWithSize(size)
-	defer b.Close()
-	var key []byte // the batch copies keys: one buffer serves them all
-	for _, c := range changes {
-		key = append(append(key[:0], s.prefix...), c.Key...)
-		var err error
-		if c.Delete {
-			err = b.Delete(key, nil)
-		} else {
-			err = b.Set(key, c.Value, nil)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-	if cp != nil {
-		var v [16]byte
-		binary.BigEndian.PutUint64(v[:], uint64(cp.Next))
-		binary.BigEndian.PutUint64(v[8:], uint64(cp.At))
-		if err := b.Set(s.abs(checkpointKey), v[:], nil); err != nil {
-			return fmt.Errorf("%w: %v", ErrStore, err)
-		}
-	}
-	opt := pebble.NoSync
-	if sync {
-		opt = pebble.Sync
-	}
-	if err := b.Commit(opt); err != nil {
-		return fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	return nil
-}
-
-// Wipe deletes everything of the partition, checkpoint included: what a
-// store that cannot be trusted is reset to before a full restore.
-func (s *Store) Wipe() error {
-	if err := s.db.DeleteRange(s.prefix, prefixEnd(s.prefix), pebble.Sync); err != nil {
-		return fmt.Errorf("%w: wipe: %v", ErrStore, err)
-	}
-	return nil
-}
-
-// scan calls f with every key under prefix (without the prefix) and value.
-func (s *Store) scan(prefix []byte, f func(k, v []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	for it.First(); it.Valid(); it.Next() {
-		v, err := it.ValueAndErr()
-		if err == nil {
-			err = f(it.Key()[len(prefix):], v)
-		}
-		if err != nil {
-			it.Close()
-			return fmt.Errorf("%w: %w", ErrStore, err) // the callback's error stays matchable
-		}
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("%w: %v", ErrStore, err)
-	}
-	return nil
-}
-
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}
-
 // dues returns every run's next timer.
-func (s *Store) dues() (map[string]int64, error) {
+func (s *store) dues() (map[string]int64, error) {
 	out := make(map[string]int64)
-	err := s.scan(s.abs([]byte{'d'}), func(k, v []byte) error {
+	err := s.scan([]byte{'d'}, func(k, v []byte) error {
 		if len(v) != 8 {
 			return fmt.Errorf("due of %q: %d bytes", k, len(v))
 		}
@@ -294,11 +176,11 @@ func (s *Store) dues() (map[string]int64, error) {
 // the earlier encoding (an 'e' key per applied id, an 'h' key per history
 // entry) comes back with those keys to delete and its history entries as
 // its journal to write, at its next commit.
-func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
+func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	r = newRun(id)
 	r.dirty = newDirt()
 	r.store = s
-	prefix := s.abs(rel([]byte{'r'}, []byte(id), []byte{0}))
+	prefix := rel([]byte{'r'}, []byte(id), []byte{0})
 	var meta *metaRecord
 	var expiredAt int64
 	var nodes []*node
@@ -334,7 +216,7 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 		case 'q':
 			var q requestRecord
 			if err := json.Unmarshal(v, &q); err != nil {
-				return fmt.Errorf("request %q: %v", rest, err)
+				return fmt.Errorf("request %q: %w", rest, err)
 			}
 			r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires), dedupeKey: q.DedupeKey}
 			if q.Expires != 0 {
@@ -347,7 +229,7 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 		case 'p':
 			var pr planRecord
 			if err := json.Unmarshal(v, &pr); err != nil {
-				return fmt.Errorf("plan %q: %v", rest, err)
+				return fmt.Errorf("plan %q: %w", rest, err)
 			}
 			pl := &Plan{PlanID: rest, AgentID: pr.AgentID, BandCount: pr.BandCount, Replan: pr.Replan,
 				CreatedAt: fromMs(pr.CreatedAt), Bands: make(map[int]*Band)}
@@ -383,7 +265,7 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 			}
 			var hr historyRecord
 			if err := json.Unmarshal(v, &hr); err != nil {
-				return fmt.Errorf("history %x: %v", rest, err)
+				return fmt.Errorf("history %x: %w", rest, err)
 			}
 			legacy = append(legacy, hr.entry(int64(binary.BigEndian.Uint64([]byte(rest)))))
 			r.dirty.legacy = append(r.dirty.legacy, runKey(id, 'h', rest))
@@ -420,14 +302,14 @@ func (s *Store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 }
 
 // loadNode reads one node of a run.
-func (s *Store) loadNode(run, id string) (*node, bool, error) {
+func (s *store) loadNode(run, id string) (*node, bool, error) {
 	v, ok, err := s.Get(runKey(run, 'n', id))
 	if err != nil || !ok {
 		return nil, ok, err
 	}
 	nr, err := decodeNode(v)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: node %q of run %q: %v", ErrStore, id, run, err)
+		return nil, false, fmt.Errorf("%w: node %q of run %q: %w", ErrStore, id, run, err)
 	}
 	return nr.node(), true, nil
 }
@@ -494,7 +376,7 @@ func (d *dirt) empty() bool {
 
 // write adds the run's changes to c and clears them; keep is how many
 // journal entries the run's windows need (Config.journalKeep).
-func (s *Store) write(c *Changes, r *Run, keep int64) error {
+func (s *store) write(c *Changes, r *Run, keep int64) error {
 	d := r.dirty
 	if d == nil || d.empty() {
 		return nil

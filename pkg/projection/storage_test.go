@@ -11,20 +11,66 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-func openDB(t *testing.T, dir string) *pebble.DB {
-	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{})
-	if err != nil {
-		t.Fatal(err)
+// memStorage is a Storage in memory, for the projection's own tests
+// (internal/store runs them on Pebble through the exported API). Like
+// Pebble's iterator, Scan's keys and values are valid only during the
+// call: it overwrites them afterwards, so that a projection that keeps one
+// fails here too.
+type memStorage struct {
+	m  map[string][]byte
+	cp *Checkpoint
+}
+
+func newMemStorage() *memStorage { return &memStorage{m: map[string][]byte{}} }
+
+func (s *memStorage) Get(key []byte) ([]byte, bool, error) {
+	v, ok := s.m[string(key)]
+	if !ok {
+		return nil, false, nil
 	}
-	return db
+	return slices.Clone(v), true, nil
+}
+
+func (s *memStorage) Scan(prefix []byte, f func(k, v []byte) error) error {
+	var keys []string
+	for k := range s.m {
+		if strings.HasPrefix(k, string(prefix)) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		kb, vb := []byte(k[len(prefix):]), slices.Clone(s.m[k])
+		err := f(kb, vb)
+		for _, b := range [][]byte{kb, vb} {
+			for i := range b {
+				b[i] = 0xee
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrStore, err)
+		}
+	}
+	return nil
+}
+
+func (s *memStorage) Write(changes Changes, cp *Checkpoint, _ bool) error {
+	for _, c := range changes {
+		if c.Delete {
+			delete(s.m, string(c.Key))
+		} else {
+			s.m[string(c.Key)] = slices.Clone(c.Value)
+		}
+	}
+	if cp != nil {
+		s.cp = cp
+	}
+	return nil
 }
 
 // TestStoreResumesAsIfNeverStopped feeds the same events to a memory-only
@@ -68,7 +114,6 @@ func TestStoreResumesAsIfNeverStopped(t *testing.T) {
 }
 
 func testStoreResumes(t *testing.T, cfg Config) {
-	dir := t.TempDir()
 	var events []topics.Event
 	for i, n := range []int{40, 200, 15} {
 		events = append(events, workload.Generate(workload.Spec{RunID: []string{"run-a", "run-b", "run-c"}[i], Nodes: n, Seed: uint64(i + 1), Step: 900 * time.Millisecond})...)
@@ -83,8 +128,8 @@ func testStoreResumes(t *testing.T, cfg Config) {
 	memCfg := cfg
 	memCfg.Memory = nil // the reference keeps everything in memory
 	mem, _ := New(memCfg)
-	db := openDB(t, dir)
-	store, err := Open(cfg, NewStore(db, 7))
+	db := newMemStorage()
+	store, err := Open(cfg, db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,12 +190,10 @@ func testStoreResumes(t *testing.T, cfg Config) {
 			// A clean restart: commit, close, reopen from the same directory.
 			commit()
 			finish()
-			db.Close()
-			db = openDB(t, dir)
-			if store, err = Open(cfg, NewStore(db, 7)); err != nil {
+			if store, err = Open(cfg, db); err != nil {
 				t.Fatal(err)
 			}
-			offs, err := NewStore(db, 7).Offsets()
+			offs, err := ReadOffsets(db)
 			if err != nil || offs["agent-events"] != next {
 				t.Fatalf("offsets after reopen: %v %v, want %d", offs, err, next)
 			}
@@ -200,10 +243,7 @@ func testStoreResumes(t *testing.T, cfg Config) {
 		}
 	}
 	// Timers fire the same for runs that are not in memory.
-	db.Close()
-	db = openDB(t, dir)
-	defer db.Close()
-	if store, err = Open(cfg, NewStore(db, 7)); err != nil {
+	if store, err = Open(cfg, db); err != nil {
 		t.Fatal(err)
 	}
 	end := topics.NewTime(time.Date(2026, 2, 15, 0, 0, 0, 0, time.UTC))
@@ -244,7 +284,7 @@ func testStoreResumes(t *testing.T, cfg Config) {
 		// no chunk is wholly older than them.
 		keep := int64(max(cfg.HistorySize, cfg.DedupeWindow))
 		covered := map[int64]bool{}
-		_ = store.store.scan(store.store.abs(rel([]byte{'r'}, []byte(run), []byte{0, 'j'})), func(k, v []byte) error {
+		_ = store.store.scan((rel([]byte{'r'}, []byte(run), []byte{0, 'j'})), func(k, v []byte) error {
 			es, err := decodeJournal(v, int64(binary.BigEndian.Uint64(k)))
 			if err != nil {
 				t.Fatalf("%s: journal chunk %x: %v", run, k, err)
@@ -263,7 +303,7 @@ func testStoreResumes(t *testing.T, cfg Config) {
 			}
 		}
 		for _, kind := range []byte{'e', 'h'} {
-			_ = store.store.scan(store.store.abs(rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error {
+			_ = store.store.scan((rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error {
 				t.Fatalf("%s: a key of the earlier encoding (%c) was written", run, kind)
 				return nil
 			})
@@ -307,9 +347,7 @@ func historyDump(t *testing.T, p *Projection, run string) string {
 // commit deletes those keys and writes them as a journal chunk, which loads
 // the same.
 func TestEarlierEncodingMigrates(t *testing.T) {
-	db := openDB(t, t.TempDir())
-	defer db.Close()
-	st := NewStore(db, 1)
+	st := newMemStorage()
 	run := "run-old"
 	// The earlier encoding of a run of three events.
 	meta, _ := json.Marshal(metaRecord{Seq: 3, Clock: 3000, SessionID: "s", Root: "root"})
@@ -328,7 +366,7 @@ func TestEarlierEncodingMigrates(t *testing.T) {
 	}
 	keys := func(kind byte) int {
 		n := 0
-		_ = st.scan(st.abs(rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error { n++; return nil })
+		_ = st.Scan((rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error { n++; return nil })
 		return n
 	}
 	open := func() *Projection {
@@ -364,9 +402,7 @@ func TestEarlierEncodingMigrates(t *testing.T) {
 // TestJournalOfANewerVersion: a journal chunk of an encoding this build does
 // not read stops the run's load with an error that names the version.
 func TestJournalOfANewerVersion(t *testing.T) {
-	db := openDB(t, t.TempDir())
-	defer db.Close()
-	st := NewStore(db, 1)
+	st := newMemStorage()
 	meta, _ := json.Marshal(metaRecord{Seq: 1, Clock: 1000})
 	chunk := encodeJournal([]HistoryEntry{{Seq: 1, EventID: "e1", Type: "x", AgentID: "a"}})
 	chunk[0] = 9

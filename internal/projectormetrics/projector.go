@@ -1,35 +1,29 @@
-package telemetry
+package projectormetrics
 
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // ProjectorMetrics implements projector.Hooks: it counts what projector
 // instances do as Prometheus metrics and emits the snapshot events. Counters
-// live here rather than in the instance, so they go on counting when
-// projector.Serve replaces a failed instance; gauges (partitions owned,
-// consumer lag, Pebble) are read at scrape time from the instance Set last.
+// live here rather than in the instance, so they go on counting when a
+// projector.Server replaces a failed instance; gauges (partitions owned,
+// consumer lag, Pebble) are read at scrape time from a Source
+// (RegisterGauges).
 type ProjectorMetrics struct {
 	projector.NopHooks
-	events *Events
-
-	// mu guards cur and restoredBefore together, so that a scrape never
-	// sees a replaced instance's restored records twice or not at all.
-	mu  sync.Mutex
-	cur *projector.Projector
-	// restoredBefore counts the changelog records restored by the
-	// instances Set replaced, so that restored_records_total, read live
-	// from the current instance, never goes back.
-	restoredBefore int64
+	events *telemetry.Events
 
 	consumed       *prometheus.CounterVec
 	deadLetters    prometheus.Counter
@@ -56,62 +50,62 @@ type ProjectorMetrics struct {
 
 // NewProjectorMetrics registers the projector's metrics on reg. events
 // (nil: none) receives the snapshot events.
-func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorMetrics, error) {
+func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*ProjectorMetrics, error) {
 	const sub = "projector"
 	m := &ProjectorMetrics{
 		events: events,
-		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "records_consumed_total",
+		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "records_consumed_total",
 			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired."},
 			[]string{"topic", "type", "outcome"}),
-		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "dead_letters_total",
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "dead_letters_total",
 			Help: "Records sent to the dead-letter topic because they could not be projected (their headers say why)."}),
-		reroutes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "reroutes_total",
+		reroutes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "reroutes_total",
 			Help: "Records found in the wrong partition for their run (a producer with another partitioner) and sent to the right one."}),
-		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wakes_published_total",
+		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "wakes_published_total",
 			Help: "Wakes committed to a wake topic, by lane."}, []string{"lane"}),
-		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wake_triggers_total",
+		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "wake_triggers_total",
 			Help: "Triggers carried by committed wakes, by lane and trigger kind."}, []string{"lane", "kind"}),
-		build: prometheus.NewHistogram(histogram("snapshot", "build_seconds",
-			"Time to build one wake's snapshot.", secondsBuckets)),
-		bytes: prometheus.NewHistogram(histogram("snapshot", "size_bytes",
+		build: prometheus.NewHistogram(telemetry.HistogramOpts("snapshot", "build_seconds",
+			"Time to build one wake's snapshot.", telemetry.SecondsBuckets)),
+		bytes: prometheus.NewHistogram(telemetry.HistogramOpts("snapshot", "size_bytes",
 			"Encoded size of each wake's snapshot.", bytesBuckets)),
-		nodes: prometheus.NewHistogram(histogram("snapshot", "nodes",
+		nodes: prometheus.NewHistogram(telemetry.HistogramOpts("snapshot", "nodes",
 			"Nodes included in each wake's snapshot.", nodesBuckets)),
-		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "truncated_total",
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: "snapshot", Name: "truncated_total",
 			Help: "Snapshots that left nodes, handles or text out, by lane."}, []string{"lane"}),
-		omitted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "omitted_nodes_total",
+		omitted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: "snapshot", Name: "omitted_nodes_total",
 			Help: "Nodes left out of snapshots by their bounds."}),
-		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: "snapshot", Name: "stale_total",
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: "snapshot", Name: "stale_total",
 			Help: "Snapshots built while the projection was behind its input by more than the staleness threshold, by lane."}, []string{"lane"}),
-		wakeLag: prometheus.NewHistogramVec(histogram(sub, "wake_lag_seconds",
+		wakeLag: prometheus.NewHistogramVec(telemetry.HistogramOpts(sub, "wake_lag_seconds",
 			"Time from the timestamp of the earliest record that triggered a wake to the commit that published it, by lane. "+
 				"That timestamp is the producer's CreateTime (unless the topic uses LogAppendTime), so the producer's clock counts: "+
 				"a record stamped at or after the commit is observed as 0 and counted in wake_lag_clamped_total. Timer wakes are not observed.",
-			secondsBuckets), []string{"lane"}),
-		wakeLagClamped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "wake_lag_clamped_total",
+			telemetry.SecondsBuckets), []string{"lane"}),
+		wakeLagClamped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "wake_lag_clamped_total",
 			Help: "Wakes whose triggering record was stamped at or after the commit that published them " +
 				"(the producer's clock ahead of the projector's): observed as 0 in wake_lag_seconds."}),
-		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "commits_total",
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "commits_total",
 			Help: "Batch commits (transactions), by result: committed or failed."}, []string{"result"}),
-		commitTime: prometheus.NewHistogram(histogram(sub, "commit_seconds",
-			"Time to commit one batch: produce, end the transaction, write Pebble.", secondsBuckets)),
-		partChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "partition_changes_total",
+		commitTime: prometheus.NewHistogram(telemetry.HistogramOpts(sub, "commit_seconds",
+			"Time to commit one batch: produce, end the transaction, write Pebble.", telemetry.SecondsBuckets)),
+		partChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "partition_changes_total",
 			Help: "Partitions the consumer group assigned to or revoked from this instance, by change."}, []string{"change"}),
-		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "rebalances_total",
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "rebalances_total",
 			Help: "Consumer group rebalances that assigned partitions to or revoked partitions from this instance, " +
 				"by change: one per assignment or revocation, however many partitions it moved."}, []string{"change"}),
-		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "restores_total",
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "restores_total",
 			Help: "Partition restores from the changelog, by result: ok or failed."}, []string{"result"}),
-		groupStalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Subsystem: sub, Name: "group_stalls_total",
+		groupStalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "group_stalls_total",
 			Help: "Times the consumer group gave this process's instance no assignment for the stall timeout while the brokers answered, " +
 				"so that the instance stopped and a fresh one rejoined as a new member."}),
-		priorityStages: prometheus.NewHistogramVec(histogram(sub, "priority_stage_seconds",
+		priorityStages: prometheus.NewHistogramVec(telemetry.HistogramOpts(sub, "priority_stage_seconds",
 			"Time a human input record spent in each stage of the priority path, observed once the commit that published its wake succeeded: "+
 				"fetch (from its timestamp, the gateway's produce, to the fetch returning it), queued (until its partition's worker took it up), "+
 				"applied, built (the commit's wakes), waited (for the partition's commit in flight), produced (the commit's records, in its transaction), "+
 				"committed (ending the transaction, writing Pebble).",
-			secondsBuckets), []string{"stage"}),
-		restoreTime: prometheus.NewHistogram(histogram(sub, "restore_seconds",
+			telemetry.SecondsBuckets), []string{"stage"}),
+		restoreTime: prometheus.NewHistogram(telemetry.HistogramOpts(sub, "restore_seconds",
 			"Time to restore one partition from the changelog.", []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
 	}
 	for _, change := range []string{"assigned", "revoked"} {
@@ -133,29 +127,33 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *Events) (*ProjectorM
 		m.stale.WithLabelValues(string(lane))
 		m.wakeLag.WithLabelValues(string(lane))
 	}
-	err := register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.priorityStages, gauges{m})
+	err := telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.priorityStages)
 	return m, err
 }
 
-// Set points the scrape-time gauges at the running instance: pass it as
-// projector.Serve's started callback. The instance it replaces has stopped;
-// its restored records stay counted.
-func (m *ProjectorMetrics) Set(p *projector.Projector) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cur != nil && m.cur != p {
-		m.restoredBefore += m.cur.Stats.RestoredRecords.Load()
-	}
-	m.cur = p
+// Source is what the gauges read at scrape time: a projector.Server, which
+// answers for whichever of its instances runs now and counts the records
+// its replaced instances restored, or one projector.Projector.
+type Source interface {
+	Owned() []int32
+	Lag() []projector.PartitionLag
+	Memory() projection.BudgetStats
+	MemoryLimit() int64
+	PebbleMetrics() *pebble.Metrics
+	Counters() (c projector.Counters, running bool)
 }
 
-// current is the instance Set last and the records its predecessors
-// restored.
-func (m *ProjectorMetrics) current() (*projector.Projector, int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cur, m.restoredBefore
+var (
+	_ Source = (*projector.Server)(nil)
+	_ Source = (*projector.Projector)(nil)
+)
+
+// RegisterGauges registers on reg the metrics read from src at scrape
+// time: partitions owned and restoring, consumer lag, the memory budget,
+// Pebble's figures, restored records, expiries and the priority gate.
+func RegisterGauges(reg prometheus.Registerer, src Source) error {
+	return telemetry.Register(reg, gauges{src})
 }
 
 // Consumed counts a consumed record.
@@ -198,7 +196,7 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 		m.wakeLag.WithLabelValues(lane).Observe(max(w.Lag, 0).Seconds())
 	}
 	if m.events != nil {
-		m.events.Snapshot(ctx, MetaOf(w.Wake, w.Info, w.Build))
+		m.events.Snapshot(ctx, telemetry.MetaOf(w.Wake, w.Info, w.Build))
 	}
 }
 
@@ -235,8 +233,8 @@ func (m *ProjectorMetrics) Revoked(parts []int32) {
 }
 
 // Restored counts a finished restore and its time. Its records were
-// counted as they were written (restored_records_total reads the
-// instance's Stats at scrape time), so that a long restore shows progress
+// counted as they were written (restored_records_total reads the Source's
+// Counters at scrape time), so that a long restore shows progress
 // while it runs rather than all at once when it ends.
 func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
 	if err != nil {
@@ -251,56 +249,56 @@ func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
 func (m *ProjectorMetrics) GroupStalled(time.Duration) { m.groupStalls.Inc() }
 
 // gauges reads, at scrape time, what only the running instance knows.
-type gauges struct{ m *ProjectorMetrics }
+type gauges struct{ src Source }
 
 var (
-	descOwned = prometheus.NewDesc(Namespace+"_projector_partitions_owned",
+	descOwned = prometheus.NewDesc(telemetry.Namespace+"_projector_partitions_owned",
 		"Partitions this instance owns and has restored.", nil, nil)
-	descRestoring = prometheus.NewDesc(Namespace+"_projector_partitions_restoring",
+	descRestoring = prometheus.NewDesc(telemetry.Namespace+"_projector_partitions_restoring",
 		"Partitions this instance is restoring from the changelog now.", nil, nil)
-	descRestoredRecords = prometheus.NewDesc(Namespace+"_projector_restored_records_total",
+	descRestoredRecords = prometheus.NewDesc(telemetry.Namespace+"_projector_restored_records_total",
 		"Changelog records written to Pebble by restores, counted after each batch written (20,000 records), "+
 			"so that it moves while a restore runs.", nil, nil)
-	descLag = prometheus.NewDesc(Namespace+"_projector_consumer_lag_records",
+	descLag = prometheus.NewDesc(telemetry.Namespace+"_projector_consumer_lag_records",
 		"Records of an input topic's partition not yet applied: high watermark minus next offset, as of the last fetch.",
 		[]string{"topic", "partition"}, nil)
-	descCompactions = prometheus.NewDesc(Namespace+"_pebble_compactions_total",
+	descCompactions = prometheus.NewDesc(telemetry.Namespace+"_pebble_compactions_total",
 		"Pebble compactions since the store was opened.", nil, nil)
-	descFlushes = prometheus.NewDesc(Namespace+"_pebble_flushes_total",
+	descFlushes = prometheus.NewDesc(telemetry.Namespace+"_pebble_flushes_total",
 		"Pebble memtable flushes since the store was opened.", nil, nil)
-	descDisk = prometheus.NewDesc(Namespace+"_pebble_disk_usage_bytes",
+	descDisk = prometheus.NewDesc(telemetry.Namespace+"_pebble_disk_usage_bytes",
 		"Disk space used by Pebble: tables, WAL, manifests.", nil, nil)
-	descReadAmp = prometheus.NewDesc(Namespace+"_pebble_read_amplification",
+	descReadAmp = prometheus.NewDesc(telemetry.Namespace+"_pebble_read_amplification",
 		"Pebble's read amplification: sublevels plus non-empty levels.", nil, nil)
-	descDebt = prometheus.NewDesc(Namespace+"_pebble_compaction_debt_bytes",
+	descDebt = prometheus.NewDesc(telemetry.Namespace+"_pebble_compaction_debt_bytes",
 		"Pebble's estimate of bytes to compact before the LSM is stable.", nil, nil)
-	descCacheHits = prometheus.NewDesc(Namespace+"_pebble_block_cache_hits_total",
+	descCacheHits = prometheus.NewDesc(telemetry.Namespace+"_pebble_block_cache_hits_total",
 		"Pebble block cache hits since the store was opened.", nil, nil)
-	descCacheMisses = prometheus.NewDesc(Namespace+"_pebble_block_cache_misses_total",
+	descCacheMisses = prometheus.NewDesc(telemetry.Namespace+"_pebble_block_cache_misses_total",
 		"Pebble block cache misses since the store was opened.", nil, nil)
-	descCacheBytes = prometheus.NewDesc(Namespace+"_pebble_block_cache_size_bytes",
+	descCacheBytes = prometheus.NewDesc(telemetry.Namespace+"_pebble_block_cache_size_bytes",
 		"Bytes in Pebble's block cache.", nil, nil)
-	descMemoryLimit = prometheus.NewDesc(Namespace+"_projector_memory_limit_bytes",
+	descMemoryLimit = prometheus.NewDesc(telemetry.Namespace+"_projector_memory_limit_bytes",
 		"The instance's memory limit (-memory-limit), from which GOMEMLIMIT and the runs budget are derived.", nil, nil)
-	descHotLimit = prometheus.NewDesc(Namespace+"_projector_hot_runs_limit_bytes",
+	descHotLimit = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_runs_limit_bytes",
 		"The budget of runs kept in memory, shared by the instance's partitions: half of what the memory limit leaves after Pebble's memtables and the process.", nil, nil)
-	descHotBytes = prometheus.NewDesc(Namespace+"_projector_hot_runs_bytes",
+	descHotBytes = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_runs_bytes",
 		"Estimated bytes of the runs in memory (the budget evicts by this estimate).", nil, nil)
-	descHotHits = prometheus.NewDesc(Namespace+"_projector_hot_run_hits_total",
+	descHotHits = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_run_hits_total",
 		"Runs found in memory when an event or a read needed them.", nil, nil)
-	descHotMisses = prometheus.NewDesc(Namespace+"_projector_hot_run_misses_total",
+	descHotMisses = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_run_misses_total",
 		"Runs read back from Pebble when an event or a read needed them.", nil, nil)
-	descExpired = prometheus.NewDesc(Namespace+"_projector_runs_expired_total",
+	descExpired = prometheus.NewDesc(telemetry.Namespace+"_projector_runs_expired_total",
 		"Finished runs whose state was deleted after the retention (-retention) by this instance.", nil, nil)
-	descHotEvictions = prometheus.NewDesc(Namespace+"_projector_hot_run_evictions_total",
+	descHotEvictions = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_run_evictions_total",
 		"Runs dropped from memory to keep the budget (they stay in Pebble).", nil, nil)
-	descGatePauses = prometheus.NewDesc(Namespace+"_projector_priority_gate_pauses_total",
+	descGatePauses = prometheus.NewDesc(telemetry.Namespace+"_projector_priority_gate_pauses_total",
 		"Times a partition paused its agent records while another partition's human input was on its way to its wake.", nil, nil)
-	descGatePaused = prometheus.NewDesc(Namespace+"_projector_priority_gate_paused_seconds_total",
+	descGatePaused = prometheus.NewDesc(telemetry.Namespace+"_projector_priority_gate_paused_seconds_total",
 		"Time partitions spent paused while another partition's human input was on its way to its wake.", nil, nil)
-	descNodeReads = prometheus.NewDesc(Namespace+"_projector_run_node_reads_total",
+	descNodeReads = prometheus.NewDesc(telemetry.Namespace+"_projector_run_node_reads_total",
 		"Nodes of runs larger than -max-hot-nodes-per-run read back from Pebble when an event, a timer or a read needed them.", nil, nil)
-	descNodeEvictions = prometheus.NewDesc(Namespace+"_projector_run_node_evictions_total",
+	descNodeEvictions = prometheus.NewDesc(telemetry.Namespace+"_projector_run_node_evictions_total",
 		"Nodes of runs larger than -max-hot-nodes-per-run dropped from memory (they stay in Pebble and the run's indexes).", nil, nil)
 )
 
@@ -313,17 +311,15 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	p, restored := g.m.current()
-	if p == nil {
-		ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
+	p := g.src
+	// Read live: restores advance it after every batch they write.
+	c, running := p.Counters()
+	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(c.RestoredRecords))
+	if !running {
 		return
 	}
-	// Read live from the instance's Stats, which its restores advance after
-	// every batch they write.
-	restored += p.Stats.RestoredRecords.Load()
-	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(restored))
 	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(p.Owned())))
-	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(p.Stats.Restoring.Load()))
+	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(c.Restoring))
 	ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(p.MemoryLimit()))
 	mem := p.Memory()
 	ch <- prometheus.MustNewConstMetric(descHotLimit, prometheus.GaugeValue, float64(mem.Limit))
@@ -333,9 +329,9 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHotEvictions, prometheus.CounterValue, float64(mem.Evictions))
 	ch <- prometheus.MustNewConstMetric(descNodeReads, prometheus.CounterValue, float64(mem.NodeReads))
 	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
-	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(p.Stats.Expired.Load()))
-	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(p.Stats.GatePauses.Load()))
-	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, time.Duration(p.Stats.GatePausedNanos.Load()).Seconds())
+	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.Expired))
+	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(c.GatePauses))
+	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, c.GatePaused.Seconds())
 	for _, l := range p.Lag() {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
 	}
@@ -352,3 +348,9 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCacheMisses, prometheus.CounterValue, float64(pm.BlockCache.Misses))
 	ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, float64(pm.BlockCache.Size))
 }
+
+// Bucket layouts of the snapshots' sizes: 256 B to 1 MiB, and nodes.
+var (
+	bytesBuckets = prometheus.ExponentialBuckets(256, 2, 13)
+	nodesBuckets = []float64{1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256}
+)

@@ -1,4 +1,4 @@
-package projector
+package cluster
 
 import (
 	"context"
@@ -13,11 +13,17 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// advertiseSep separates the client id from the advertised address in a
+// The consumer group protocols a projector group may speak.
+const (
+	GroupProtocolClassic  = "classic"  // JoinGroup/SyncGroup, client-side cooperative-sticky
+	GroupProtocolConsumer = "consumer" // KIP-848, broker-side assignment
+)
+
+// AdvertiseSep separates the client id from the advertised address in a
 // member's client id: the classic group protocol has no field of its own for
 // where a member answers, and the client id is free text every broker shows
 // in DescribeGroups.
-const advertiseSep = "@"
+const AdvertiseSep = "@"
 
 // ErrNoOwner is returned by Owner when no member of the group owns a run's
 // partition now (the group is rebalancing, or no projector is up).
@@ -150,8 +156,8 @@ func member(memberID, clientID, host string, instanceID *string) Member {
 	if instanceID != nil {
 		m.InstanceID = *instanceID
 	}
-	if i := strings.LastIndex(clientID, advertiseSep); i >= 0 {
-		m.ClientID, m.Addr = clientID[:i], clientID[i+len(advertiseSep):]
+	if i := strings.LastIndex(clientID, AdvertiseSep); i >= 0 {
+		m.ClientID, m.Addr = clientID[:i], clientID[i+len(AdvertiseSep):]
 	}
 	return m
 }

@@ -1,4 +1,4 @@
-package telemetry_test
+package projectormetrics_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/projector"
@@ -20,7 +22,7 @@ import (
 // stores). The dashboards' quantile queries read either.
 func TestHistogramsAreNativeToo(t *testing.T) {
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestHistogramsAreNativeToo(t *testing.T) {
 	obs.WakeReceived(context.Background(), wake.Received{Lane: topics.LaneNormal, AgeMs: 12})
 
 	var seen []string
-	for name, f := range metrics(t, reg) {
+	for name, f := range gather(t, reg) {
 		if f.GetType().String() != "HISTOGRAM" || !strings.HasPrefix(name, telemetry.Namespace+"_") {
 			continue
 		}

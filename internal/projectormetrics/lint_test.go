@@ -1,4 +1,4 @@
-package telemetry_test
+package projectormetrics_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -37,11 +39,11 @@ var kpromNames = map[string]string{
 func TestMetricsLint(t *testing.T) {
 	k := newKafka(t, "lint", 2)
 	preg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(preg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(preg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runProjector(t, k, pm, preg, "lint-projector")
+	runProjector(t, k, pm, preg, preg, "lint-projector")
 
 	greg := telemetry.NewRegistry()
 	gm, err := telemetry.NewGatewayMetrics(greg)

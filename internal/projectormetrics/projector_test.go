@@ -1,4 +1,4 @@
-package telemetry_test
+package projectormetrics_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -17,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -36,20 +39,20 @@ type kafka struct {
 
 func newKafka(t *testing.T, prefix string, partitions int32) *kafka {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &kafka{cluster: cluster, brokers: cluster.ListenAddrs(), names: topics.Names{Prefix: prefix, Version: 1}, partitions: partitions}
+	k := &kafka{cluster: kc, brokers: kc.ListenAddrs(), names: topics.Names{Prefix: prefix, Version: 1}, partitions: partitions}
 	k.cl, err = kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
-		cluster.Close()
+		kc.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { k.cl.Close(); cluster.Close() })
+	t.Cleanup(func() { k.cl.Close(); kc.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := projector.CreateTopics(ctx, kadm.NewClient(k.cl), k.names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(k.cl), k.names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 	return k
@@ -77,8 +80,9 @@ func (k *kafka) produce(t *testing.T, topic string, at time.Time, evs ...topics.
 }
 
 // runProjector runs a projector instance reporting to pm until the test
-// ends (or stop is called), and points pm's gauges at it.
-func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg prometheus.Registerer, group string) (p *projector.Projector, stop func()) {
+// ends (or stop is called), with its Kafka clients' metrics on reg and its
+// gauges on gauges (nil: none).
+func runProjector(t *testing.T, k *kafka, pm *projectormetrics.ProjectorMetrics, reg, gauges prometheus.Registerer, group string) (p *projector.Projector, stop func()) {
 	t.Helper()
 	var logs testenv.Buffer
 	t.Cleanup(func() {
@@ -94,7 +98,12 @@ func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg pr
 		cancel()
 		t.Fatal(err)
 	}
-	pm.Set(p)
+	if gauges != nil {
+		if err := projectormetrics.RegisterGauges(gauges, p); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	stop = sync.OnceFunc(func() {
@@ -108,7 +117,7 @@ func runProjector(t *testing.T, k *kafka, pm *telemetry.ProjectorMetrics, reg pr
 }
 
 // metrics gathers reg: each family by name.
-func metrics(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
+func gather(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
 	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
@@ -179,7 +188,7 @@ func waitMetrics(t *testing.T, reg prometheus.Gatherer, d time.Duration, what st
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		fams := metrics(t, reg)
+		fams := gather(t, reg)
 		if cond(fams) {
 			return fams
 		}
@@ -198,11 +207,11 @@ func waitMetrics(t *testing.T, reg prometheus.Gatherer, d time.Duration, what st
 func TestWakeLagCountsSkew(t *testing.T) {
 	k := newKafka(t, "skew", 2)
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runProjector(t, k, pm, reg, "skew-projector")
+	runProjector(t, k, pm, reg, reg, "skew-projector")
 
 	// One run from a producer an hour ahead, one from a timely producer.
 	ahead := workload.Generate(workload.Spec{RunID: "run-ahead", Nodes: 10, Seed: 1})
@@ -234,13 +243,13 @@ func TestWakeLagCountsSkew(t *testing.T) {
 func TestRebalancesCountCallbacks(t *testing.T) {
 	k := newKafka(t, "rebalance", 3)
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, stop := runProjector(t, k, pm, reg, "rebalance-projector")
+	p, stop := runProjector(t, k, pm, reg, reg, "rebalance-projector")
 	waitMetrics(t, reg, 60*time.Second, "the instance owns all three partitions", func(map[string]*dto.MetricFamily) bool { return len(p.Owned()) == 3 })
-	fams := metrics(t, reg)
+	fams := gather(t, reg)
 	if got := value(fams, "canopy_projector_rebalances_total", "change", "assigned"); got != 1 {
 		t.Errorf("rebalances_total{change=assigned} = %g after one assignment of three partitions, want 1", got)
 	}
@@ -249,7 +258,7 @@ func TestRebalancesCountCallbacks(t *testing.T) {
 	}
 	// Leaving the group revokes all three in one callback.
 	stop()
-	fams = metrics(t, reg)
+	fams = gather(t, reg)
 	if r, c := value(fams, "canopy_projector_rebalances_total", "change", "revoked"), value(fams, "canopy_projector_partition_changes_total", "change", "revoked"); r != 1 || c != 3 {
 		t.Errorf("after leaving: rebalances_total{change=revoked} = %g, partition_changes_total{change=revoked} = %g; want 1 and 3", r, c)
 	}
@@ -259,8 +268,8 @@ func TestRebalancesCountCallbacks(t *testing.T) {
 // changelog, restored_records_total already counts what it wrote and
 // partitions_restoring says one is under way; the counter used to move only
 // when the restore ended. The broker holds the restore's reads past the
-// first batch until the test has looked. A replaced instance's records stay
-// counted.
+// first batch until the test has looked. A second instance's restore adds
+// to the hooks' counters.
 func TestRestoreProgressIsLive(t *testing.T) {
 	k := newKafka(t, "restore", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -322,11 +331,11 @@ func TestRestoreProgressIsLive(t *testing.T) {
 	})
 
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, stop := runProjector(t, k, pm, reg, "restore-projector")
+	_, stop := runProjector(t, k, pm, reg, reg, "restore-projector")
 	fams := waitMetrics(t, reg, 60*time.Second, "the restore's first batch is counted while it runs", func(f map[string]*dto.MetricFamily) bool {
 		return value(f, "canopy_projector_restored_records_total") >= 20_000
 	})
@@ -346,13 +355,19 @@ func TestRestoreProgressIsLive(t *testing.T) {
 			value(f, "canopy_projector_restored_records_total") == total
 	})
 
-	// An instance that replaces this one (as projector.Serve does after a
-	// failure; here with empty state) restores the partition again: the
-	// counter goes on from where the first left it.
+	// An instance that replaces this one (here with empty state) restores
+	// the partition again: the hooks' counters go on from where the first
+	// left them. (Its gauges read a Source; that restored_records_total
+	// goes on across a projector.Server's replacements is internal/projector's
+	// TestServerCountsReplacedRestores.)
 	stop()
-	runProjector(t, k, pm, reg, "restore-projector")
-	waitMetrics(t, reg, 60*time.Second, "the second instance's restore adds to the first's", func(f map[string]*dto.MetricFamily) bool {
-		return value(f, "canopy_projector_restores_total", "result", "ok") == 2 && value(f, "canopy_projector_restored_records_total") == 2*total
+	second := telemetry.NewRegistry()
+	runProjector(t, k, pm, reg, second, "restore-projector")
+	waitMetrics(t, reg, 60*time.Second, "the second instance's restore is counted after the first's", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restores_total", "result", "ok") == 2
+	})
+	waitMetrics(t, second, 60*time.Second, "the second instance's restored records", func(f map[string]*dto.MetricFamily) bool {
+		return value(f, "canopy_projector_restored_records_total") == total
 	})
 }
 
@@ -362,15 +377,15 @@ func TestRestoreProgressIsLive(t *testing.T) {
 // CanopyConsumerGroupStalled alert count.
 func TestGroupStallsCount(t *testing.T) {
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, nil)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := value(metrics(t, reg), "canopy_projector_group_stalls_total"); got != 0 {
+	if got := value(gather(t, reg), "canopy_projector_group_stalls_total"); got != 0 {
 		t.Fatalf("group_stalls_total = %g before any stall, want 0 (and the series present)", got)
 	}
 	pm.GroupStalled(2 * time.Minute)
-	if got := value(metrics(t, reg), "canopy_projector_group_stalls_total"); got != 1 {
+	if got := value(gather(t, reg), "canopy_projector_group_stalls_total"); got != 1 {
 		t.Errorf("group_stalls_total = %g after one stall, want 1", got)
 	}
 }

@@ -1,4 +1,11 @@
-package telemetry
+// Package otlp exports canopy's spans and log-record events over OTLP
+// (gRPC or HTTP/protobuf), configured by the standard OTEL_* environment
+// variables. It is apart from pkg/telemetry because the OpenTelemetry SDK and
+// its exporters (gRPC, protobuf) are most of a binary's dependencies: a
+// conductor that logs and serves Prometheus metrics does without them, and
+// one that exports imports this package and passes Providers' Tracer and
+// Logs to pkg/wake and telemetry.NewEvents.
+package otlp
 
 import (
 	"context"
@@ -21,10 +28,10 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
-// OTelConfig configures SetupOTel. Everything about the collector (endpoint,
+// Config configures Setup. Everything about the collector (endpoint,
 // protocol, headers, timeouts, TLS, sampling, resource attributes) comes from
 // the standard OTEL_* environment variables.
-type OTelConfig struct {
+type Config struct {
 	// ServiceName is service.name unless OTEL_SERVICE_NAME is set.
 	// Required.
 	ServiceName string
@@ -34,10 +41,10 @@ type OTelConfig struct {
 	Getenv func(string) string
 }
 
-// OTel holds the tracer and logger providers canopy's parts use. When export
+// Providers hold the tracer and logger providers canopy's parts use. When export
 // is off they are no-op providers: spans and events cost next to nothing and
 // go nowhere.
-type OTel struct {
+type Providers struct {
 	// Tracer makes spans; pass it to the parts (never set it globally).
 	Tracer trace.TracerProvider
 	// Logs carries the events as OpenTelemetry log records.
@@ -50,27 +57,27 @@ type OTel struct {
 	shutdown []func(context.Context) error
 }
 
-// ErrOTelConfig is wrapped by SetupOTel's error for a bad OTEL_* setting.
-var ErrOTelConfig = errors.New("telemetry: invalid OpenTelemetry configuration")
+// ErrConfig is wrapped by Setup's error for a bad OTEL_* setting.
+var ErrConfig = errors.New("otlp: invalid OpenTelemetry configuration")
 
-// SetupOTel builds the providers from the environment. A signal (traces,
+// Setup builds the providers from the environment. A signal (traces,
 // logs) is exported when OTEL_EXPORTER_OTLP_ENDPOINT or its own
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_LOGS_ENDPOINT is
 // set, its OTEL_TRACES_EXPORTER / OTEL_LOGS_EXPORTER is not "none", and
-// OTEL_SDK_DISABLED is not "true"; otherwise SetupOTel returns no-op
+// OTEL_SDK_DISABLED is not "true"; otherwise Setup returns no-op
 // providers and no error, so a process without a collector runs as before.
 // The exporter variables take "otlp" (the default) or "none"; any other
 // value is an error, since canopy has no other exporter. The protocol is
 // OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): "grpc" or
 // "http/protobuf", the default. Call Shutdown to flush.
-func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
+func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	o := &OTel{Tracer: tracenoop.NewTracerProvider(), Logs: lognoop.NewLoggerProvider()}
+	o := &Providers{Tracer: tracenoop.NewTracerProvider(), Logs: lognoop.NewLoggerProvider()}
 	if cfg.ServiceName == "" {
-		return nil, fmt.Errorf("%w: no service name", ErrOTelConfig)
+		return nil, fmt.Errorf("%w: no service name", ErrConfig)
 	}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return o, nil
@@ -100,7 +107,7 @@ func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
 			return "grpc", nil
 		}
 		return "", fmt.Errorf("%w: OTEL_EXPORTER_OTLP_%sPROTOCOL %q: want grpc or http/protobuf (http/json is not supported)",
-			ErrOTelConfig, strings.TrimPrefix(signal+"_", "_"), p)
+			ErrConfig, strings.TrimPrefix(signal+"_", "_"), p)
 	}
 	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
 	if cfg.Version != "" {
@@ -109,7 +116,7 @@ func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
 	// Environment last: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win.
 	res, err := resource.New(ctx, resource.WithAttributes(attrs...), resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
-		return nil, fmt.Errorf("%w: resource: %w", ErrOTelConfig, err)
+		return nil, fmt.Errorf("%w: resource: %w", ErrConfig, err)
 	}
 	if traces {
 		p, err := protocol("TRACES")
@@ -123,7 +130,7 @@ func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
 			exp, err = otlptracehttp.New(ctx)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
+			return nil, fmt.Errorf("otlp: trace exporter: %w", err)
 		}
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 		o.Tracer, o.Protocol = tp, p
@@ -141,7 +148,7 @@ func SetupOTel(ctx context.Context, cfg OTelConfig) (*OTel, error) {
 			exp, err = otlploghttp.New(ctx)
 		}
 		if err != nil {
-			return nil, o.shutdownWith(ctx, fmt.Errorf("telemetry: OTLP log exporter: %w", err))
+			return nil, o.shutdownWith(ctx, fmt.Errorf("otlp: log exporter: %w", err))
 		}
 		lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)), sdklog.WithResource(res))
 		o.Logs, o.Protocol = lp, p
@@ -171,22 +178,22 @@ func exporterOn(getenv func(string) string, name string) (bool, error) {
 		case "none":
 			none = true
 		default:
-			return false, fmt.Errorf("%w: %s %q: want otlp or none (canopy exports over OTLP only)", ErrOTelConfig, name, v)
+			return false, fmt.Errorf("%w: %s %q: want otlp or none (canopy exports over OTLP only)", ErrConfig, name, v)
 		}
 	}
 	if otlp && none {
-		return false, fmt.Errorf("%w: %s %q: none cannot be combined with otlp", ErrOTelConfig, name, v)
+		return false, fmt.Errorf("%w: %s %q: none cannot be combined with otlp", ErrConfig, name, v)
 	}
 	return otlp, nil
 }
 
-func (o *OTel) shutdownWith(ctx context.Context, err error) error {
+func (o *Providers) shutdownWith(ctx context.Context, err error) error {
 	return errors.Join(err, o.Shutdown(ctx))
 }
 
 // Shutdown flushes what is buffered and stops the exporters; ctx bounds how
 // long it may take.
-func (o *OTel) Shutdown(ctx context.Context) error {
+func (o *Providers) Shutdown(ctx context.Context) error {
 	var errs []error
 	for _, f := range o.shutdown {
 		errs = append(errs, f(ctx))

@@ -1,4 +1,4 @@
-package telemetry_test
+package otlp_test
 
 import (
 	"bytes"
@@ -26,12 +26,15 @@ import (
 	common "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
+	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
@@ -148,7 +151,7 @@ func TestOTLPExport(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "canopy-test"})
+	ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: "canopy-test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +162,12 @@ func TestOTLPExport(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	events := telemetry.NewEvents(ot.Logs, logger, nil)
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
+	defer kc.Close()
+	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "otlp", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -172,7 +175,7 @@ func TestOTLPExport(t *testing.T) {
 	}
 	defer cl.Close()
 	const partitions = 2
-	if err := projector.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -216,7 +219,7 @@ func TestOTLPExport(t *testing.T) {
 	}
 
 	reg := telemetry.NewRegistry()
-	pm, err := telemetry.NewProjectorMetrics(reg, events)
+	pm, err := projectormetrics.NewProjectorMetrics(reg, events)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +232,9 @@ func TestOTLPExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pm.Set(p)
+	if err := projectormetrics.RegisterGauges(reg, p); err != nil {
+		t.Fatal(err)
+	}
 	pctx, pstop := context.WithCancel(ctx)
 	pdone := make(chan error, 1)
 	go func() { pdone <- p.Run(pctx) }()
@@ -418,23 +423,23 @@ func TestOTLPExport(t *testing.T) {
 func TestOTelOffWithoutEndpoint(t *testing.T) {
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
-	ot, err := telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv})
+	ot, err := otlp.Setup(context.Background(), otlp.Config{ServiceName: "x", Getenv: getenv})
 	if err != nil || ot.Enabled {
 		t.Fatalf("without an endpoint: enabled %v, err %v", ot != nil && ot.Enabled, err)
 	}
 	env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:4318"
 	env["OTEL_SDK_DISABLED"] = "true"
-	if ot, err := telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv}); err != nil || ot.Enabled {
+	if ot, err := otlp.Setup(context.Background(), otlp.Config{ServiceName: "x", Getenv: getenv}); err != nil || ot.Enabled {
 		t.Fatalf("OTEL_SDK_DISABLED: enabled %v, err %v", ot != nil && ot.Enabled, err)
 	}
 	delete(env, "OTEL_SDK_DISABLED")
 	env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
-	if _, err := telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv}); err == nil ||
+	if _, err := otlp.Setup(context.Background(), otlp.Config{ServiceName: "x", Getenv: getenv}); err == nil ||
 		!strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") && !strings.Contains(err.Error(), "PROTOCOL") {
 		t.Fatalf("http/json: err %v, want one naming the protocol variable", err)
 	}
 	env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
-	ot, err = telemetry.SetupOTel(context.Background(), telemetry.OTelConfig{ServiceName: "x", Getenv: getenv})
+	ot, err = otlp.Setup(context.Background(), otlp.Config{ServiceName: "x", Getenv: getenv})
 	if err != nil || !ot.Enabled || ot.Protocol != "grpc" {
 		t.Fatalf("grpc: %+v, %v", ot, err)
 	}
@@ -463,7 +468,7 @@ func TestOTelExporterVariables(t *testing.T) {
 		for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_LOGS_EXPORTER"} {
 			t.Setenv(k, env[k])
 		}
-		ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "x"})
+		ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: "x"})
 		if err != nil {
 			return 0, 0, err
 		}
@@ -504,14 +509,14 @@ func TestOTelExporterVariables(t *testing.T) {
 		{"OTEL_TRACES_EXPORTER", "otlp,none"},
 	} {
 		_, _, err := export(map[string]string{c.name: c.value})
-		if !errors.Is(err, telemetry.ErrOTelConfig) || !strings.Contains(err.Error(), c.name) {
+		if !errors.Is(err, otlp.ErrConfig) || !strings.Contains(err.Error(), c.name) {
 			t.Errorf("%s=%s: err %v, want ErrOTelConfig naming the variable", c.name, c.value, err)
 		}
 	}
 	// Both off is export off, as without an endpoint.
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	t.Setenv("OTEL_LOGS_EXPORTER", "none")
-	ot, err := telemetry.SetupOTel(ctx, telemetry.OTelConfig{ServiceName: "x"})
+	ot, err := otlp.Setup(ctx, otlp.Config{ServiceName: "x"})
 	if err != nil || ot.Enabled {
 		t.Errorf("both exporters none: enabled %v, err %v", ot != nil && ot.Enabled, err)
 	}

@@ -1,0 +1,44 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// TestServerCountsReplacedRestores: the Server answers for the instance it
+// runs now, and its RestoredRecords go on across a replacement (a replaced
+// instance's restores stay counted), so that restored_records_total never
+// goes back when an instance fails. Without an instance its reads say so.
+func TestServerCountsReplacedRestores(t *testing.T) {
+	s, err := NewServer(Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, running := s.Counters(); running || c != (Counters{}) {
+		t.Fatalf("no instance yet: %+v, running %v", c, running)
+	}
+	if ok, why := s.Ready(); ok || why == "" {
+		t.Errorf("Ready without an instance: %v %q", ok, why)
+	}
+	if _, err := s.Snapshot(context.Background(), "run-1"); !errors.Is(err, ErrNoInstance) {
+		t.Errorf("Snapshot without an instance: %v, want ErrNoInstance", err)
+	}
+	a, b := &Projector{}, &Projector{}
+	a.Stats.RestoredRecords.Store(100)
+	a.Stats.Restoring.Store(1)
+	s.swap(a)
+	if c, running := s.Counters(); !running || c.RestoredRecords != 100 || c.Restoring != 1 {
+		t.Fatalf("first instance: %+v, running %v; want 100 restored, 1 restoring", c, running)
+	}
+	a.Stats.RestoredRecords.Store(120) // it went on before it failed
+	b.Stats.RestoredRecords.Store(7)
+	s.swap(b)
+	if c, _ := s.Counters(); c.RestoredRecords != 127 || c.Restoring != 0 {
+		t.Fatalf("after a replacement: %+v; want 127 restored (120 + 7), none restoring", c)
+	}
+	s.swap(b) // the same instance again counts nothing twice
+	if c, _ := s.Counters(); c.RestoredRecords != 127 {
+		t.Fatalf("after swapping in the same instance: %d restored, want 127", c.RestoredRecords)
+	}
+}

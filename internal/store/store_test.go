@@ -1,0 +1,205 @@
+package store_test
+
+import (
+	"errors"
+	"reflect"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.uber.org/goleak"
+
+	"github.com/canopy-dev/canopy/internal/store"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func openDB(t *testing.T, dir string) *pebble.DB {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestResumesFromPebble: a projection on a partition's Pebble store, which
+// commits every 100 events and is closed and reopened (the database too)
+// half way, ends with the runs and offsets of one that never stopped and
+// keeps everything in memory; the partition's keys leave the other
+// partitions of the database alone.
+func TestResumesFromPebble(t *testing.T) {
+	var events []topics.Event
+	for i, n := range []int{40, 200, 15} {
+		events = append(events, workload.Generate(workload.Spec{RunID: []string{"run-a", "run-b", "run-c"}[i], Nodes: n, Seed: uint64(i + 1), Step: 900 * time.Millisecond})...)
+	}
+	cfg := projection.Config{MaxHotNodes: 100, MaxHotNodesPerRun: 12, HistorySize: 16, DedupeWindow: 40}
+	mem, err := projection.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	db := openDB(t, dir)
+	defer func() { db.Close() }()
+	p, err := projection.Open(cfg, store.New(db, 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		mem.Apply(&events[i])
+		p.Apply(&events[i])
+		if i%100 == 99 || i == len(events)-1 {
+			if err := p.Commit(map[string]int64{"agent-events": int64(i + 1)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == len(events)/2 {
+			if err := p.Commit(map[string]int64{"agent-events": int64(i + 1)}); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			db = openDB(t, dir)
+			if p, err = projection.Open(cfg, store.New(db, 7)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	offs, err := store.New(db, 7).Offsets()
+	if err != nil || offs["agent-events"] != int64(len(events)) {
+		t.Fatalf("offsets %v, %v; want agent-events at %d", offs, err, len(events))
+	}
+	for _, id := range []string{"run-a", "run-b", "run-c"} {
+		want, _ := mem.Run(id)
+		got, ok := p.Run(id)
+		if !ok {
+			t.Fatalf("%s: not in the store (%v)", id, p.Err())
+		}
+		if got.Seq() != want.Seq() || got.Len() != want.Len() || got.Stats() != want.Stats() {
+			t.Errorf("%s: seq %d, %d nodes, %+v; want %d, %d, %+v", id, got.Seq(), got.Len(), got.Stats(), want.Seq(), want.Len(), want.Stats())
+		}
+		for n := range want.ByLastSignal() {
+			if g, ok := got.Node(n.AgentID); !ok || !reflect.DeepEqual(g, n) {
+				t.Errorf("%s: node %s is %+v; want %+v", id, n.AgentID, g, n)
+			}
+		}
+		wh, err1 := want.History("", 0, 16)
+		gh, err2 := got.History("", 0, 16)
+		if err1 != nil || err2 != nil || !reflect.DeepEqual(gh, wh) {
+			t.Errorf("%s: history %+v, %v; want %+v, %v", id, gh, err2, wh, err1)
+		}
+	}
+	if empty, err := store.New(db, 8).Empty(); err != nil || !empty {
+		t.Errorf("partition 8: empty %v, %v; want true", empty, err)
+	}
+}
+
+// TestCheckpointAndWipe: a checkpoint written with changes reads back, and
+// Wipe leaves the partition empty, checkpoint included, and the other
+// partitions as they were.
+func TestCheckpointAndWipe(t *testing.T) {
+	db := openDB(t, t.TempDir())
+	defer db.Close()
+	a, b := store.New(db, 1), store.New(db, 2)
+	if _, ok, err := a.Checkpoint(); ok || err != nil {
+		t.Fatalf("a fresh store's checkpoint: ok %v, %v", ok, err)
+	}
+	set := projection.Changes{{Key: []byte("x"), Value: []byte("1")}, {Key: projection.OffsetsKey, Value: []byte(`{"t":3}`)}}
+	cp := projection.Checkpoint{Next: 42, At: 1_700_000_000_000}
+	for _, s := range []*store.Store{a, b} {
+		if err := s.Write(set, &cp, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, ok, err := a.Checkpoint(); !ok || err != nil || got != cp {
+		t.Fatalf("checkpoint %+v, %v, %v; want %+v", got, ok, err, cp)
+	}
+	if v, ok, err := a.Get([]byte("x")); !ok || err != nil || string(v) != "1" {
+		t.Fatalf("x = %q, %v, %v; want 1", v, ok, err)
+	}
+	if offs, err := a.Offsets(); err != nil || offs["t"] != 3 {
+		t.Fatalf("offsets %v, %v; want t at 3", offs, err)
+	}
+	if err := a.Write(projection.Changes{{Key: []byte("x"), Delete: true}}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := a.Get([]byte("x")); ok {
+		t.Fatal("x is still set after its delete")
+	}
+	if err := a.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	if empty, err := a.Empty(); !empty || err != nil {
+		t.Fatalf("after Wipe: empty %v, %v", empty, err)
+	}
+	if _, ok, _ := a.Checkpoint(); ok {
+		t.Fatal("the checkpoint outlived Wipe")
+	}
+	if got, ok, err := b.Checkpoint(); !ok || err != nil || got != cp {
+		t.Fatalf("partition 2 after partition 1's Wipe: checkpoint %+v, %v, %v", got, ok, err)
+	}
+	// A callback's error ends the scan and stays matchable.
+	stop := errors.New("stop")
+	if err := b.Scan(nil, func(_, _ []byte) error { return stop }); !errors.Is(err, stop) || !errors.Is(err, projection.ErrStore) {
+		t.Fatalf("Scan with a failing callback: %v; want stop and projection.ErrStore", err)
+	}
+}
+
+// TestFootprintEstimateTrimmed: Run.Footprint, which the memory budget
+// evicts by, stays within a factor of 1.5 of the heap a run larger than
+// MaxHotNodesPerRun really holds, most of its nodes in Pebble only
+// (pkg/projection TestFootprintEstimate does it for runs in memory).
+func TestFootprintEstimateTrimmed(t *testing.T) {
+	events := workload.Generate(workload.Spec{RunID: "run-large", Nodes: 20_000, Seed: 1})
+	// Small memtables and block cache: under the race detector Pebble
+	// allocates them on the Go heap, which would count here.
+	cache := pebble.NewCache(1 << 20)
+	defer cache.Unref()
+	db, err := pebble.Open(t.TempDir(), &pebble.Options{MemTableSize: 256 << 10, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := projection.Open(projection.Config{MaxHotNodesPerRun: 500}, store.New(db, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(map[string]int64{"t": 0}); err != nil {
+		t.Fatal(err)
+	}
+	before := heapInUse()
+	for i := range events {
+		p.Apply(&events[i])
+		if i%1000 == 999 {
+			if err := p.Commit(map[string]int64{"t": int64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := p.Commit(map[string]int64{"t": int64(len(events))}); err != nil {
+		t.Fatal(err)
+	}
+	measured := heapInUse() - before
+	r, _ := p.Run("run-large")
+	ratio := float64(r.Footprint()) / float64(measured)
+	t.Logf("%d nodes, %d in memory: measured %d bytes, estimated %d (%.2fx)", r.Len(), r.Resident(), measured, r.Footprint(), ratio)
+	if r.Resident() > 500 {
+		t.Errorf("%d nodes in memory after a commit, want at most 500", r.Resident())
+	}
+	if ratio < 1/1.5 || ratio > 1.5 {
+		t.Errorf("estimated %d bytes for %d measured (%.2fx): recalibrate footprintIndexed (pkg/projection/budget.go)", r.Footprint(), measured, ratio)
+	}
+	runtime.KeepAlive(events)
+	runtime.KeepAlive(p)
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
