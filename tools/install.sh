@@ -7,7 +7,7 @@
 #   prometheus (with promtool)     the real server the dashboard tests query
 #   helm                           renders and lints deploy/helm (bin/tools)
 #   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
-#                                  package-lock.json) check the TypeScript example
+#                                  package-lock.json) check the TypeScript examples
 #   a JDK and Maven + tools/kafka/lib  Apache Kafka's broker, the version pinned
 #                                  in tools/kafka/pom.xml, resolved from Maven
 #                                  Central: the broker-matrix tests run it
@@ -44,9 +44,12 @@ if ! [ -x "$TOOLS_BIN/helm" ] && ! command -v helm >/dev/null 2>&1; then
 	GOBIN="$TOOLS_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
 
-if ! [ -x examples/typescript/node_modules/.bin/tsc ]; then
-	echo "tools: npm ci in examples/typescript (typescript, kafkajs, as package-lock.json pins them)"
+# Again whenever package-lock.json changes (a dependency added): its checksum is the stamp.
+ts_stamp=$(sha256sum examples/typescript/package-lock.json | cut -d' ' -f1)
+if ! [ -x examples/typescript/node_modules/.bin/tsc ] || [ "$(cat examples/typescript/node_modules/.stamp 2>/dev/null)" != "$ts_stamp" ]; then
+	echo "tools: npm ci in examples/typescript (typescript, kafkajs, kafkajs-snappy, as package-lock.json pins them)"
 	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
+	echo "$ts_stamp" >examples/typescript/node_modules/.stamp
 fi
 
 # Apache Kafka: the jars of the pinned version and what they need at run
