@@ -10,7 +10,7 @@
 // results the wake delivered as forwarded; only then is the wake's offset committed. The same
 // behaviour, flags and output as ../python/conductor.py.
 import { createHash } from "crypto";
-import { CompressionCodecs, CompressionTypes, Consumer, EachMessagePayload, Kafka, logLevel, Partitioners } from "kafkajs";
+import { CompressionCodecs, CompressionTypes, Consumer, EachMessagePayload, Kafka, KafkaMessage, logLevel, Partitioners } from "kafkajs";
 
 // canopy's projectors write with franz-go's default compression, snappy, which kafkajs reads only
 // with a codec registered (kafkajs-snappy, pure JavaScript; it has no type declarations).
@@ -34,21 +34,35 @@ function ackId(wakeId: string, source: string, now: number): string {
   return s;
 }
 
-// Turns lets one wake be handled at a time, a waiting priority wake always before a waiting normal one.
+// Turns lets one wake be handled at a time, and a normal wake only when no priority wake is
+// waiting: neither one whose handler asks for the turn, nor one kafkajs has fetched and not yet
+// handed over (the rest of a priority batch, counted by expect).
 class Turns {
   private busy = false;
+  private pendingPriority = 0;
   private waiting: { priority: (() => void)[]; normal: (() => void)[] } = { priority: [], normal: [] };
-  take(priority: boolean): Promise<void> {
-    if (!this.busy) {
-      this.busy = true;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => this.waiting[priority ? "priority" : "normal"].push(resolve));
+  expect(n: number): void {
+    this.pendingPriority += n;
+    this.next();
   }
-  release(): void {
-    const next = this.waiting.priority.shift() ?? this.waiting.normal.shift();
-    if (next) next();
-    else this.busy = false;
+  take(priority: boolean): Promise<void> {
+    return new Promise((resolve) => {
+      this.waiting[priority ? "priority" : "normal"].push(resolve);
+      this.next();
+    });
+  }
+  release(priority: boolean): void {
+    this.busy = false;
+    if (priority) this.pendingPriority--;
+    this.next();
+  }
+  private next(): void {
+    if (this.busy) return;
+    const go = this.waiting.priority.shift() ?? (this.pendingPriority === 0 ? this.waiting.normal.shift() : undefined);
+    if (go) {
+      this.busy = true;
+      go();
+    }
   }
 }
 
@@ -76,7 +90,7 @@ async function main(argv: string[]): Promise<void> {
   const kafka = new Kafka({ clientId: "canopy-conductor-ts", brokers, logLevel: logLevel.WARN,
     logCreator: () => ({ namespace, label, log }) => console.error(JSON.stringify({ level: label, namespace, ...log })) });
   // One consumer (and group) per lane, as in Python, so a priority wake fetched while a normal
-  // one is handled is taken next. Short fetch waits: a new wake is seen within 100 ms.
+  // one is handled is taken next (Turns). Short fetch waits: a new wake is seen within 100 ms.
   const prio = kafka.consumer({ groupId: group + "-priority", maxWaitTimeInMs: 100 });
   const normal = kafka.consumer({ groupId: group, maxWaitTimeInMs: 100 });
   const acks = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, idempotent: true });
@@ -84,7 +98,8 @@ async function main(argv: string[]): Promise<void> {
   const turns = new Turns();
   let lastPriority = Date.now();
 
-  const handle = (consumer: Consumer, priority: boolean) => async ({ topic, partition, message }: EachMessagePayload) => {
+  // handle handles one wake, in its turn.
+  const handle = async (consumer: Consumer, priority: boolean, topic: string, partition: number, message: KafkaMessage) => {
     await turns.take(priority);
     try {
       if (priority) lastPriority = Date.now();
@@ -115,7 +130,7 @@ async function main(argv: string[]): Promise<void> {
       await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }]);
     } finally {
       if (priority) lastPriority = Date.now();
-      turns.release();
+      turns.release(priority);
     }
   };
 
@@ -136,14 +151,30 @@ async function main(argv: string[]): Promise<void> {
   const joined = new Promise<void>((resolve) => prio.on(prio.events.GROUP_JOIN, () => resolve()));
   await prio.connect();
   await prio.subscribe({ topics: [prioTopic], fromBeginning: true });
-  await prio.run({ autoCommit: false, eachMessage: handle(prio, true) });
+  // Whole batches, every partition's at once: what is fetched is known to be waiting.
+  await prio.run({ autoCommit: false, eachBatchAutoResolve: false, partitionsConsumedConcurrently: 64,
+    eachBatch: async ({ batch, resolveOffset, isRunning, isStale }) => {
+      let left = batch.messages.length;
+      turns.expect(left);
+      try {
+        for (const message of batch.messages) {
+          if (!isRunning() || isStale()) break; // stopping, or the partition moved: leave the rest
+          left--; // its turn's release counts it handled
+          await handle(prio, true, batch.topic, batch.partition, message);
+          resolveOffset(message.offset);
+        }
+      } finally {
+        turns.expect(-left);
+      }
+    } });
   await joined;
   lastPriority = Date.now();
   while (!stopping && Date.now() - lastPriority < 1000) await new Promise((r) => setTimeout(r, 50));
   if (stopping) return;
   await normal.connect();
   await normal.subscribe({ topics: [normalTopic], fromBeginning: true });
-  await normal.run({ autoCommit: false, eachMessage: handle(normal, false) });
+  await normal.run({ autoCommit: false,
+    eachMessage: ({ topic, partition, message }: EachMessagePayload) => handle(normal, false, topic, partition, message) });
 }
 
 main(process.argv.slice(2)).catch((err) => { console.error("conductor:", err); process.exit(1); });
