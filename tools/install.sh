@@ -8,7 +8,7 @@
 #   helm                           renders and lints deploy/helm (bin/tools)
 #   kube-score                     checks the rendered chart (bin/tools)
 #   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
-#                                  package-lock.json) check the TypeScript example
+#                                  package-lock.json) check the TypeScript examples
 #   tools/node/node_modules        (npm ci, pinned by its package-lock.json) the
 #                                  AsyncAPI parser and Redocly CLI, which check
 #                                  schema/asyncapi.yaml and schema/openapi.yaml
@@ -54,9 +54,12 @@ if ! [ -x "$TOOLS_BIN/kube-score" ] && ! command -v kube-score >/dev/null 2>&1; 
 	GOBIN="$TOOLS_BIN" go install "github.com/zegl/kube-score/cmd/kube-score@$KUBE_SCORE_VERSION"
 fi
 
-if ! [ -x examples/typescript/node_modules/.bin/tsc ]; then
-	echo "tools: npm ci in examples/typescript (typescript, kafkajs, as package-lock.json pins them)"
+# Again whenever package-lock.json changes (a dependency added): its checksum is the stamp.
+ts_stamp=$(sha256sum examples/typescript/package-lock.json | cut -d' ' -f1)
+if ! [ -x examples/typescript/node_modules/.bin/tsc ] || [ "$(cat examples/typescript/node_modules/.stamp 2>/dev/null)" != "$ts_stamp" ]; then
+	echo "tools: npm ci in examples/typescript (typescript, kafkajs, kafkajs-snappy, as package-lock.json pins them)"
 	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
+	echo "$ts_stamp" >examples/typescript/node_modules/.stamp
 fi
 
 # The API documents' validators (schema/apitools_test.go). The stamp is the

@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	prefix := fs.String("topic-prefix", topics.DefaultPrefix, "topic name prefix")
 	group := fs.String("group", wake.DefaultGroup, "consumer group of this conductor")
 	staleAfter := fs.Duration("stale-after", 0, "snapshot age over which a wake is stale at receipt (default 10s)")
+	printWakes := fs.Bool("print-wakes", false, "print each wake's JSON instead of a summary line")
+	work := fs.Duration("work", 0, "time each wake's handling takes (stands in for planning)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -76,8 +78,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c, err := wake.New(wake.Config{Brokers: strings.Split(*brokers, ","), Names: topics.Names{Prefix: *prefix, Version: topics.DefaultVersion},
-		Group: *group, StaleAfter: *staleAfter, Logger: log, Observer: obs, TracerProvider: ot.tracer}, func(_ context.Context, w *topics.Wake, r wake.Received) error {
-		fmt.Fprintln(stdout, wake.Line(w, r))
+		Group: *group, StaleAfter: *staleAfter, Logger: log, Observer: obs, TracerProvider: ot.tracer}, func(ctx context.Context, w *topics.Wake, r wake.Received) error {
+		if !*printWakes {
+			fmt.Fprintln(stdout, wake.Line(w, r))
+		} else if b, err := topics.Marshal(w); err == nil {
+			fmt.Fprintf(stdout, "%s\n", b)
+		}
+		select { // a real conductor plans and delegates here
+		case <-time.After(*work):
+		case <-ctx.Done():
+		}
 		return nil
 	})
 	if err != nil {

@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--group", default="canopy-conductor-py")
     ap.add_argument("--stale-after-ms", type=int, default=10_000)
     ap.add_argument("--print-wakes", action="store_true", help="print each wake's JSON instead of a summary")
+    ap.add_argument("--work-ms", type=int, default=0, help="time each wake's handling takes (stands in for planning)")
     a = ap.parse_args()
     source = "/conductors/" + a.group
     common = {"bootstrap.servers": a.brokers, "group.id": a.group, "isolation.level": "read_committed",
@@ -75,6 +76,7 @@ def main():
                 print(f"{'WAKE!' if w['lane'] == 'priority' else 'wake '} {w['run_id']} seq={s['as_of_event_seq']} "
                       f"[{kinds}] nodes={s['summary']['node_count_included']}/{s['summary']['node_count_total']}", flush=True)
             # ... a real conductor plans and delegates here, then acknowledges:
+            time.sleep(a.work_ms / 1000)
             agents = list(dict.fromkeys(t["agent_id"] for t in w["triggers"] if t["kind"] in ("result", "status_completed")))
             ack = {"specversion": "1.0", "id": ack_id(w["wake_id"], source), "source": source,
                    "type": "conductor.wake_received", "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),

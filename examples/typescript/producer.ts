@@ -1,7 +1,7 @@
 // Produce a small tree of agent events for one run to canopy with kafkajs.
 //
-//   npm ci && npm run produce -- --brokers 127.0.0.1:9092 --run run-ts-1
-//   npm run dry-run              # print the events as JSON lines; needs no broker
+//   npm ci && npm run --silent produce -- --brokers 127.0.0.1:9092 --run run-ts-1
+//   npm run --silent dry-run     # print the events as JSON lines (--silent: no npm banner); needs no broker
 //
 // Each record: key = run id, value = one CloudEvents 1.0 JSON event (schema/events/), headers
 // content-type and a W3C traceparent. kafkajs's DefaultPartitioner is murmur2 like Kafka's Java
