@@ -130,11 +130,11 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
 	pcfg.Projection.MaxHotNodes = o.maxHotNodes
 	pcfg.Projection.MaxHotNodesPerRun = o.maxHotPerRun
-	in, err := instrument(ctx, &pcfg)
+	in, err := projectormetrics.Instrument(ctx, &pcfg)
 	if err != nil {
 		return err
 	}
-	defer in.shutdown()
+	defer in.Shutdown()
 	// The query endpoint is closed as in production: a secret of this
 	// session's own, which the gateway presents.
 	secret := make([]byte, 32)
@@ -147,7 +147,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	queries := projector.NewQueryServer(p)
 	queries.Secret = []byte(hex.EncodeToString(secret))
-	gm, err := telemetry.NewGatewayMetrics(in.reg)
+	gm, err := telemetry.NewGatewayMetrics(in.Registry)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		hosts = append(hosts, h)
 	}
 	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
-		Hooks: gm, TracerProvider: in.otel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.reg)("gateway"), ProjectorSecret: queries.Secret,
+		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: queries.Secret,
 		AllowedHosts: hosts})
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	g.Add(lifecycle.Actor{Name: "demo workload", Run: func(ctx context.Context) error { return demoTraffic(ctx, cl, names, o) }})
 	g.Add(lifecycle.Actor{Name: "projector", Run: p.Run})
 	g.Add(lifecycle.Actor{Name: "wake printer", Run: func(ctx context.Context) error { return printWakes(ctx, brokers, names, stdout, in) }})
-	qsrv := &http.Server{Handler: in.handler(queries, &ready), ReadHeaderTimeout: 10 * time.Second}
+	qsrv := &http.Server{Handler: in.Handler(queries, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
 	g.Add(lifecycle.HTTPServer("query endpoint", qsrv, qLis, 5*time.Second))
 	err = g.Run(ctx)
 	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
@@ -197,12 +197,12 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 
 // newProjector makes the projector and registers its gauges: dev runs one
 // instance, with no restarts to hide behind a projector.Server.
-func newProjector(ctx context.Context, cfg projector.Config, in *instrumentation) (*projector.Projector, error) {
+func newProjector(ctx context.Context, cfg projector.Config, in *projectormetrics.Instrumentation) (*projector.Projector, error) {
 	p, err := projector.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := projectormetrics.RegisterGauges(in.reg, p); err != nil {
+	if err := projectormetrics.RegisterGauges(in.Registry, p); err != nil {
 		return nil, err // a duplicate metric: the process ends
 	}
 	return p, nil
@@ -211,13 +211,13 @@ func newProjector(ctx context.Context, cfg projector.Config, in *instrumentation
 // printWakes prints every wake of both lanes as a conductor receives it
 // with pkg/wake (read_committed, so each wake once; priority lane first), and
 // acknowledges it, so the watchdog sees the demo's results forwarded.
-func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer, in *instrumentation) error {
-	obs, err := telemetry.NewWakeObserver(in.reg, telemetry.NewEvents(in.otel.Logs, slog.New(slog.DiscardHandler), nil))
+func printWakes(ctx context.Context, brokers []string, names topics.Names, out io.Writer, in *projectormetrics.Instrumentation) error {
+	obs, err := telemetry.NewWakeObserver(in.Registry, telemetry.NewEvents(in.OTel.Logs, slog.New(slog.DiscardHandler), nil))
 	if err != nil {
 		return err
 	}
 	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "canopy-dev-conductor", Logger: slog.New(slog.DiscardHandler),
-		Observer: obs, TracerProvider: in.otel.Tracer},
+		Observer: obs, TracerProvider: in.OTel.Tracer},
 		func(_ context.Context, w *topics.Wake, r wake.Received) error {
 			fmt.Fprintln(out, wake.Line(w, r))
 			return nil

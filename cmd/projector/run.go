@@ -101,17 +101,17 @@ func runProjector(args []string, stderr io.Writer) int {
 	var ready lifecycle.Readiness
 	g.Add(ready.Actor())
 	ctx := context.Background()
-	in, err := instrument(ctx, cfg)
+	in, err := projectormetrics.Instrument(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
 	}
-	defer in.shutdown()
+	defer in.Shutdown()
 	// The Server replaces a failed instance; the query endpoint and the
 	// gauges read through it.
 	server, err := projector.NewServer(*cfg)
 	if err == nil {
-		err = projectormetrics.RegisterGauges(in.reg, server)
+		err = projectormetrics.RegisterGauges(in.Registry, server)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
@@ -128,7 +128,7 @@ func runProjector(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
 			return 1
 		}
-		srv := &http.Server{Handler: in.handler(qs, &ready), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+		srv := &http.Server{Handler: in.Handler(qs, ready.Ready), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String(), "secret", len(endpoint.Secret) > 0)
 		// In-flight queries finish; the projector has stopped by now, so
 		// they are answered 503 at once.
