@@ -87,7 +87,7 @@ func variables() []any {
 		query := fmt.Sprintf("label_values(%s, %s)", selector, name)
 		return map[string]any{
 			"name": name, "label": label, "type": "query", "datasource": ds,
-			"query": map[string]any{"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
+			"query":      map[string]any{"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery", "qryType": 1},
 			"definition": query, "refresh": 2, "sort": 1,
 			"multi": true, "includeAll": true, "allValue": ".*",
 			"current": map[string]any{"selected": true, "text": []string{"All"}, "value": []string{"$__all"}},
@@ -298,9 +298,9 @@ func (d Dashboard) JSON() ([]byte, error) {
 	dash := map[string]any{
 		"uid": d.UID, "title": d.Title, "description": d.About, "tags": []string{"canopy"},
 		"schemaVersion": 39, "version": 1, "editable": true, "refresh": "30s", "timezone": "",
-		"time": map[string]string{"from": "now-1h", "to": "now"},
+		"time":       map[string]string{"from": "now-1h", "to": "now"},
 		"templating": map[string]any{"list": variables()},
-		"panels": panels,
+		"panels":     panels,
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
