@@ -71,7 +71,7 @@ func TestMethodIsBounded(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["http.request.method"] != c.want {
 			t.Errorf("%s: http.request.method %q, want %q", c.sent, attrs["http.request.method"], c.want)

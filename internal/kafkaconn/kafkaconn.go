@@ -7,6 +7,7 @@ package kafkaconn
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -135,7 +136,7 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 		return nil, nil
 	}
 	if (f.TLSCert == "") != (f.TLSKey == "") {
-		return nil, fmt.Errorf("Kafka client certificate: the certificate (CANOPY_TLS_CERT) and its key (CANOPY_TLS_KEY) go together")
+		return nil, errors.New("the Kafka client certificate (CANOPY_TLS_CERT) and its key (CANOPY_TLS_KEY) go together")
 	}
 	c, err := ClientTLS(f.TLSCA)
 	if err != nil {
@@ -144,7 +145,7 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 	if f.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
 		if err != nil {
-			return nil, fmt.Errorf("Kafka client certificate %s and key %s: %w", f.TLSCert, f.TLSKey, err)
+			return nil, fmt.Errorf("the Kafka client certificate %s and key %s: %w", f.TLSCert, f.TLSKey, err)
 		}
 		c.Certificates = []tls.Certificate{cert}
 	}

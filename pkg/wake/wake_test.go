@@ -202,7 +202,7 @@ func TestConsumer(t *testing.T) {
 	for _, s := range spans.Ended() {
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["messaging.message.id"] != prioWake.WakeID {
 			continue
