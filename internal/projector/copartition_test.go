@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -112,7 +113,7 @@ func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
 	}
 	// The group client joins as soon as New creates it, so partitions may be
 	// assigned before Run, even while New is still setting up.
-	waitFor(t, 10*time.Second, p, "partitions assigned", func() bool { return len(p.Owned()) == 4 })
+	testenv.WaitFor(t, 10*time.Second, until(p, "partitions assigned", func() bool { return len(p.Owned()) == 4 }))
 	// Run with a context already done shuts down cleanly at once.
 	done, stop := context.WithCancel(ctx)
 	stop()

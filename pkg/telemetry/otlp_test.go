@@ -270,12 +270,12 @@ func TestOTLPExport(t *testing.T) {
 	go func() { wdone <- wc.Run(wctx) }()
 	stopConductor := sync.OnceValue(func() error { wstop(); return <-wdone })
 	defer stopConductor()
-	for deadline := time.Now().Add(60 * time.Second); priority.Load() == 0 || normal.Load() < 5; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the conductor received %d normal and %d priority wakes in 60s", normal.Load(), priority.Load())
+	testenv.WaitFor(t, 60*time.Second, func() error {
+		if priority.Load() == 0 || normal.Load() < 5 {
+			return fmt.Errorf("the conductor received %d normal and %d priority wakes, want 5 and 1", normal.Load(), priority.Load())
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+		return nil
+	})
 	if err := stopConductor(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/replay"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
@@ -155,9 +156,9 @@ func TestConsumer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx) }()
 	want := int64(len(recs))
-	waitFor(t, func() bool { return c.Stats.Acked.Load() == want && c.Stats.Duplicates.Load() == 1 }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return c.Stats.Acked.Load() == want && c.Stats.Duplicates.Load() == 1 }, func() string {
 		return "every wake delivered and acknowledged, the duplicate dropped"
-	})
+	}))
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
