@@ -1,4 +1,4 @@
-package harness
+package workload
 
 import (
 	"fmt"
@@ -9,7 +9,8 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// MixSpec describes the traffic of many runs at once. Zero fields take the
+// MixSpec describes the traffic of many runs at once, as the load harness
+// sends it. Zero fields take the
 // default their comment names.
 type MixSpec struct {
 	// Prefix starts every run id; default "run".
