@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -23,11 +23,7 @@ import (
 // until the conductor (pkg/wake) receives its wakes; pkg/wake's
 // acknowledgements then make the projector count the result forwarded.
 func TestAcksMarkResultsForwarded(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := brokertest.NewKfake(t).Cluster
 	brokers := cluster.ListenAddrs()
 	names := topics.Names{Prefix: "forwarded", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))

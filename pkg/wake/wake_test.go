@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -91,11 +92,7 @@ func (o *observed) WakeReceived(ctx context.Context, r wake.Received) {
 // injected clock, the span continues the record's trace, and every wake is
 // acknowledged on the agent events topic, keyed and partitioned by run.
 func TestConsumer(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := brokertest.NewKfake(t).Cluster
 	brokers := cluster.ListenAddrs()
 	names := topics.Names{Prefix: "waketest", Version: 1}
 	const partitions = 3
@@ -268,11 +265,7 @@ func TestConsumer(t *testing.T) {
 // the produce's "context canceled"; the wake is not acknowledged, so it is
 // delivered again after a restart.
 func TestStopDuringDelivery(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := brokertest.NewKfake(t).Cluster
 	brokers := cluster.ListenAddrs()
 	names := topics.Names{Prefix: "wakestop", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
