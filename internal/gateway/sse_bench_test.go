@@ -303,7 +303,7 @@ func benchSSE(b *testing.B) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(120 * time.Second); ; {
+	testenv.WaitEvery(b, 120*time.Second, 100*time.Millisecond, func() error {
 		behind := 0
 		for _, s := range streams {
 			s.mu.Lock()
@@ -312,14 +312,11 @@ func benchSSE(b *testing.B) {
 			}
 			s.mu.Unlock()
 		}
-		if behind == 0 {
-			break
+		if behind > 0 {
+			return fmt.Errorf("%d streams still lack wakes", behind)
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d streams still lack wakes after 120s", behind)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the streams' progress
-	}
+		return nil
+	})
 	stopSampling()
 	sampling.Wait()
 	cancel()
