@@ -6,7 +6,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 BIN       := bin
 
-.PHONY: all build run test tools vet fmt-check unit priority fuzz bench microbench examples clean
+.PHONY: all build run test tools vet staticcheck fmt-check unit priority fuzz bench microbench examples clean
 
 # Tools the tests need beyond Go's module cache land in bin/tools (helm),
 # tools/kafka/lib (Apache Kafka's jars, from Maven Central) or come from
@@ -29,13 +29,13 @@ build:
 run: build
 	$(BIN)/canopy-dev $(RUNFLAGS)
 
-# test is what CI runs (.ci/run): formatting, vet, and every test with the
-# race detector, the checked-in fuzz corpora included; the broker-matrix
+# test is what CI runs (.ci/run): formatting, vet, staticcheck, and every
+# test with the race detector, the checked-in fuzz corpora included; the broker-matrix
 # tests run against kfake and against Apache Kafka, which they start
 # themselves (CANOPY_TEST_BROKERS=kfake or kafka narrows it). tools installs
 # what the interop, dashboard, chart and Apache Kafka tests need, if it is
 # missing.
-test: tools fmt-check vet unit priority
+test: tools fmt-check vet staticcheck unit priority
 
 tools:
 	./tools/install.sh
@@ -46,6 +46,11 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck is a tool dependency of the module (go.mod's tool line), so
+# its version is pinned with the code's and `go tool` builds it.
+staticcheck:
+	$(GO) tool staticcheck ./...
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...

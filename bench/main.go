@@ -24,6 +24,7 @@ import (
 	"syscall"
 
 	"github.com/canopy-dev/canopy/bench/harness"
+	"github.com/canopy-dev/canopy/internal/workload"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -54,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&c.SoakRate, "soak-rate", 0, "soak's rate in events/s (default 60% of the maximum measured by max in the same run, at most 10,000)")
 	fs.IntVar(&c.SoakNodes, "soak-nodes", 20, "nodes of each of soak's runs, which finish")
 	fs.DurationVar(&c.SoakRetention, "soak-retention", 20e9, "the projector's -retention in soak")
-	fs.DurationVar(&c.SoakTimers, "soak-timers", harness.DefaultFinishTimers, "within how long of its last event each of soak's runs is finished (its expected_by; requests live half of it)")
+	fs.DurationVar(&c.SoakTimers, "soak-timers", workload.DefaultFinishTimers, "within how long of its last event each of soak's runs is finished (its expected_by; requests live half of it)")
 	fs.DurationVar(&c.SoakSampleEvery, "soak-sample", 5e9, "interval of soak's samples of RSS, heap, Pebble, changelog and live runs")
 	fs.DurationVar(&c.SoakCompactEvery, "soak-compact-every", 15e9, "how often soak compacts the embedded broker's compacted topics (negative: never)")
 	fs.IntVar(&c.FailoverInstances, "failover-instances", 2, "instances in failover, one of which is killed")

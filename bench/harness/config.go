@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/canopy-dev/canopy/internal/workload"
 )
 
 // Scenarios is the standard set, in the order it runs them: max first,
@@ -115,10 +117,10 @@ type Config struct {
 	// SoakRetention is the projector's -retention in soak: how long a
 	// finished run is kept after its last event; default 20s.
 	SoakRetention time.Duration
-	// SoakTimers bounds the timers of soak's runs (TreeSpec.FinishTimers):
+	// SoakTimers bounds the timers of soak's runs (workload.TreeSpec.FinishTimers):
 	// delegations expect a result within it, requests live half of it, so
 	// a run is finished at most this long after its last event; default
-	// DefaultFinishTimers (20s).
+	// workload.DefaultFinishTimers (20s).
 	SoakTimers time.Duration
 	// SoakSampleEvery is the interval of soak's samples (RSS, heap, Pebble,
 	// changelog, live runs); default 5s.
@@ -202,7 +204,7 @@ func (c Config) WithDefaults() Config {
 		c.SoakRetention = 20 * time.Second
 	}
 	if c.SoakTimers == 0 {
-		c.SoakTimers = DefaultFinishTimers
+		c.SoakTimers = workload.DefaultFinishTimers
 	}
 	if c.SoakSampleEvery == 0 {
 		c.SoakSampleEvery = 5 * time.Second

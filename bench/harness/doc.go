@@ -10,7 +10,7 @@
 // their CPU and memory come from /proc/<pid> and a SIGKILL is real. Human
 // input goes through a conductor gateway started in this process.
 //
-// Traffic: Tree generates one run lazily, shaped like seed 001's plans
+// Traffic (internal/workload): Tree generates one run lazily, shaped like seed 001's plans
 // (bands of parallel steps, as wide as it takes to fit the depth budget),
 // growing while its nodes lease, progress, request, block, fail and
 // complete; Mix interleaves many runs, with a share of huge ones. Senders
@@ -18,14 +18,14 @@
 // send is counted and its latency also measured from its schedule) or
 // closed loop (as fast as the broker acknowledges, to find the maximum).
 //
-// Runs that finish (MixSpec.Finish, TreeSpec.Finish) release every lease,
-// have every completion acknowledged and complete their root, with short
-// timers, so that a projector's -retention expires them; only soak sends
-// them, and only soak runs its projector with a short -retention. soak, not
-// part of the standard set (MoreScenarios), sends millions of such events
-// and samples the projector's RSS, Go heap, Pebble bytes, the changelog
-// topic's bytes and the live runs over time, to show that state stays
-// bounded (issue 18).
+// Runs that finish (workload.MixSpec.Finish, workload.TreeSpec.Finish)
+// release every lease, have every completion acknowledged and complete
+// their root, with short timers, so that a projector's -retention expires
+// them; only soak sends them, and only soak runs its projector with a
+// short -retention. soak, not part of the standard set (MoreScenarios),
+// sends millions of such events and samples the projector's RSS, Go heap,
+// Pebble bytes, the changelog topic's bytes and the live runs over time, to
+// show that state stays bounded (issue 18).
 //
 // Measurements: every latency and size is recorded in an HdrHistogram;
 // end-to-end latency runs from an event's append (its produce

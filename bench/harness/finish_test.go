@@ -8,14 +8,15 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/canopy-dev/canopy/internal/store"
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// TestFinishingTreeExpires feeds a finishing Tree's events (TreeSpec.Finish)
+// TestFinishingTreeExpires feeds a finishing Tree's events (workload.TreeSpec.Finish)
 // and its marker to a Pebble-backed projection with a retention, as soak's
 // projector sees them: the run is finished once its timers have fired
-// (DefaultFinishTimers after its last event at most), expires Retention after its
+// (workload.DefaultFinishTimers after its last event at most), expires Retention after its
 // clock and not a millisecond before, and its state is gone from the store.
 // The same tree without Finish never finishes, whatever the time.
 func TestFinishingTreeExpires(t *testing.T) {
@@ -34,8 +35,8 @@ func TestFinishingTreeExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
-	feed := func(p *projection.Projection, spec TreeSpec) (last time.Time, events int) {
-		tree, at := NewTree(spec), at
+	feed := func(p *projection.Projection, spec workload.TreeSpec) (last time.Time, events int) {
+		tree, at := workload.NewTree(spec), at
 		for ev, ok := tree.Next(at); ok; ev, ok = tree.Next(at) {
 			if _, err := topics.EventRecord("t", &ev, ""); err != nil {
 				t.Fatalf("%s: event %d (%s) is not valid: %v", spec.RunID, events, ev.Type, err)
@@ -46,7 +47,7 @@ func TestFinishingTreeExpires(t *testing.T) {
 			events++
 			at = at.Add(10 * time.Millisecond)
 		}
-		marker := Marker(spec.RunID, at)
+		marker := workload.Marker(spec.RunID, at)
 		p.Apply(&marker)
 		if err := p.Err(); err != nil {
 			t.Fatal(err)
@@ -58,7 +59,7 @@ func TestFinishingTreeExpires(t *testing.T) {
 	const runs = 4
 	var last time.Time
 	for s := range runs {
-		l, n := feed(p, TreeSpec{RunID: runName(s), Nodes: 25, Seed: uint64(s), Finish: true})
+		l, n := feed(p, workload.TreeSpec{RunID: runName(s), Nodes: 25, Seed: uint64(s), Finish: true})
 		if n < 25*8 {
 			t.Fatalf("%s: %d events for 25 nodes", runName(s), n)
 		}
@@ -78,8 +79,8 @@ func TestFinishingTreeExpires(t *testing.T) {
 		}
 	}
 
-	// Every timer is due by DefaultFinishTimers after the last event.
-	p.FireDue(topics.NewTime(last.Add(DefaultFinishTimers)), &pending)
+	// Every timer is due by workload.DefaultFinishTimers after the last event.
+	p.FireDue(topics.NewTime(last.Add(workload.DefaultFinishTimers)), &pending)
 	var first, clock time.Time // the earliest and the latest run clock
 	for s := range runs {
 		r, ok := p.Run(runName(s))
@@ -88,7 +89,7 @@ func TestFinishingTreeExpires(t *testing.T) {
 		}
 		if !r.Finished() {
 			due, _ := r.NextDue()
-			t.Fatalf("%s: not finished %v after its last event (next timer %v)", runName(s), DefaultFinishTimers, due)
+			t.Fatalf("%s: not finished %v after its last event (next timer %v)", runName(s), workload.DefaultFinishTimers, due)
 		}
 		c := r.Clock().Std()
 		if first.IsZero() || c.Before(first) {
@@ -130,7 +131,7 @@ func TestFinishingTreeExpires(t *testing.T) {
 	}
 
 	// The same tree as the standard scenarios send it never finishes.
-	l, _ := feed(mem, TreeSpec{RunID: "ordinary", Nodes: 25, Seed: 0})
+	l, _ := feed(mem, workload.TreeSpec{RunID: "ordinary", Nodes: 25, Seed: 0})
 	mem.FireDue(topics.NewTime(l.Add(time.Hour)), &pending)
 	if r, ok := mem.Run("ordinary"); !ok || r.Finished() {
 		t.Fatalf("an ordinary tree: finished %v an hour after its last event, want a run that never finishes", ok && r.Finished())

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -23,15 +24,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestTraffic checks the generator against the contract and the projection:
 // every event is valid (the stage skips that check when it sends), no node
-// is deeper than the budget (no guard trigger), a huge tree fits the budget
-// too, and Wakes says exactly which events the projection raises a trigger
+// is deeper than the budget (no guard trigger; workload's TestTreeFits
+// checks a huge tree's plans), and Wakes says exactly which events the projection raises a trigger
 // for (but progress, which wakes at most once per interval).
 func TestTraffic(t *testing.T) {
 	p, err := projection.New(projection.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mix := NewMix(MixSpec{Runs: 4, Nodes: 60, Total: 6, HugeShare: -1})
+	mix := workload.NewMix(workload.MixSpec{Runs: 4, Nodes: 60, Total: 6, HugeShare: -1})
 	at := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
 	n, waking := 0, 0
 	for ev, ok := mix.Next(at); ok; ev, ok = mix.Next(at) {
@@ -66,12 +67,6 @@ func TestTraffic(t *testing.T) {
 	if mix.Started() != 6 || waking == 0 || n < 6*60*5 {
 		t.Fatalf("%d runs, %d events, %d waking: want 6 runs of about 10 events per node, some waking", mix.Started(), n, waking)
 	}
-	for _, size := range []int{200, 100_000} {
-		tr := NewTree(TreeSpec{RunID: "r", Nodes: size})
-		if got := fits(tr.perPlan, 4); got < size-1 {
-			t.Fatalf("%d nodes: plans of %d fit only %d under depth 4", size, tr.perPlan, got)
-		}
-	}
 }
 
 // TestDecodeWake reads a real wake, as the projector encodes it.
@@ -80,7 +75,7 @@ func TestDecodeWake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree := NewTree(TreeSpec{RunID: "run-1", Nodes: 300})
+	tree := workload.NewTree(workload.TreeSpec{RunID: "run-1", Nodes: 300})
 	at := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
 	var pending projection.Pending
 	for ev, ok := tree.Next(at); ok; ev, ok = tree.Next(at) {
@@ -88,7 +83,7 @@ func TestDecodeWake(t *testing.T) {
 		pending.Add(ev.RunID, trigs)
 		at = at.Add(10 * time.Millisecond)
 	}
-	input := Marker("run-1", at)
+	input := workload.Marker("run-1", at)
 	input.Type, input.Data = topics.TypeInput, &topics.Input{InputKind: "steer", Text: humanTag + "7"}
 	trigs, _ := p.Apply(&input)
 	pending.Add("run-1", trigs)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -114,7 +115,7 @@ func (s *stage) drain(ctx context.Context, d time.Duration) {
 // stage's running projectors and waits for every run's marker wake. It
 // returns the events sent and the projected rate: events over the time
 // from the first send until the last marker's wake was read.
-func (s *stage) closedLoopDrain(ctx context.Context, mix *Mix) (int, float64, error) {
+func (s *stage) closedLoopDrain(ctx context.Context, mix *workload.Mix) (int, float64, error) {
 	began := time.Now()
 	n, err := s.closedLoop(ctx, mix, 0)
 	if err != nil {
@@ -147,7 +148,7 @@ func (h *Harness) runMax(ctx context.Context) (*ScenarioResult, error) {
 		return nil, err
 	}
 	s.resetMeasures()
-	mix := NewMix(MixSpec{Prefix: "max", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, Total: runsFor(h.cfg.MaxEvents, h.cfg.Nodes), HugeShare: -1})
+	mix := workload.NewMix(workload.MixSpec{Prefix: "max", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, Total: runsFor(h.cfg.MaxEvents, h.cfg.Nodes), HugeShare: -1})
 	s.startSampler()
 	_, rate, err := s.closedLoopDrain(ctx, mix)
 	if err != nil {
@@ -195,7 +196,7 @@ func (h *Harness) runSteady(ctx context.Context) (*ScenarioResult, error) {
 	}
 	s.resetMeasures()
 	s.latency = true
-	mix := NewMix(MixSpec{Prefix: "steady", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: h.cfg.HugeShare, HugeNodes: h.cfg.HugeNodes})
+	mix := workload.NewMix(workload.MixSpec{Prefix: "steady", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: h.cfg.HugeShare, HugeNodes: h.cfg.HugeNodes})
 	s.startSampler()
 	hctx, stopHumans := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -291,7 +292,7 @@ func (h *Harness) runGrow(ctx context.Context) (*ScenarioResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	tree := NewTree(TreeSpec{RunID: "grow-00000", SessionID: "bench", Nodes: h.cfg.HugeNodes, Seed: 42})
+	tree := workload.NewTree(workload.TreeSpec{RunID: "grow-00000", SessionID: "bench", Nodes: h.cfg.HugeNodes, Seed: 42})
 	at := time.Now().Add(time.Hour)
 	next := 0
 	var run *projection.Run
@@ -349,7 +350,7 @@ func (h *Harness) runGrow(ctx context.Context) (*ScenarioResult, error) {
 		return nil, err
 	}
 	s.resetMeasures()
-	mix := NewMix(MixSpec{Prefix: "grow", Runs: 1, Nodes: h.cfg.HugeNodes, Total: 1, Seed: 42, HugeShare: -1})
+	mix := workload.NewMix(workload.MixSpec{Prefix: "grow", Runs: 1, Nodes: h.cfg.HugeNodes, Total: 1, Seed: 42, HugeShare: -1})
 	s.startSampler()
 	n, rate, err := s.closedLoopDrain(ctx, mix)
 	if err != nil {
@@ -414,7 +415,7 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 	s.args = []string{"-http-addr", "127.0.0.1:0"}
 	fmt.Fprintf(h.cfg.Progress, "priority: producing a backlog of %s events\n", num(float64(h.cfg.Backlog)))
 	runs := runsFor(h.cfg.Backlog, h.cfg.Nodes)
-	mix := NewMix(MixSpec{Prefix: "backlog", Runs: runs, Nodes: h.cfg.Nodes, HugeShare: -1})
+	mix := workload.NewMix(workload.MixSpec{Prefix: "backlog", Runs: runs, Nodes: h.cfg.Nodes, HugeShare: -1})
 	if _, err := s.closedLoop(ctx, mix, h.cfg.Backlog); err != nil {
 		return nil, err
 	}
@@ -523,7 +524,7 @@ func (h *Harness) runScale(ctx context.Context) (*ScenarioResult, error) {
 				return nil, samplerStats{}, err
 			}
 			s.resetMeasures()
-			mix := NewMix(MixSpec{Prefix: fmt.Sprintf("scale%d", n), Runs: h.cfg.Runs, Nodes: h.cfg.Nodes,
+			mix := workload.NewMix(workload.MixSpec{Prefix: fmt.Sprintf("scale%d", n), Runs: h.cfg.Runs, Nodes: h.cfg.Nodes,
 				Total: runsFor(h.cfg.MaxEvents, h.cfg.Nodes), HugeShare: -1})
 			s.startSampler()
 			_, rate, err := s.closedLoopDrain(ctx, mix)
@@ -636,7 +637,7 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 	}
 	s.resetMeasures()
 	s.latency = true
-	mix := NewMix(MixSpec{Prefix: "failover", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: -1})
+	mix := workload.NewMix(workload.MixSpec{Prefix: "failover", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: -1})
 	s.startSampler()
 	warm, after := h.cfg.FailoverWarmup, h.cfg.SessionTimeout+h.cfg.FailoverWarmup
 	errc := make(chan error, 1)

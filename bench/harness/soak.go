@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -125,7 +126,7 @@ func (x soakSample) row() map[string]any {
 // soakState is what soak's sampler, its sends and its reader share.
 type soakState struct {
 	s       *stage
-	mix     *Mix
+	mix     *workload.Mix
 	metrics string // the projector's /metrics URL
 	client  *http.Client
 
@@ -226,7 +227,7 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	}
 	st.metrics = "http://" + addr + "/metrics"
 	s.resetMeasures()
-	st.mix = NewMix(MixSpec{Prefix: "soak", Runs: c.Runs, Nodes: c.SoakNodes, HugeShare: -1, Finish: true, FinishTimers: c.SoakTimers})
+	st.mix = workload.NewMix(workload.MixSpec{Prefix: "soak", Runs: c.Runs, Nodes: c.SoakNodes, HugeShare: -1, Finish: true, FinishTimers: c.SoakTimers})
 	d := time.Duration(float64(c.SoakEvents)/rate*float64(time.Second)) + time.Millisecond
 	fmt.Fprintf(c.Progress, "soak: %s events at %s events/s (%v), runs of %d nodes that finish, -retention %v, changelog tombstones kept %v; a sample every %v\n",
 		num(float64(c.SoakEvents)), num(rate), d.Round(time.Second), c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery)

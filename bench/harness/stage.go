@@ -19,6 +19,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -200,7 +201,7 @@ func (s *stage) heartbeatProbes(ctx context.Context, interval time.Duration) {
 		}
 		now := time.Now()
 		for p := range s.partitions {
-			ev := Marker(s.probeRun(p), now)
+			ev := workload.Marker(s.probeRun(p), now)
 			ev.ID = fmt.Sprintf("heartbeat-probe-%d-%d", p, i)
 			if rec, err := s.record(s.names.AgentEvents(), &ev); err == nil {
 				s.producer.Produce(ctx, rec, nil)
@@ -216,7 +217,7 @@ func (s *stage) probe(ctx context.Context, topic string) error {
 	now := time.Now()
 	for p := range s.partitions {
 		run := s.probeRun(p)
-		ev := Marker(run, now)
+		ev := workload.Marker(run, now)
 		ev.ID = fmt.Sprintf("probe-%d", p)
 		if topic == s.names.HumanInput() {
 			ev.Type, ev.AgentID, ev.Source = topics.TypeInput, "human:bench", "/bench"
@@ -327,7 +328,7 @@ func (s *stage) sendErr() error {
 // schedule is counted and its delay recorded, and its latency is also
 // measured from when it was due, so the sender's own delays cannot hide
 // latency (coordinated omission).
-func (s *stage) openLoop(ctx context.Context, src *Mix, rate float64, d time.Duration) error {
+func (s *stage) openLoop(ctx context.Context, src *workload.Mix, rate float64, d time.Duration) error {
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) / rate)
 	n := int64(float64(d.Seconds()) * rate)
@@ -372,7 +373,7 @@ func (s *stage) openLoop(ctx context.Context, src *Mix, rate float64, d time.Dur
 // waits only when the producer's buffer of unacknowledged records is full),
 // up to limit events when limit is positive, else until src ends. It
 // returns how many it sent.
-func (s *stage) closedLoop(ctx context.Context, src *Mix, limit int) (int, error) {
+func (s *stage) closedLoop(ctx context.Context, src *workload.Mix, limit int) (int, error) {
 	n := 0
 	for limit <= 0 || n < limit {
 		now := time.Now()

@@ -32,7 +32,7 @@ func (b byteSize) Set(s string) error {
 }
 
 func parseByteSize(s string) (int64, error) {
-	num := strings.TrimRight(s, "BKMGTikib")
+	num := strings.TrimRight(s, "BKMGTikb")
 	unit := s[len(num):]
 	shift := map[string]uint{"": 0, "B": 0, "KiB": 10, "Ki": 10, "MiB": 20, "Mi": 20, "GiB": 30, "Gi": 30, "TiB": 40, "Ti": 40}
 	sh, ok := shift[unit]

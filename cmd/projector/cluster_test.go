@@ -25,6 +25,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -562,13 +563,9 @@ func (h *harness) check(compact bool) {
 // producer fails, or an instance exits that was not stopped on purpose.
 func (h *harness) waitFor(what string, d time.Duration, cond func() bool) {
 	h.t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	for {
+	err := testenv.Poll(d, 20*time.Millisecond, func() error {
 		if cond() {
-			return
+			return nil
 		}
 		h.mu.Lock()
 		rerr := h.readErr
@@ -590,18 +587,17 @@ func (h *harness) waitFor(what string, d time.Duration, cond func() bool) {
 		case isClosed(h.prodDone) && h.prodErr != nil:
 			h.dump()
 			h.t.Fatalf("waiting for %s: producing: %v", what, h.prodErr)
-		}
-		select {
-		case <-poll.C:
-		case <-deadline.C:
-			h.stacks()
-			h.dump()
-			h.t.Fatalf("waiting for %s: not within %v (%d of %d records produced, %d committed wakes read, %d of %d runs caught up)",
-				what, d, h.produced.Load(), len(h.events), h.wakeCount(), caught, len(h.markers))
-		case <-h.ctx.Done():
+		case h.ctx.Err() != nil:
 			h.dump()
 			h.t.Fatalf("waiting for %s: %v", what, h.ctx.Err())
 		}
+		return fmt.Errorf("%d of %d records produced, %d committed wakes read, %d of %d runs caught up",
+			h.produced.Load(), len(h.events), h.wakeCount(), caught, len(h.markers))
+	})
+	if err != nil {
+		h.stacks()
+		h.dump()
+		h.t.Fatalf("waiting for %s: not within %v (%v)", what, d, err)
 	}
 }
 

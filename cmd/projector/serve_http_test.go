@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -76,16 +77,17 @@ func TestRunServesQueries(t *testing.T) {
 	get := func(path string) (int, string) { return getAs(path, "") }
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 60s; output:\n%s", what, out.String())
-			}
+		testenv.WaitFor(t, 60*time.Second, func() error {
 			select {
 			case c := <-code:
 				t.Fatalf("projector run exited with %d:\n%s", c, out.String())
 			default:
 			}
-		}
+			if cond() {
+				return nil
+			}
+			return fmt.Errorf("%s; output:\n%s", what, out.String())
+		})
 	}
 	waitUntil("ready", func() bool { c, _ := get("/readyz"); return c == http.StatusOK })
 	if c, body := get("/healthz"); c != http.StatusOK {

@@ -75,6 +75,7 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +132,9 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 
 	// 10 + 10 + 12 + 12 + 12 events raise 4 + 4 + 5 + 5 + 5 wakes, each acknowledged.
 	const events, wakes = 56, 23
-	waitFor(t, ctx, p, conductor, "every wake acknowledged and projected", func() bool {
+	testenv.WaitFor(t, time.Until(deadline), progress(t, p, conductor, "every wake acknowledged and projected", func() bool {
 		return p.Stats.Applied.Load() == events+wakes && conductor.wakes() == wakes
-	})
+	}))
 	// Human input last, so the order in which its run's events were
 	// applied is known: everything committed so far, then it, then its
 	// wake's acknowledgement.
@@ -146,9 +147,9 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 		base.Add(2*time.Second).Format(topics.TimeLayout))
 	kcatIn(t, human+"\n", kcat, "-P", "-b", strings.Join(brokers, ","), "-t", names.HumanInput(), "-K", "\t",
 		"-H", "content-type=application/cloudevents+json", "-X", "topic.partitioner=murmur2_random")
-	waitFor(t, ctx, p, conductor, "the human input's priority wake acknowledged", func() bool {
+	testenv.WaitFor(t, time.Until(deadline), progress(t, p, conductor, "the human input's priority wake acknowledged", func() bool {
 		return p.Stats.Applied.Load() == events+wakes+2 && conductor.wakes() == wakes+1
-	})
+	}))
 
 	if got := p.Stats.Rerouted.Load(); got != 10 {
 		t.Errorf("rerouted %d records, want the 10 of %s", got, misplaced)
@@ -391,20 +392,22 @@ func (p *process) wakesByRun(t *testing.T) map[string][][]byte {
 	return out
 }
 
-func waitFor(t *testing.T, ctx context.Context, p *projector.Projector, c *process, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
+// progress is a check for testenv.WaitFor that holds once cond does; until
+// then its error is what, with the projector's counters and the wakes the
+// conductor printed. The conductor exiting ends the test at once.
+func progress(t *testing.T, p *projector.Projector, c *process, what string, cond func() bool) func() error {
+	return func() error {
 		select {
 		case err := <-c.done:
 			t.Fatalf("%s: the conductor exited: %v\n%s", what, err, c.errOut.String())
-		case <-ctx.Done():
-			t.Fatalf("%s: %v; applied %d, rerouted %d, dead-lettered %d, wakes %d; conductor printed %d wakes:\n%s",
-				what, ctx.Err(), p.Stats.Applied.Load(), p.Stats.Rerouted.Load(), p.Stats.DeadLettered.Load(), p.Stats.Wakes.Load(),
-				c.wakes(), c.errOut.String())
-		case <-tick.C:
+		default:
 		}
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("%s; applied %d, rerouted %d, dead-lettered %d, wakes %d; conductor printed %d wakes:\n%s",
+			what, p.Stats.Applied.Load(), p.Stats.Rerouted.Load(), p.Stats.DeadLettered.Load(), p.Stats.Wakes.Load(),
+			c.wakes(), c.errOut.String())
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/store"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
@@ -152,20 +153,16 @@ func (w *writer) produce(rs []*kgo.Record, commit bool) {
 func (w *writer) visible(r *kgo.Record) {
 	w.t.Helper()
 	adm := kadm.NewClient(w.cl)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(w.t, 10*time.Second, func() error {
 		offs, err := adm.ListCommittedOffsets(context.Background(), r.Topic)
 		if err == nil {
 			if o, ok := offs.Lookup(r.Topic, r.Partition); ok && o.Err == nil && o.Offset > r.Offset {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("the committed transaction ending at offset %d of %s/%d is not visible to read_committed readers after 10s (%v)",
-				r.Offset, r.Topic, r.Partition, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the broker: it offers nothing to wait on
-	}
+		return fmt.Errorf("the committed transaction ending at offset %d of %s/%d is not visible to read_committed readers (%v)",
+			r.Offset, r.Topic, r.Partition, err)
+	})
 }
 
 func openStore(t *testing.T) (*pebble.DB, *store.Store) {

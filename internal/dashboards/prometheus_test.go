@@ -189,7 +189,9 @@ scrape_configs:
 	for _, srv := range servers {
 		api[srv.name] = srv.api
 	}
-	for deadline := time.Now().Add(100 * time.Second); len(missing) > 0 && time.Now().Before(deadline); {
+	// Polled once a second, and not failed here: what is still missing at
+	// the deadline is reported query by query below.
+	_ = testenv.Poll(100*time.Second, time.Second, func() error {
 		for k := range missing {
 			if msg := check(t, api[k.server], queries[k.query], allowedZero[k.query] != ""); msg == "" {
 				delete(missing, k)
@@ -198,9 +200,10 @@ scrape_configs:
 			}
 		}
 		if len(missing) > 0 {
-			time.Sleep(time.Second) // polling a condition, not synchronising
+			return fmt.Errorf("%d queries not evaluated", len(missing))
 		}
-	}
+		return nil
+	})
 	for _, srv := range servers {
 		for _, n := range names {
 			if msg, ok := missing[key{srv.name, n}]; ok {
@@ -366,15 +369,12 @@ func instantOK(t *testing.T, srv promServer, expr string) []sample {
 // starting).
 func waitQuery(t *testing.T, srv promServer, d time.Duration, expr string) {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(200 * time.Millisecond) {
-		res, msg := instant(t, srv.api, expr)
-		if len(res) > 0 {
-			return
+	testenv.WaitEvery(t, d, 200*time.Millisecond, func() error {
+		if res, msg := instant(t, srv.api, expr); len(res) == 0 {
+			return fmt.Errorf("%s Prometheus: %s returned nothing %s", srv.name, expr, msg)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s Prometheus: %s returned nothing within %s %s", srv.name, expr, d, msg)
-		}
-	}
+		return nil
+	})
 }
 
 // produceBadRecords produces to dev's agent events topic an undecodable
@@ -454,11 +454,12 @@ func (in *instance) join(t *testing.T, ctx context.Context) {
 	go func() { done <- p.Run(pctx) }()
 	in.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { in.stop() })
-	for deadline := time.Now().Add(90 * time.Second); len(p.Owned()) == 0 || p.Stats.Commits.Load() < 5; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second projector owns %v and committed %d batches after 90s", p.Owned(), p.Stats.Commits.Load())
+	testenv.WaitFor(t, 90*time.Second, func() error {
+		if len(p.Owned()) == 0 || p.Stats.Commits.Load() < 5 {
+			return fmt.Errorf("the second projector owns %v and committed %d batches, want partitions and 5", p.Owned(), p.Stats.Commits.Load())
 		}
-	}
+		return nil
+	})
 }
 
 // leave stops the instance: it leaves the group, and its partitions go
@@ -665,7 +666,9 @@ func checkAlerts(t *testing.T, srv promServer, rules []alertRule) {
 	t.Helper()
 	var disagree []string
 	active := 0
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) { // polling: rules evaluate every second
+	// Polled once a second, as the rules evaluate, and not failed here:
+	// what still disagrees at the deadline is reported below.
+	_ = testenv.Poll(30*time.Second, time.Second, func() error {
 		disagree, active = disagree[:0], 0
 		states := map[string]string{}
 		for _, r := range ruleStates(t, srv.api) {
@@ -700,10 +703,11 @@ func checkAlerts(t *testing.T, srv promServer, rules []alertRule) {
 				active++
 			}
 		}
-		if len(disagree) == 0 && active > 0 || time.Now().After(deadline) {
-			break
+		if len(disagree) == 0 && active > 0 {
+			return nil
 		}
-	}
+		return fmt.Errorf("%d alerts disagree, %d active", len(disagree), active)
+	})
 	for _, d := range disagree {
 		t.Errorf("%s Prometheus: alert %s", srv.name, d)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // TestSessionTokenForbiddenAlike: a token that covers a run only through
@@ -42,12 +43,12 @@ func TestSessionTokenForbiddenAlike(t *testing.T) {
 	t.Cleanup(owner.Close)
 	e.projector(owner.Listener.Addr().String())
 	adm := kadm.NewClient(e.client)
-	waitFor(t, 30*time.Second, "the projector owns the partitions", func() bool {
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the projector owns the partitions", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		a, err := cluster.Assignment(ctx, adm, e.group, e.names)
 		return err == nil && len(a) == 2
-	})
+	}))
 	_, srv := e.gateway(e.config())
 
 	for _, req := range []struct{ method, path, body string }{

@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -50,12 +51,7 @@ func benchInput(b *testing.B, direct bool, clients int, pace time.Duration) {
 	cfg.PreAuthRatePerSecond, cfg.PreAuthBurst = 1e9, 1<<30
 	_, srv := e.gateway(cfg)
 	p, _ := e.projector("")
-	for deadline := time.Now().Add(30 * time.Second); len(p.Owned()) < partitions; {
-		if time.Now().After(deadline) {
-			b.Fatal("the projector did not own every partition")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the group, which offers nothing to wait on
-	}
+	testenv.WaitFor(b, 30*time.Second, testenv.Until("the projector owns every partition", func() bool { return len(p.Owned()) >= partitions }))
 
 	// The wake watcher: when each input's priority wake was committed.
 	var mu sync.Mutex

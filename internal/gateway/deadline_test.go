@@ -16,6 +16,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // stall makes the kfake cluster hold every DescribeGroups request (how the
@@ -90,7 +91,7 @@ func TestSlowBrokerFastAnswer(t *testing.T) {
 	s.hold()
 	got := make(chan reply, 1)
 	go func() { got <- call(t, "GET", url, tokAll, nil) }()
-	waitFor(t, 10*time.Second, "the broker holds the gateway's DescribeGroups", func() bool { return s.held.Load() > 0 })
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("the broker holds the gateway's DescribeGroups", func() bool { return s.held.Load() > 0 }))
 	// The request is waiting on Kafka; the owner cache is not locked.
 	if !g.owners.mu.TryLock() {
 		t.Fatal("the owner cache's lock is held across the admin call")
@@ -119,9 +120,9 @@ func TestSlowBrokerFastAnswer(t *testing.T) {
 	}
 	s.free()
 	e.clock.Advance(cfg.RetryAfter + time.Second)
-	waitFor(t, 30*time.Second, run+" is read once the coordinator answers", func() bool {
+	testenv.WaitFor(t, 30*time.Second, testenv.Until(run+" is read once the coordinator answers", func() bool {
 		return call(t, "GET", url, tokAll, nil).status == 200
-	})
+	}))
 
 	// The cached assignment expires; the coordinator goes silent again.
 	e.clock.Advance(2 * time.Minute)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -123,7 +124,7 @@ func TestInputWakeStream(t *testing.T) { brokertest.Run(t, testInputWakeStream) 
 func testInputWakeStream(t *testing.T, broker *brokertest.Broker) {
 	e := newEnvOn(t, broker, 2)
 	p, _ := e.projector("")
-	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the projector owns both partitions", func() bool { return len(p.Owned()) == 2 }))
 	_, srv := e.gateway(e.config())
 	_, srv2 := e.gateway(e.config())
 
@@ -224,14 +225,14 @@ func TestStreamLimitAndHeartbeat(t *testing.T) {
 	}
 	st.close()
 	var again *stream
-	waitFor(t, 10*time.Second, "the closed stream's slot is free", func() bool {
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("the closed stream's slot is free", func() bool {
 		var status int
 		again, status = tryStream(t, srv, "run-2", tokAll, "0.0")
 		if again == nil && status != 503 {
 			t.Fatalf("status %d", status)
 		}
 		return again != nil
-	})
+	}))
 	if o := again.next("open"); o.id != "0.0" {
 		t.Errorf("resumed at %s, want 0.0", o.id)
 	}

@@ -176,19 +176,6 @@ func (e *env) projector(addr string) (*projector.Projector, func()) {
 	return p, stop
 }
 
-// waitFor polls cond until it holds or d passes: for state owned by other
-// processes (a group's assignment) that offers nothing to wait on.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // call sends a request and returns the response with its body read.
 type reply struct {
 	status int

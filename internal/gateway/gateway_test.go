@@ -13,6 +13,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -243,7 +244,7 @@ func TestBrokerDown(t *testing.T) {
 	}
 	down.Store(false)
 	var retried accepted
-	waitFor(t, 30*time.Second, "the retry is accepted", func() bool {
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the retry is accepted", func() bool {
 		r := post(t, srv, "run-1", tokAll, msg, "Idempotency-Key", "during")
 		if r.status == 202 {
 			retried = decodeAccepted(t, r)
@@ -253,7 +254,7 @@ func TestBrokerDown(t *testing.T) {
 			t.Fatalf("retry: %d %s", r.status, r.body)
 		}
 		return false
-	})
+	}))
 	acked = append(acked, retried)
 	acked = append(acked, decodeAccepted(t, post(t, srv, "run-1", tokAll, msg)))
 	got := map[int64]string{}

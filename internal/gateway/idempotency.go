@@ -3,13 +3,11 @@ package gateway
 import (
 	"container/list"
 	"context"
-	"crypto/sha256"
 	"net/http"
 	"sync"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/pkg/ids"
 )
 
 // idempotentEventID derives the event id of an input sent with an
@@ -18,14 +16,7 @@ import (
 // instance produces a duplicate the projector applies once (it de-duplicates
 // by event id). It is shaped as a ULID, the contract's convention.
 func idempotentEventID(subject, run, key string) string {
-	h := sha256.New()
-	for _, s := range []string{subject, run, key} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	var id ulid.ULID
-	copy(id[:], h.Sum(nil))
-	return id.String()
+	return ids.Input(subject, run, key).String()
 }
 
 // accepted is the answer to an accepted input.

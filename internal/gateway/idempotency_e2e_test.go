@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -28,7 +29,7 @@ func TestIdempotencyAcrossInstancesAndRestart(t *testing.T) {
 func testIdempotencyAcrossInstancesAndRestart(t *testing.T, broker *brokertest.Broker) {
 	e := newEnvOn(t, broker, 2)
 	p, _ := e.projector("")
-	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the projector owns both partitions", func() bool { return len(p.Owned()) == 2 }))
 	srv1, stop1 := e.restartable(e.config())
 	_, srv2 := e.gateway(e.config())
 

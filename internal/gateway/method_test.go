@@ -8,6 +8,8 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // methodHooks records the method of every request the gateway reports.
@@ -60,7 +62,7 @@ func TestMethodIsBounded(t *testing.T) {
 		}
 		// Hooks.Request runs as ServeHTTP returns, just after the span
 		// ends; the client may have its answer a moment before.
-		waitFor(t, 5*time.Second, c.sent+" reported", func() bool { return hooks.last() != "" })
+		testenv.WaitFor(t, 5*time.Second, testenv.Until(c.sent+" reported", func() bool { return hooks.last() != "" }))
 		if got := hooks.last(); got != c.want {
 			t.Errorf("%s: Hooks saw method %q, want %q", c.sent, got, c.want)
 		}
@@ -71,7 +73,7 @@ func TestMethodIsBounded(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["http.request.method"] != c.want {
 			t.Errorf("%s: http.request.method %q, want %q", c.sent, attrs["http.request.method"], c.want)

@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -37,10 +38,10 @@ func testQueryRealProjectors(t *testing.T, broker *brokertest.Broker) {
 	_, srv := e.gateway(cfg)
 	for _, run := range runs {
 		var snap topics.AgentTreeSnapshot
-		waitFor(t, 30*time.Second, run+" is projected", func() bool {
+		testenv.WaitFor(t, 30*time.Second, testenv.Until(run+" is projected", func() bool {
 			r := call(t, "GET", srv.URL+"/v1/runs/"+run+"/snapshot", tokAll, nil)
 			return r.status == 200 && json.Unmarshal(r.body, &snap) == nil
-		})
+		}))
 		if snap.Scope.RunID != run || len(snap.Nodes) != 1 || snap.Nodes[0].AgentID != "root" {
 			t.Errorf("snapshot of %s: %+v", run, snap)
 		}
@@ -99,9 +100,9 @@ func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 	cfg := e.config()
 	cfg.AssignmentTTL = time.Minute
 	_, srv := e.gateway(cfg)
-	waitFor(t, 30*time.Second, run+" is projected", func() bool {
+	testenv.WaitFor(t, 30*time.Second, testenv.Until(run+" is projected", func() bool {
 		return call(t, "GET", srv.URL+"/v1/runs/"+run+"/snapshot", tokAll, nil).status == 200
-	})
+	}))
 
 	// The owner of partition 0 stops (leaving the group); its process's
 	// query server stays up, answering 503 for the stopped instance.
@@ -111,7 +112,7 @@ func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 	}
 	stops[old]()
 	other := ps[1-old]
-	waitFor(t, 30*time.Second, "the other instance owns both partitions", func() bool { return len(other.Owned()) == 2 })
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the other instance owns both partitions", func() bool { return len(other.Owned()) == 2 }))
 	r := call(t, "GET", srv.URL+"/v1/runs/"+run+"/snapshot", tokAll, nil)
 	var snap topics.AgentTreeSnapshot
 	if r.status != 200 || json.Unmarshal(r.body, &snap) != nil || snap.Scope.RunID != run {
@@ -153,9 +154,9 @@ func (e *env) twoOwnersWith(t *testing.T, secret []byte) *owners {
 		srvs[i].Config.Handler = o.qs[i]
 		srvs[i].Start()
 	}
-	waitFor(t, 30*time.Second, "each instance owns one partition", func() bool {
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("each instance owns one partition", func() bool {
 		return len(o.ps[0].Owned()) == 1 && len(o.ps[1].Owned()) == 1
-	})
+	}))
 	return o
 }
 

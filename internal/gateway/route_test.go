@@ -15,6 +15,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -131,13 +132,13 @@ func TestRouting(t *testing.T) {
 	e.projector(sb.Listener.Addr().String())
 	adm := kadm.NewClient(e.client)
 	var assign map[int32]cluster.Member
-	waitFor(t, 30*time.Second, "the two instances share the partitions", func() bool {
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the two instances share the partitions", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
 		assign, err = cluster.Assignment(ctx, adm, e.group, e.names)
 		return err == nil && len(assign) == 2 && assign[0].Addr != assign[1].Addr
-	})
+	}))
 	who := map[string]string{sa.Listener.Addr().String(): "A", sb.Listener.Addr().String(): "B"}
 	_, srv := e.gateway(e.config())
 

@@ -101,8 +101,8 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.Internal, "the server cannot stream"))
 		return
 	}
-	var pos streamPos
 	resume := r.Header.Get("Last-Event-ID")
+	var pos streamPos
 	if resume != "" {
 		var err error
 		if pos.normal, pos.priority, err = ParseStreamPos(resume); err != nil {
@@ -128,37 +128,19 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	defer stop()
 
 	part := topics.Partition([]byte(run), g.partitions)
-	normal, prio := g.cfg.Names.Wakes(), g.cfg.Names.PriorityWakes()
-	// The end is resolved here, not left to a consumer, so that the open
-	// event can name it (a client that reconnects with it misses nothing
-	// sent after it connected), a new tail starts there, and a
-	// Last-Event-ID past it is refused.
-	octx, ocancel := context.WithTimeout(ctx, g.cfg.KafkaTimeout)
-	ends, err := g.adm.ListCommittedOffsets(octx, normal, prio)
-	ocancel()
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		g.cfg.Logger.Warn("gateway: cannot read the wake topics' end offsets", "err", err)
-		problem.Write(w, r, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka in time; retry later"))
-		return
-	}
-	n, ok1 := ends.Lookup(normal, part)
-	pr, ok2 := ends.Lookup(prio, part)
-	if !ok1 || !ok2 {
-		problem.Write(w, r, g.unavailable(problem.Unavailable, "the wake topics have no partition %d; check that they are co-partitioned", part))
-		return
-	}
-	end := streamPos{n.Offset, pr.Offset}
-	if resume == "" {
-		pos = end
-	} else if pos.normal > end.normal || pos.priority > end.priority {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
+	end, prob := g.streamEnd(ctx, part)
+	if prob == nil && resume != "" && (pos.normal > end.normal || pos.priority > end.priority) {
+		prob = problem.New(http.StatusBadRequest, problem.BadRequest,
 			"Last-Event-ID %s is past the end of run %q's wakes (%s: partition %d of the normal and the priority wake topic end at offsets %d and %d); "+
 				"an id this API sent is never past the end: reconnect without Last-Event-ID to start at the end",
-			resume, run, end, part, end.normal, end.priority))
+			resume, run, end, part, end.normal, end.priority)
+	}
+	if prob != nil {
+		problem.Write(w, r, prob)
 		return
+	}
+	if resume == "" {
+		pos = end
 	}
 	if !p.Expires.IsZero() {
 		// A timer, armed from the injected clock: a stream lasts no longer
@@ -184,22 +166,67 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	}
 
 	sub := newSubscriber(run)
+	if !st.join(ctx, t, part, sub) {
+		return
+	}
+	defer t.leave(sub)
+	st.serve(ctx, cancel, sub)
+}
+
+// streamEnd resolves the committed end of partition part of both wake
+// topics. It is resolved here, not left to a consumer, so that the open
+// event can name it (a client that reconnects with it misses nothing sent
+// after it connected), a new tail starts there, and a Last-Event-ID past it
+// is refused.
+func (g *Gateway) streamEnd(ctx context.Context, part int32) (streamPos, *problem.Problem) {
+	normal, prio := g.cfg.Names.Wakes(), g.cfg.Names.PriorityWakes()
+	octx, ocancel := context.WithTimeout(ctx, g.cfg.KafkaTimeout)
+	ends, err := g.adm.ListCommittedOffsets(octx, normal, prio)
+	ocancel()
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		g.cfg.Logger.Warn("gateway: cannot read the wake topics' end offsets", "err", err)
+		return streamPos{}, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka in time; retry later")
+	}
+	n, ok1 := ends.Lookup(normal, part)
+	pr, ok2 := ends.Lookup(prio, part)
+	if !ok1 || !ok2 {
+		return streamPos{}, g.unavailable(problem.Unavailable, "the wake topics have no partition %d; check that they are co-partitioned", part)
+	}
+	return streamPos{n.Offset, pr.Offset}, nil
+}
+
+// join subscribes sub to the partition's tail t and sends what the stream
+// misses up to it: the tail's replay, and before it, when the stream starts
+// older than the tail's replay buffer, a catch-up read. It reports whether
+// the stream goes on; when it does, the caller leaves t.
+func (st *wakeStream) join(ctx context.Context, t *tail, part int32, sub *subscriber) bool {
 	replay, joined := t.join(sub, st.pos)
 	if !joined {
 		// Older than the tail's replay buffer: read up to it first.
+		var err error
 		if replay, err = st.catchUp(ctx, t, part, sub); err != nil {
 			st.end(ctx, err)
-			return
+			return false
 		}
 	}
-	defer t.leave(sub)
 	for _, it := range replay {
 		st.add(it)
 	}
 	if st.flush() != nil {
-		return
+		t.leave(sub)
+		return false
 	}
+	return true
+}
 
+// serve sends sub's wakes and a heartbeat until the stream ends: its
+// context ends (Close, the client, or its token's expiry, which cancel
+// records), it falls too far behind, or a write fails.
+func (st *wakeStream) serve(ctx context.Context, cancel context.CancelCauseFunc, sub *subscriber) {
+	g, p := st.g, st.p
 	hb := time.NewTicker(g.cfg.Heartbeat)
 	defer hb.Stop()
 	var q []*item
@@ -223,18 +250,26 @@ func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, ru
 			}
 		case <-sub.notify:
 			q = sub.take(q)
-			for i, it := range q {
-				st.add(it)
-				q[i] = nil
-				if st.buf.Len() >= 64<<10 && st.flush() != nil {
-					return
-				}
-			}
-			if st.flush() != nil {
+			if st.deliver(q) != nil {
 				return
 			}
 		}
 	}
+}
+
+// deliver sends the wakes of q, flushing every 64 KiB and at the end, and
+// clears q's slots so that the items can be collected.
+func (st *wakeStream) deliver(q []*item) error {
+	for i, it := range q {
+		st.add(it)
+		q[i] = nil
+		if st.buf.Len() >= 64<<10 {
+			if err := st.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return st.flush()
 }
 
 // wakeStream is the writing side of a wake stream.

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // The load of BenchmarkSSEFanout; the defaults are issue 21's.
@@ -85,12 +87,7 @@ func benchSSE(b *testing.B) {
 	cfg.PreAuthRatePerSecond, cfg.PreAuthBurst = 1e9, 1<<30
 	cfg.MaxStreams, cfg.MaxStreamsPerSubject = *sseStreams, *sseStreams
 	p, _ := e.projector("")
-	for deadline := time.Now().Add(30 * time.Second); len(p.Owned()) < int(parts); {
-		if time.Now().After(deadline) {
-			b.Fatal("the projector did not own every partition")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the group, which offers nothing to wait on
-	}
+	testenv.WaitFor(b, 30*time.Second, testenv.Until("the projector owns every partition", func() bool { return len(p.Owned()) >= int(parts) }))
 	var gws [2]*Gateway
 	var srvs [2]*httptest.Server
 	for i := range gws {
@@ -139,19 +136,16 @@ func benchSSE(b *testing.B) {
 			}
 		}
 		// Every stream is subscribed once the tails list it.
-		for deadline := time.Now().Add(60 * time.Second); ; {
+		testenv.WaitFor(b, 60*time.Second, func() error {
 			n := 0
 			for _, g := range gws {
 				n += g.hub.subscribed()
 			}
-			if n == to {
-				break
+			if n != to {
+				return fmt.Errorf("%d of %d streams subscribed", n, to)
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d streams subscribed", n, to)
-			}
-			time.Sleep(20 * time.Millisecond) // polling the gateways' state, which offers nothing to wait on
-		}
+			return nil
+		})
 	}
 	// A first few streams start every tail, so that what the rest add is
 	// theirs alone.
@@ -309,7 +303,7 @@ func benchSSE(b *testing.B) {
 		}
 		return n
 	}
-	for deadline := time.Now().Add(120 * time.Second); ; {
+	testenv.WaitEvery(b, 120*time.Second, 100*time.Millisecond, func() error {
 		behind := 0
 		for _, s := range streams {
 			s.mu.Lock()
@@ -318,14 +312,11 @@ func benchSSE(b *testing.B) {
 			}
 			s.mu.Unlock()
 		}
-		if behind == 0 {
-			break
+		if behind > 0 {
+			return fmt.Errorf("%d streams still lack wakes", behind)
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d streams still lack wakes after 120s", behind)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the streams' progress
-	}
+		return nil
+	})
 	stopSampling()
 	sampling.Wait()
 	cancel()

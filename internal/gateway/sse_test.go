@@ -20,6 +20,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -192,7 +193,7 @@ func testWakeStreamsShareOneTail(t *testing.T, broker *brokertest.Broker) {
 	const perRun, inputs = 50, 4
 	e := newEnvOn(t, broker, 2)
 	p, _ := e.projector("")
-	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the projector owns both partitions", func() bool { return len(p.Owned()) == 2 }))
 	cfg := e.streamConfig()
 	cfg.MaxStreamsPerSubject, cfg.TailIdle = 1000, 100*time.Millisecond
 	g, srv := e.gateway(cfg)
@@ -207,14 +208,14 @@ func testWakeStreamsShareOneTail(t *testing.T, broker *brokertest.Broker) {
 			streams[run] = append(streams[run], s)
 		}
 	}
-	waitFor(t, 10*time.Second, "every stream subscribed", func() bool {
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("every stream subscribed", func() bool {
 		for _, run := range runs {
 			if subscribers(g, run) != perRun {
 				return false
 			}
 		}
 		return true
-	})
+	}))
 	conns, clients := g.kstats.conns.Load(), g.kstats.clients.Load()
 	t.Logf("%d streams: %d Kafka clients and %d broker connections (before any stream: %d and %d)", perRun*len(runs), clients, conns, baseClients, baseConns)
 	if clients != 2 || conns > baseConns+4 {
@@ -232,7 +233,7 @@ func testWakeStreamsShareOneTail(t *testing.T, broker *brokertest.Broker) {
 	// What each run's streams must show: the run's wakes on the priority
 	// topic, up to the one that carries its last input.
 	onTopic := map[string][]string{} // wake ids by run, in offset order
-	waitFor(t, 60*time.Second, "the projector woke every run for its last input", func() bool {
+	testenv.WaitFor(t, 60*time.Second, testenv.Until("the projector woke every run for its last input", func() bool {
 		clear(onTopic)
 		triggered := map[string]int{}
 		for _, r := range e.committed(e.names.PriorityWakes()) {
@@ -251,7 +252,7 @@ func testWakeStreamsShareOneTail(t *testing.T, broker *brokertest.Broker) {
 			}
 		}
 		return true
-	})
+	}))
 	var wg sync.WaitGroup
 	errs := make(chan error, perRun*len(runs))
 	for _, run := range runs {
@@ -301,7 +302,7 @@ func testWakeStreamsShareOneTail(t *testing.T, broker *brokertest.Broker) {
 			s.close()
 		}
 	}
-	waitFor(t, 10*time.Second, "the tails stop once idle", func() bool { return g.hub.running() == 0 })
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("the tails stop once idle", func() bool { return g.hub.running() == 0 }))
 	// The next stream starts a tail again.
 	s := openStream(t, srv, "run-1", tokAll, "")
 	s.next("open")
@@ -341,7 +342,7 @@ func TestWakeStreamCaps(t *testing.T) {
 		t.Errorf("bob's second stream, the gateway's fourth: %d %+v", r.status, p)
 	}
 	open[0].close()
-	waitFor(t, 10*time.Second, "alice's closed stream frees a place", func() bool {
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("alice's closed stream frees a place", func() bool {
 		s, status := tryStream(t, srv, "run-2", tokAll, "")
 		if s == nil && status != 429 && status != 503 {
 			t.Fatalf("status %d", status)
@@ -350,7 +351,7 @@ func TestWakeStreamCaps(t *testing.T) {
 			s.close()
 		}
 		return s != nil
-	})
+	}))
 }
 
 // TestWakeStreamSlowClientDropped: a client that stops reading is dropped
@@ -373,7 +374,7 @@ func testWakeStreamSlowClientDropped(t *testing.T, broker *brokertest.Broker) {
 	}
 	fast := openStream(t, srv, "run-1", tokAll, "")
 	fast.next("open")
-	waitFor(t, 10*time.Second, "both streams subscribed", func() bool { return subscribers(g, "run-1") == 2 })
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("both streams subscribed", func() bool { return subscribers(g, "run-1") == 2 }))
 
 	// Rounds of wakes, each read by the fast stream before the next: it
 	// never falls behind by more than a round, the slow one never reads.

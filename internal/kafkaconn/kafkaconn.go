@@ -8,6 +8,7 @@ package kafkaconn
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -92,7 +93,7 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 		return nil, nil
 	}
 	if (f.TLSCert == "") != (f.TLSKey == "") {
-		return nil, fmt.Errorf("Kafka client certificate: the certificate (-kafka-tls-cert) and its key (-kafka-tls-key) go together")
+		return nil, errors.New("the Kafka client certificate (-kafka-tls-cert) and its key (-kafka-tls-key) go together")
 	}
 	c, err := ClientTLS(f.TLSCA)
 	if err != nil {
@@ -101,7 +102,7 @@ func (f *Flags) TLSConfig() (*tls.Config, error) {
 	if f.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
 		if err != nil {
-			return nil, fmt.Errorf("Kafka client certificate %s and key %s: %w", f.TLSCert, f.TLSKey, err)
+			return nil, fmt.Errorf("the Kafka client certificate %s and key %s: %w", f.TLSCert, f.TLSKey, err)
 		}
 		c.Certificates = []tls.Certificate{cert}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // TestAssignmentBothProtocols: the gateway finds a run's owner through
@@ -51,7 +52,7 @@ func TestAssignmentBothProtocols(t *testing.T) {
 						t.Logf("last seen: group %+v, assignment %v, owned %v and %v", g, assign, ps[0].Owned(), ps[1].Owned())
 					}
 				})
-				waitFor(t, 30*time.Second, nil, "both instances to own partitions, as the coordinator says", func() bool {
+				testenv.WaitFor(t, 30*time.Second, until(nil, "both instances to own partitions, as the coordinator says", func() bool {
 					var err error
 					if g, err = cluster.DescribeGroup(ctx, adm, e.group, e.names); err != nil {
 						t.Logf("DescribeGroup: %v", err)
@@ -60,7 +61,7 @@ func TestAssignmentBothProtocols(t *testing.T) {
 					assign, err = cluster.Assignment(ctx, adm, e.group, e.names)
 					return err == nil && len(assign) == partitions && len(g.Members) == 2 && g.State == "Stable" &&
 						len(ps[0].Owned()) > 0 && len(ps[1].Owned()) > 0
-				})
+				}))
 				if g.Protocol != protocol {
 					t.Errorf("DescribeGroup says protocol %q, want %q", g.Protocol, protocol)
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/store"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -129,7 +130,7 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 	e.produce(topic, late, late2)
 	good = append(good, late, late2)
 
-	waitFor(t, 30*time.Second, p, "every good event applied", func() bool { return p.Stats.Applied.Load() >= int64(len(good)) })
+	testenv.WaitFor(t, 30*time.Second, until(p, "every good event applied", func() bool { return p.Stats.Applied.Load() >= int64(len(good)) }))
 	// Every trigger-raising good event shows up in a wake of the run.
 	wantTrig := map[string]topics.TriggerKind{"ev-2": topics.TriggerRequest, "ev-3": topics.TriggerStatusBlocked,
 		"ev-4": topics.TriggerFailed, "ev-6": topics.TriggerResult}
@@ -156,7 +157,7 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 		}
 	}
 	st := &p.Stats
-	waitFor(t, 10*time.Second, p, "all records counted", func() bool { return st.Records.Load() == int64(len(recs)+2) })
+	testenv.WaitFor(t, 10*time.Second, until(p, "all records counted", func() bool { return st.Records.Load() == int64(len(recs)+2) }))
 	if st.Applied.Load() != int64(len(good)) || st.DeadLettered.Load() != 4 || st.UnknownType.Load() != 1 ||
 		st.Duplicates.Load() != 0 || st.Rerouted.Load() != 0 {
 		t.Fatalf("%s; want %d applied, 4 dead-lettered (1 of an unknown type)", statsString(st), len(good))
@@ -209,7 +210,7 @@ func TestWrongPartitionIsRerouted(t *testing.T) {
 		return true
 	})
 	st := &p.Stats
-	waitFor(t, 10*time.Second, p, "both copies consumed", func() bool { return st.Records.Load() == 2 })
+	testenv.WaitFor(t, 10*time.Second, until(p, "both copies consumed", func() bool { return st.Records.Load() == 2 }))
 	if st.Rerouted.Load() != 1 || st.Applied.Load() != 1 || st.Duplicates.Load() != 0 || st.DeadLettered.Load() != 0 {
 		t.Fatalf("%s; want 1 rerouted, 1 applied", statsString(st))
 	}

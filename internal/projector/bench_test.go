@@ -12,7 +12,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
@@ -64,12 +63,7 @@ var benchData = sync.OnceValues(func() ([]*kgo.Record, time.Time) {
 // each fresh projector needs topics of its own.
 func benchBroker(b *testing.B) (brokers []string, load func() topics.Names, events int, end time.Time) {
 	b.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(c.Close)
-	return benchLoad(b, c.ListenAddrs())
+	return benchLoad(b, brokertest.NewKfake(b).Addrs)
 }
 
 // benchLoad is benchBroker's topics and workload on the given brokers.

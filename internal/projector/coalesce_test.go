@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -34,7 +35,7 @@ func TestBacklogCoalescesIntoBoundedWakes(t *testing.T) {
 	cfg.Chunk, cfg.MaxBatch = chunk, 5000
 	cfg.Now = func() time.Time { return t0 } // no request's TTL falls due
 	p, stop := e.start(cfg)
-	waitFor(t, 60*time.Second, p, "the backlog is applied", func() bool { return p.Stats.Applied.Load() == int64(len(evs)) })
+	testenv.WaitFor(t, 60*time.Second, until(p, "the backlog is applied", func() bool { return p.Stats.Applied.Load() == int64(len(evs)) }))
 	stop()
 
 	wakes := p.Stats.Wakes.Load()

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -23,11 +23,7 @@ import (
 // missing or when one of them has another partition count (DESIGN.md
 // "Topics"); once they agree it starts.
 func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := brokertest.NewKfake(t).Cluster
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +109,7 @@ func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
 	}
 	// The group client joins as soon as New creates it, so partitions may be
 	// assigned before Run, even while New is still setting up.
-	waitFor(t, 10*time.Second, p, "partitions assigned", func() bool { return len(p.Owned()) == 4 })
+	testenv.WaitFor(t, 10*time.Second, until(p, "partitions assigned", func() bool { return len(p.Owned()) == 4 }))
 	// Run with a context already done shuts down cleanly at once.
 	done, stop := context.WithCancel(ctx)
 	stop()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/replay"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -52,7 +53,7 @@ func testWakesMatchReplay(t *testing.T, b *brokertest.Broker) {
 		e.produce(e.names.AgentEvents(), events[i])
 		// One record per batch, as replay sees them: the next is produced
 		// only once this one is consumed, so none pile up into one fetch.
-		waitFor(t, 30*time.Second, p, "event consumed", func() bool { return p.Stats.Records.Load() == int64(i+1) })
+		testenv.WaitFor(t, 30*time.Second, until(p, "event consumed", func() bool { return p.Stats.Records.Load() == int64(i+1) }))
 	}
 	got := 0
 	matched := 0

@@ -13,6 +13,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -61,15 +62,15 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	cfgA.AdvertiseAddr = "a.test:7001"
 	a, stopA := e.start(cfgA)
 	stage(0)
-	waitFor(t, 60*time.Second, a, "A applies the first third", func() bool { return applied(a) >= int64(third) })
+	testenv.WaitFor(t, 60*time.Second, until(a, "A applies the first third", func() bool { return applied(a) >= int64(third) }))
 
 	cfgB := e.config(t.TempDir())
 	cfgB.AdvertiseAddr, cfgB.Standby = "b.test:7002", true
 	b, stopB := e.start(cfgB)
-	waitFor(t, 60*time.Second, b, "A and B share the partitions", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(b, "A and B share the partitions", func() bool {
 		oa, ob := a.Owned(), b.Owned()
 		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
-	})
+	}))
 	ownedByA := a.Owned()
 
 	// Anyone can read who owns what.
@@ -77,11 +78,11 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	defer cancel()
 	adm := kadm.NewClient(e.client)
 	var assign map[int32]cluster.Member
-	waitFor(t, 30*time.Second, nil, "the group's assignment lists every partition", func() bool {
+	testenv.WaitFor(t, 30*time.Second, until(nil, "the group's assignment lists every partition", func() bool {
 		var err error
 		assign, err = cluster.Assignment(ctx, adm, cfgA.Group, e.names)
 		return err == nil && len(assign) == partitions
-	})
+	}))
 	for part, m := range assign {
 		want := cfgB.AdvertiseAddr
 		if slices.Contains(ownedByA, part) {
@@ -102,9 +103,9 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	}
 
 	stage(1)
-	waitFor(t, 60*time.Second, b, "the second third is applied and B's standby replicas follow A", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(b, "the second third is applied and B's standby replicas follow A", func() bool {
 		return applied(a, b) >= int64(2*third) && b.Stats.StandbyRecords.Load() > 0
-	})
+	}))
 
 	// A leaves; B restores A's partitions from where its standby replicas
 	// are, which is at most a few commits behind.
@@ -119,7 +120,7 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	}
 	restoredBefore := b.Stats.RestoredRecords.Load()
 	stopA()
-	waitFor(t, 60*time.Second, b, "B owns every partition", func() bool { return len(b.Owned()) == partitions })
+	testenv.WaitFor(t, 60*time.Second, until(b, "B owns every partition", func() bool { return len(b.Owned()) == partitions }))
 	restored := b.Stats.RestoredRecords.Load() - restoredBefore
 	t.Logf("B restored %d changelog records to take over A's partitions, whose changelog holds %d", restored, changelogOfA)
 	if restored*2 > changelogOfA {
@@ -129,7 +130,7 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 
 	stage(2)
 	total := int64(len(events))
-	waitFor(t, 60*time.Second, b, "every event is applied", func() bool { return applied(a, b) >= total })
+	testenv.WaitFor(t, 60*time.Second, until(b, "every event is applied", func() bool { return applied(a, b) >= total }))
 	stopB()
 	if d := a.Stats.Duplicates.Load() + b.Stats.Duplicates.Load(); d != 0 {
 		t.Errorf("%d events were applied as duplicates: the handoff lost track of offsets", d)

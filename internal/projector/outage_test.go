@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projectortest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -251,7 +251,7 @@ type outageTest struct {
 	t       *testing.T
 	brokers []string
 	names   topics.Names
-	logs    *lockedBuffer
+	logs    *testenv.Buffer
 	log     *slog.Logger
 
 	records []*kgo.Record     // in the order produced; markers last
@@ -271,13 +271,13 @@ const (
 
 func newOutageTest(t *testing.T, brokers []string) *outageTest {
 	t.Helper()
-	o := &outageTest{t: t, brokers: brokers, logs: &lockedBuffer{},
+	o := &outageTest{t: t, brokers: brokers, logs: &testenv.Buffer{},
 		names:   topics.Names{Prefix: fmt.Sprintf("outage%d", time.Now().UnixNano()), Version: 1},
 		markers: map[string]string{}, ref: projectortest.NewReference(outagePartitions)}
 	o.log = slog.New(slog.NewTextHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("CANOPY_OUTAGE_LOG") != "" {
-			t.Logf("the projectors' and the test's log (tail):\n%s", o.logs.tail(300))
+			t.Logf("the projectors' and the test's log (tail):\n%s", lastLines(o.logs.String(), 300))
 		}
 	})
 
@@ -598,23 +598,9 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// lockedBuffer is a log destination several goroutines write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// tail returns the last n lines written.
-func (b *lockedBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	lines := strings.SplitAfter(b.buf.String(), "\n")
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
 	if len(lines) > n {
 		lines = append([]string{fmt.Sprintf("… %d lines before\n", len(lines)-n)}, lines[len(lines)-n:]...)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -48,13 +49,13 @@ func TestApplyWhileCommitting(t *testing.T) {
 	e.produce(e.names.AgentEvents(),
 		testEvent("ev-root", run, "conductor", t0, &topics.NodeCreated{Role: topics.RoleConductor}),
 		testEvent("ev-worker", run, "agent-1", t0, &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
-	waitFor(t, 30*time.Second, p, "the run's first events are committed", func() bool { return p.Stats.Commits.Load() >= 1 })
+	testenv.WaitFor(t, 30*time.Second, until(p, "the run's first events are committed", func() bool { return p.Stats.Commits.Load() >= 1 }))
 
 	// The first request's commit is held at its EndTxn.
 	hold.Store(true)
 	commits, wakes := p.Stats.Commits.Load(), p.Stats.Wakes.Load()
 	e.produce(e.names.AgentEvents(), request(0))
-	waitFor(t, 30*time.Second, p, "the first request's commit is in flight", held.Load)
+	testenv.WaitFor(t, 30*time.Second, until(p, "the first request's commit is in flight", held.Load))
 
 	// The rest is applied meanwhile.
 	rest := make([]topics.Event, 0, requests-1)
@@ -62,9 +63,9 @@ func TestApplyWhileCommitting(t *testing.T) {
 		rest = append(rest, request(i))
 	}
 	e.produce(e.names.AgentEvents(), rest...)
-	waitFor(t, 30*time.Second, p, "the requests are applied while the commit is held", func() bool {
+	testenv.WaitFor(t, 30*time.Second, until(p, "the requests are applied while the commit is held", func() bool {
 		return p.Stats.Applied.Load() == 2+requests
-	})
+	}))
 	if got := p.Stats.Commits.Load(); got != commits {
 		t.Fatalf("%d commits completed while the broker held the first one's EndTxn: a second commit did not wait for the one in flight", got-commits)
 	}
@@ -76,7 +77,7 @@ func TestApplyWhileCommitting(t *testing.T) {
 	// was applied whole before the first could be reaped.
 	hold.Store(false)
 	closeRelease()
-	waitFor(t, 30*time.Second, p, "both commits complete", func() bool { return p.Stats.Commits.Load() >= commits+2 })
+	testenv.WaitFor(t, 30*time.Second, until(p, "both commits complete", func() bool { return p.Stats.Commits.Load() >= commits+2 }))
 	stop()
 	wakes = p.Stats.Wakes.Load()
 

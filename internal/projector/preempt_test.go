@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -124,7 +125,7 @@ func testHumanPreempts(t *testing.T, b *brokertest.Broker, partitions int32) {
 	p, stop := e.start(cfg)
 	defer stop()
 
-	waitFor(t, 60*time.Second, p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 })
+	testenv.WaitFor(t, 60*time.Second, until(p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 }))
 	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop"})
 	hold.Store(true)
 	e.produceRecords(rawRecord(t, e.names.HumanInput(), &input, partitions))
@@ -145,7 +146,7 @@ func testHumanPreempts(t *testing.T, b *brokertest.Broker, partitions int32) {
 		t.Errorf("no other partition paused while the human input was on its way")
 	}
 	total := int64(len(events)) + 1
-	waitFor(t, 150*time.Second, p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= total })
+	testenv.WaitFor(t, 150*time.Second, until(p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= total }))
 	stop()
 	if st := &p.Stats; st.Records.Load() != total || st.Applied.Load() != total || st.Duplicates.Load() != 0 || st.PriorityWakes.Load() != 1 {
 		t.Fatalf("after the drain: %s; want %d records all applied once, one priority wake", statsString(st), total)

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -107,7 +108,7 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	cfg.Hooks = stages
 	p, stop := e.start(cfg)
 
-	waitFor(t, 60*time.Second, p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 })
+	testenv.WaitFor(t, 60*time.Second, until(p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 }))
 	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop and summarise"})
 	inputRec := rawRecord(t, e.names.HumanInput(), &input, partitions)
 	inputRec.Timestamp = start
@@ -148,7 +149,7 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	// The priority path's stages were timed, once, and add up to no more
 	// than the way from produce to read (the fetch stage starts at the
 	// record's timestamp, an hour back here, so it is left out).
-	waitFor(t, 10*time.Second, p, "the priority path's stages", func() bool { return len(stages.got()) > 0 })
+	testenv.WaitFor(t, 10*time.Second, until(p, "the priority path's stages", func() bool { return len(stages.got()) > 0 }))
 	if got := stages.got(); len(got) != 1 {
 		t.Errorf("%d records' priority stages reported, want the one human input's", len(got))
 	} else {
@@ -172,7 +173,7 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	}
 
 	// The backlog drains fully, each event applied once.
-	waitFor(t, 150*time.Second, p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= int64(backlog)+1 })
+	testenv.WaitFor(t, 150*time.Second, until(p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= int64(backlog)+1 }))
 	t.Logf("drained in %v", time.Since(t0))
 	stop()
 	st := &p.Stats

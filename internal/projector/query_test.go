@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -127,8 +128,8 @@ func TestQueries(t *testing.T) {
 	cfgA.Projection = pcfg
 	a, stopA := e.start(cfgA)
 	e.produce(e.names.AgentEvents(), events...)
-	waitFor(t, 60*time.Second, a, "A applies every event", func() bool { return applied(a) >= int64(len(events)) })
-	waitFor(t, 30*time.Second, a, "A owns every partition", func() bool { return len(a.Owned()) == partitions })
+	testenv.WaitFor(t, 60*time.Second, until(a, "A applies every event", func() bool { return applied(a) >= int64(len(events)) }))
+	testenv.WaitFor(t, 30*time.Second, until(a, "A owns every partition", func() bool { return len(a.Owned()) == partitions }))
 	for _, run := range runs {
 		checkRun("A", a, run)
 	}
@@ -161,10 +162,10 @@ func TestQueries(t *testing.T) {
 	cfgB := e.config(t.TempDir())
 	cfgB.Projection = pcfg
 	b, stopB := e.start(cfgB)
-	waitFor(t, 60*time.Second, b, "A and B share the partitions", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(b, "A and B share the partitions", func() bool {
 		oa, ob := a.Owned(), b.Owned()
 		return len(oa) > 0 && len(ob) > 0 && len(oa)+len(ob) == partitions
-	})
+	}))
 	ownedByA := a.Owned()
 	var runOfA, runOfB string
 	for _, run := range runs {
@@ -274,14 +275,14 @@ func TestQueries(t *testing.T) {
 	// A leaves: B takes its runs over with their history, from the changelog.
 	stopA()
 	wantProblem("/internal/v1/runs/"+runOfA+"/snapshot", http.StatusServiceUnavailable, problem.Unavailable, true)
-	waitFor(t, 60*time.Second, b, "B owns every partition", func() bool { return len(b.Owned()) == partitions })
+	testenv.WaitFor(t, 60*time.Second, until(b, "B owns every partition", func() bool { return len(b.Owned()) == partitions }))
 	for _, run := range runs {
 		checkRun("B after the move", b, run)
 	}
 	// B restarts on its data directory: the history comes back from Pebble.
 	stopB()
 	b2, _ := e.start(cfgB)
-	waitFor(t, 60*time.Second, b2, "B again owns every partition", func() bool { return len(b2.Owned()) == partitions })
+	testenv.WaitFor(t, 60*time.Second, until(b2, "B again owns every partition", func() bool { return len(b2.Owned()) == partitions }))
 	for _, run := range runs {
 		checkRun("B after a restart", b2, run)
 	}
@@ -343,14 +344,14 @@ func TestReadyMeansCaughtUp(t *testing.T) {
 	cfg.Chunk, cfg.ReadyLag = 20, 100
 	p, _ := e.start(cfg)
 	var sawBehind string
-	waitFor(t, 60*time.Second, p, "not ready while catching up", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(p, "not ready while catching up", func() bool {
 		ok, why := p.Ready()
 		if !ok && strings.HasPrefix(why, "catching up") {
 			sawBehind = why
 		}
 		return sawBehind != ""
-	})
-	waitFor(t, 120*time.Second, p, "ready once caught up", func() bool { ok, _ := p.Ready(); return ok })
+	}))
+	testenv.WaitFor(t, 120*time.Second, until(p, "ready once caught up", func() bool { ok, _ := p.Ready(); return ok }))
 	if lag := p.Lag(); len(lag) == 0 || lag[0].Records > cfg.ReadyLag {
 		t.Errorf("ready with lag %+v", lag)
 	}

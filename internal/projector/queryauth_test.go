@@ -12,6 +12,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -29,7 +30,7 @@ func TestQueryServerRequiresSecret(t *testing.T) {
 	e.produce(e.names.AgentEvents(), workload.Generate(workload.Spec{RunID: run, Nodes: 4, Seed: 7,
 		Start: time.Now().Add(time.Hour).UTC(), Step: 10 * time.Millisecond})...)
 	p, _ := e.start(e.config(t.TempDir()))
-	waitFor(t, 60*time.Second, p, "the run is projected", func() bool { return p.Stats.Applied.Load() >= 4 })
+	testenv.WaitFor(t, 60*time.Second, until(p, "the run is projected", func() bool { return p.Stats.Applied.Load() >= 4 }))
 
 	secret := []byte("0123456789abcdef0123456789abcdef-the-secret")
 	qs := NewQueryServer(p)

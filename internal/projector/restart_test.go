@@ -11,6 +11,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/store"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -64,7 +65,7 @@ func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {
 	p1, stop1 := e.start(cfg)
 	e.produce(e.names.AgentEvents(), first...)
 	e.produce(e.names.HumanInput(), humanBefore)
-	waitFor(t, 60*time.Second, p1, "the first part applied", func() bool { return p1.Stats.Applied.Load() >= int64(len(first)+1) })
+	testenv.WaitFor(t, 60*time.Second, until(p1, "the first part applied", func() bool { return p1.Stats.Applied.Load() >= int64(len(first)+1) }))
 	stop1()
 	if st := &p1.Stats; st.Records.Load() != int64(len(first)+1) || st.Duplicates.Load() != 0 {
 		t.Fatalf("first projector: %s; want %d records, all applied", statsString(st), len(first)+1)
@@ -74,9 +75,9 @@ func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {
 	e.produce(e.names.HumanInput(), humanAfter)
 	p2, stop2 := e.start(cfg)
 	fresh := int64(len(second) - len(dups) + 1)
-	waitFor(t, 60*time.Second, p2, "the second part consumed", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(p2, "the second part consumed", func() bool {
 		return p2.Stats.Applied.Load()+p2.Stats.Duplicates.Load() >= fresh+int64(len(dups))
-	})
+	}))
 	stop2()
 	if st := &p2.Stats; st.Records.Load() != fresh+int64(len(dups)) || st.Applied.Load() != fresh ||
 		st.Duplicates.Load() != int64(len(dups)) || st.DeadLettered.Load() != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -38,7 +39,7 @@ func TestRetention(t *testing.T) {
 		testEvent("l-0", live, "conductor", t0, &topics.NodeCreated{Role: topics.RoleConductor}))
 	p, stop := e.start(cfg)
 	defer stop()
-	waitFor(t, 30*time.Second, p, "the runs are applied", func() bool { return p.Stats.Applied.Load() == 5 })
+	testenv.WaitFor(t, 30*time.Second, until(p, "the runs are applied", func() bool { return p.Stats.Applied.Load() == 5 }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := p.Snapshot(ctx, done); err != nil {
@@ -50,10 +51,10 @@ func TestRetention(t *testing.T) {
 	now.Store(t0.Add(3*time.Second + time.Hour).UnixNano())
 	e.produce(e.names.AgentEvents(), testEvent("l-1", live, "conductor", t0.Add(time.Hour), &topics.NodeCreated{Role: topics.RoleConductor}))
 	var expired *projection.ExpiredError
-	waitFor(t, 30*time.Second, p, "the finished run expires", func() bool {
+	testenv.WaitFor(t, 30*time.Second, until(p, "the finished run expires", func() bool {
 		_, err := p.Snapshot(ctx, done)
 		return errors.As(err, &expired)
-	})
+	}))
 	if expired.RunID != done || !expired.At.Equal(t0.Add(3*time.Second+time.Hour)) || expired.Retention != time.Hour {
 		t.Errorf("expired: %+v, want run %s at %v after 1h", expired, done, t0.Add(3*time.Second+time.Hour))
 	}
@@ -72,7 +73,7 @@ func TestRetention(t *testing.T) {
 
 	// A late event for the expired run is refused, with why.
 	e.produce(e.names.AgentEvents(), testEvent("d-late", done, "w1", t0.Add(2*time.Hour), &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
-	waitFor(t, 30*time.Second, p, "the late event is dead-lettered", func() bool { return p.Stats.DeadLettered.Load() == 1 })
+	testenv.WaitFor(t, 30*time.Second, until(p, "the late event is dead-lettered", func() bool { return p.Stats.DeadLettered.Load() == 1 }))
 	e.reader(e.names.DeadLetter()).until(30*time.Second, "the dead letter", func(rec *kgo.Record) bool {
 		for _, h := range rec.Headers {
 			if h.Key == topics.HeaderDeadLetterReason && !strings.HasPrefix(string(h.Value), DeadLetterRunExpired+": ") {
@@ -88,7 +89,7 @@ func TestRetention(t *testing.T) {
 	cfg.DataDir = t.TempDir()
 	p2, stop2 := e.start(cfg)
 	defer stop2()
-	waitFor(t, 60*time.Second, p2, "the partition is restored", func() bool { return len(p2.Owned()) == 1 })
+	testenv.WaitFor(t, 60*time.Second, until(p2, "the partition is restored", func() bool { return len(p2.Owned()) == 1 }))
 	if _, err := p2.Snapshot(ctx, live); err != nil {
 		t.Errorf("the live run after a restore: %v", err)
 	}

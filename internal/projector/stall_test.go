@@ -44,10 +44,10 @@ func TestStalledGroupRejoinsFresh(t *testing.T) {
 			blocking.Store(false) // the fresh member may join
 		}
 	})
-	waitFor(t, 60*time.Second, nil, "a fresh instance to own both partitions", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(nil, "a fresh instance to own both partitions", func() bool {
 		p, _ := served.latest()
 		return p != nil && len(p.Owned()) == 2
-	})
+	}))
 	first, n := served.first(), served.count()
 	if n < 2 || first.Stats.GroupStalls.Load() != 1 || stalls.n.Load() < 1 {
 		t.Errorf("%d instances, the first counted %d stalls, the hook %d; want a stalled first instance replaced",
@@ -96,10 +96,10 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 			blocking.Store(false)
 		}
 	})
-	waitFor(t, 60*time.Second, nil, "the first instance to own both partitions", func() bool {
+	testenv.WaitFor(t, 60*time.Second, until(nil, "the first instance to own both partitions", func() bool {
 		p, _ := served.latest()
 		return p != nil && len(p.Owned()) == 2
-	})
+	}))
 	blocking.Store(true)
 	// The other member: a raw JoinGroup of the group's protocol.
 	join := kmsg.NewPtrJoinGroupRequest()
@@ -113,10 +113,10 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 	jctx, jcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer jcancel()
 	go func() { _, _ = join.RequestWith(jctx, e.client) }() // its answer does not matter
-	waitFor(t, 90*time.Second, nil, "a fresh instance to own both partitions", func() bool {
+	testenv.WaitFor(t, 90*time.Second, until(nil, "a fresh instance to own both partitions", func() bool {
 		p, n := served.latest()
 		return n >= 2 && len(p.Owned()) == 2
-	})
+	}))
 	first := served.first()
 	if first.Stats.GroupStalls.Load() != 1 {
 		t.Errorf("the first instance counted %d stalls, want 1", first.Stats.GroupStalls.Load())

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -17,24 +18,17 @@ import (
 // restart). Everything waits on a condition with a deadline, never on a
 // sleep.
 
-// waitFor polls cond every few milliseconds until it holds, and fails the
-// test with what (and the projector's counters, when p is given) if d passes
-// first.
-func waitFor(t *testing.T, d time.Duration, p *Projector, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			if p != nil {
-				t.Fatalf("%s: not within %v (%s)", what, d, statsString(&p.Stats))
-			}
-			t.Fatalf("%s: not within %v", what, d)
-		case <-tick.C:
+// until is a check for testenv.WaitFor that holds once cond does; until
+// then its error is what, with the projector's counters when p is given.
+func until(p *Projector, what string, cond func() bool) func() error {
+	return func() error {
+		if cond() {
+			return nil
 		}
+		if p != nil {
+			return fmt.Errorf("%s (%s)", what, statsString(&p.Stats))
+		}
+		return errors.New(what)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -47,7 +48,7 @@ func testTimersWakeWithoutEvents(t *testing.T, b *brokertest.Broker) {
 	}
 	p, _ := e.start(cfg)
 	e.produce(e.names.AgentEvents(), events...)
-	waitFor(t, 30*time.Second, p, "the events applied", func() bool { return p.Stats.Applied.Load() >= int64(len(events)) })
+	testenv.WaitFor(t, 30*time.Second, until(p, "the events applied", func() bool { return p.Stats.Applied.Load() >= int64(len(events)) }))
 	if n := p.Stats.Wakes.Load(); n != 0 {
 		t.Fatalf("%d wakes before any timer fell due, want none", n)
 	}

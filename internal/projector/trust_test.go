@@ -22,6 +22,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/store"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -99,9 +100,9 @@ func testCheckpointTrustFollowsTheTopic(t *testing.T, b *brokertest.Broker) {
 			t.Errorf("CheckpointTrust = %v, want 5m0s: half the topic's delete.retention.ms", got)
 		}
 		e.produce(e.names.AgentEvents(), evs...)
-		waitFor(t, 60*time.Second, p, "the partition restored and the events applied", func() bool {
+		testenv.WaitFor(t, 60*time.Second, until(p, "the partition restored and the events applied", func() bool {
 			return len(p.Owned()) == 1 && p.Stats.Applied.Load() >= applied
-		})
+		}))
 		stop()
 		res, ok := hooks.first()
 		if !ok {

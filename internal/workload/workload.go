@@ -5,6 +5,13 @@
 // acknowledges what it was woken for. The same Spec always yields the same
 // events, ids and times, so examples, tests and benchmarks can be reproduced
 // byte for byte.
+//
+// Generate lays out one run's whole tree and then its work, as a slice:
+// what the examples, the tests and `make run`'s demo send. Tree makes the
+// same kinds of events lazily, growing the tree while it works, for runs
+// too large to hold, and Mix interleaves many Trees: the load harness's
+// traffic (bench/harness). Both share the node lifecycle's shares, the
+// capabilities and how an event is made.
 package workload
 
 import (
@@ -58,13 +65,24 @@ func (s Spec) withDefaults() Spec {
 		s.Step = 50 * time.Millisecond
 	}
 	if s.BlockedShare == 0 && s.FailedShare == 0 && s.RunningShare == 0 {
-		s.BlockedShare, s.FailedShare, s.RunningShare = 0.05, 0.05, 0.10
+		s.BlockedShare, s.FailedShare, s.RunningShare = defaultBlockedShare, defaultFailedShare, defaultRunningShare
 	}
 	if s.RequestShare == 0 {
-		s.RequestShare = 0.10
+		s.RequestShare = defaultRequestShare
 	}
 	return s
 }
+
+// Shares of non-root nodes that end blocked, failed or still running
+// (holding a lease), the rest completing, and of nodes that raise a
+// request: Spec's defaults and a Tree's, so that the bench's traffic and the
+// tests' look alike.
+const (
+	defaultBlockedShare = 0.05
+	defaultFailedShare  = 0.05
+	defaultRunningShare = 0.10
+	defaultRequestShare = 0.10
+)
 
 // gen is the state of one generation.
 type gen struct {
@@ -196,19 +214,24 @@ func (g *gen) lifecycle(i int, id string) []func() {
 
 // emit appends one event at the next tick of the clock.
 func (g *gen) emit(agentID, correlationID string, data topics.Payload) {
-	t := topics.NewTime(g.now)
-	g.out = append(g.out, topics.Event{
-		ID:            ulid.MustNew(uint64(t.UnixMilli()), g.entropy).String(),
+	g.out = append(g.out, newEvent(g.spec.RunID, g.spec.SessionID, g.spec.ThreadID, agentID, correlationID, data, topics.NewTime(g.now), g.entropy))
+	g.now = g.now.Add(g.spec.Step)
+}
+
+// newEvent is one event of run at t by agentID, its id the next ULID of
+// entropy at t: Generate's and a Tree's events are made alike.
+func newEvent(run, session, thread, agentID, correlationID string, data topics.Payload, t topics.Time, entropy *ulid.MonotonicEntropy) topics.Event {
+	return topics.Event{
+		ID:            ulid.MustNew(uint64(t.UnixMilli()), entropy).String(),
 		Source:        "/agents/" + agentID,
 		Type:          data.EventType(),
 		Time:          t,
-		RunID:         g.spec.RunID,
+		RunID:         run,
 		AgentID:       agentID,
 		SchemaVersion: topics.CurrentSchemaVersion,
-		SessionID:     g.spec.SessionID,
-		ThreadID:      g.spec.ThreadID,
+		SessionID:     session,
+		ThreadID:      thread,
 		CorrelationID: correlationID,
 		Data:          data,
-	})
-	g.now = g.now.Add(g.spec.Step)
+	}
 }

@@ -68,6 +68,8 @@ const (
 
 // apply applies ev to the run and returns the triggers it raises, timers that
 // fell due before it included. dup is true when ev.ID was already applied.
+// Its steps: dedupe, fire what fell due, apply the payload to its node,
+// keep the correlation handle, record the event.
 func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
 	if r.ids.has(ev.ID) {
 		return nil, true, nil
@@ -76,14 +78,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	if r.dirty != nil {
 		r.dirty.meta = true
 	}
-	// Fire what fell due before this event. Also when the event is late
-	// (older than the clock): a late event may have left a timer due in the
-	// past, which fires now rather than never.
-	to := r.clock
-	if ev.Time.After(to) {
-		to = ev.Time
-	}
-	trigs = r.advance(to, cfg, trigs)
+	trigs = r.fireDue(ev, cfg, trigs)
 	r.seq++
 	if r.sessionID == "" {
 		r.sessionID = ev.SessionID
@@ -91,11 +86,31 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	if r.threadID == "" {
 		r.threadID = ev.ThreadID
 	}
-	at := ev.Time
 	n := r.node(ev.AgentID)
 	before := n.Status
 	r.mark('n', n.AgentID)
 	r.setCorrelation(n, ev.CorrelationID)
+	effect, trigs := r.applyPayload(ev, n, cfg, trigs)
+	r.keepHandle(ev.CorrelationID, effect, ev.Time)
+	r.record(ev, n, before, cfg)
+	return trigs, false, nil
+}
+
+// fireDue fires what fell due before ev, appending the triggers to trigs.
+// Also when the event is late (older than the clock): a late event may have
+// left a timer due in the past, which fires now rather than never.
+func (r *Run) fireDue(ev *topics.Event, cfg *Config, trigs []topics.Trigger) []topics.Trigger {
+	to := r.clock
+	if ev.Time.After(to) {
+		to = ev.Time
+	}
+	return r.advance(to, cfg, trigs)
+}
+
+// applyPayload applies ev's payload to n, its node, and returns what it does
+// to its correlation handle, with the triggers it raises appended to trigs.
+func (r *Run) applyPayload(ev *topics.Event, n *node, cfg *Config, trigs []topics.Trigger) (handleEffect, []topics.Trigger) {
+	at := ev.Time
 	effect := handleRefresh
 	trig := func(k topics.TriggerKind, detail string) {
 		trigs = append(trigs, eventTrigger(k, ev, detail))
@@ -110,30 +125,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		effect = handleOpen
 		r.dispatch(n, p, at)
 	case *topics.NodeStatus:
-		if !r.setStatus(n, p.Status, at, p.Reason) {
-			// Older than the node's status: history, not the present.
-			// It changes nothing and wakes nobody.
-			break
-		}
-		if p.Status == topics.StatusRunning || p.Status == topics.StatusBlocked {
-			effect = handleOpen
-		}
-		if strings.HasPrefix(p.Reason, "guard:") {
-			r.diagnose(p.Reason, n.AgentID, at, "")
-			trig(topics.TriggerGuard, p.Reason)
-		}
-		switch p.Status {
-		case topics.StatusBlocked:
-			trig(topics.TriggerStatusBlocked, p.Reason)
-		case topics.StatusFailed:
-			effect = handleClose
-			trig(topics.TriggerStatusFailed, p.Reason)
-		case topics.StatusCompleted:
-			effect = handleClose
-			r.complete(n, "", at, cfg)
-			trig(topics.TriggerCompleted, p.Reason)
-		}
-		r.reclassify(n, at)
+		effect = r.applyStatus(n, p, at, cfg, trig)
 	case *topics.NodeCompleted:
 		effect = handleClose
 		r.setStatus(n, topics.StatusCompleted, at, "")
@@ -162,41 +154,17 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		}
 	case *topics.Progress:
 		effect = handleOpen
-		r.signal(n, topics.SignalProgress, at)
-		if n.Status == topics.StatusIdle || n.Status == topics.StatusUnknown {
-			r.setStatus(n, topics.StatusRunning, at, "progress")
-		}
-		if r.lastProgressWake.IsZero() || at.Sub(r.lastProgressWake) >= cfg.ProgressInterval {
-			r.lastProgressWake = at
-			trig(topics.TriggerProgress, p.StepID)
-		}
+		r.applyProgress(n, p, at, cfg, trig)
 	case *topics.Heartbeat:
 		r.signal(n, topics.SignalHeartbeat, at)
 	case *topics.Input:
 		effect = handleOpen
-		if !n.created && n.Role == "" {
-			// Only the human interface produces signal.input: that is
-			// evidence of the role, not a guess.
-			n.Role = topics.RoleHumanInterface
-		}
-		r.signal(n, topics.SignalInput, at)
-		t := eventTrigger(topics.TriggerHumanInput, ev, p.InputKind)
-		t.Input = &topics.TriggerInput{InputKind: p.InputKind, Text: p.Text, ContentRef: p.ContentRef}
-		trigs = append(trigs, t)
+		trigs = append(trigs, r.applyInput(n, p, ev))
 	case *topics.Lease:
 		effect = handleOpen
 		r.setLease(n, p.Owner, p.ExpiresAt)
 	case *topics.LeaseReleased:
-		// Only the lease's owner ends it (seed 004: status from evidence):
-		// a release naming another owner (a previous holder, late, or a
-		// confused agent) is no evidence that the current lease ended. It
-		// is ignored and reported. A release that names no owner ends
-		// whatever lease the node holds.
-		if p.Owner != "" && n.LeaseOwner != "" && p.Owner != n.LeaseOwner {
-			r.diagnose(DiagnosticLeaseReleaseIgnored, n.AgentID, at, "released by "+p.Owner+", held by "+n.LeaseOwner)
-		} else {
-			r.dropLease(n)
-		}
+		r.releaseLease(n, p, at)
 	case *topics.WakeReceived:
 		// An acknowledgement never wakes: that would loop.
 		for _, id := range p.AgentIDs {
@@ -206,6 +174,89 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 		}
 	case *topics.PlanCreated:
 		r.plan(n, p, at)
+	case *topics.PlanBandCreated, *topics.StepCreated, *topics.ReplanRequested:
+		r.applyPlanPart(p)
+	case *topics.ArtifactCreated, *topics.ParentHint, *topics.ScratchpadUpdated:
+		// References only: counted in the read model, never in a snapshot.
+	}
+	return effect, trigs
+}
+
+// applyStatus applies node.status to n and returns what it does to the
+// node's correlation handle.
+func (r *Run) applyStatus(n *node, p *topics.NodeStatus, at topics.Time, cfg *Config, trig func(topics.TriggerKind, string)) handleEffect {
+	if !r.setStatus(n, p.Status, at, p.Reason) {
+		// Older than the node's status: history, not the present.
+		// It changes nothing and wakes nobody.
+		return handleRefresh
+	}
+	effect := handleRefresh
+	if p.Status == topics.StatusRunning || p.Status == topics.StatusBlocked {
+		effect = handleOpen
+	}
+	if strings.HasPrefix(p.Reason, "guard:") {
+		r.diagnose(p.Reason, n.AgentID, at, "")
+		trig(topics.TriggerGuard, p.Reason)
+	}
+	switch p.Status {
+	case topics.StatusBlocked:
+		trig(topics.TriggerStatusBlocked, p.Reason)
+	case topics.StatusFailed:
+		effect = handleClose
+		trig(topics.TriggerStatusFailed, p.Reason)
+	case topics.StatusCompleted:
+		effect = handleClose
+		r.complete(n, "", at, cfg)
+		trig(topics.TriggerCompleted, p.Reason)
+	}
+	r.reclassify(n, at)
+	return effect
+}
+
+// applyProgress applies signal.progress to n: it wakes at most once per
+// cfg.ProgressInterval.
+func (r *Run) applyProgress(n *node, p *topics.Progress, at topics.Time, cfg *Config, trig func(topics.TriggerKind, string)) {
+	r.signal(n, topics.SignalProgress, at)
+	if n.Status == topics.StatusIdle || n.Status == topics.StatusUnknown {
+		r.setStatus(n, topics.StatusRunning, at, "progress")
+	}
+	if r.lastProgressWake.IsZero() || at.Sub(r.lastProgressWake) >= cfg.ProgressInterval {
+		r.lastProgressWake = at
+		trig(topics.TriggerProgress, p.StepID)
+	}
+}
+
+// applyInput applies signal.input, ev's payload p, to n and returns the
+// human-input trigger it raises.
+func (r *Run) applyInput(n *node, p *topics.Input, ev *topics.Event) topics.Trigger {
+	if !n.created && n.Role == "" {
+		// Only the human interface produces signal.input: that is
+		// evidence of the role, not a guess.
+		n.Role = topics.RoleHumanInterface
+	}
+	r.signal(n, topics.SignalInput, ev.Time)
+	t := eventTrigger(topics.TriggerHumanInput, ev, p.InputKind)
+	t.Input = &topics.TriggerInput{InputKind: p.InputKind, Text: p.Text, ContentRef: p.ContentRef}
+	return t
+}
+
+// releaseLease applies lease.released to n. Only the lease's owner ends it
+// (seed 004: status from evidence): a release naming another owner (a
+// previous holder, late, or a confused agent) is no evidence that the
+// current lease ended. It is ignored and reported. A release that names no
+// owner ends whatever lease the node holds.
+func (r *Run) releaseLease(n *node, p *topics.LeaseReleased, at topics.Time) {
+	if p.Owner != "" && n.LeaseOwner != "" && p.Owner != n.LeaseOwner {
+		r.diagnose(DiagnosticLeaseReleaseIgnored, n.AgentID, at, "released by "+p.Owner+", held by "+n.LeaseOwner)
+	} else {
+		r.dropLease(n)
+	}
+}
+
+// applyPlanPart applies a band, a step or a replan to the plan it names;
+// one of a plan the run does not know, or past its bounds, is dropped.
+func (r *Run) applyPlanPart(p topics.Payload) {
+	switch p := p.(type) {
 	case *topics.PlanBandCreated:
 		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
 			r.mark('p', p.PlanID)
@@ -224,24 +275,26 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 			r.mark('p', p.PlanID)
 			pl.Replan = true
 		}
-	case *topics.ArtifactCreated, *topics.ParentHint, *topics.ScratchpadUpdated:
-		// References only: counted in the read model, never in a snapshot.
 	}
+}
 
-	if id := ev.CorrelationID; id != "" {
-		switch effect {
-		case handleOpen:
+// keepHandle does effect to the correlation handle id (none when id is
+// empty): an event that only refreshes keeps an active handle fresh and
+// opens none.
+func (r *Run) keepHandle(id string, effect handleEffect, at topics.Time) {
+	if id == "" {
+		return
+	}
+	switch effect {
+	case handleOpen:
+		r.touchHandle(id, at)
+	case handleClose:
+		r.closeHandle(id)
+	default:
+		if _, active := r.corrAt[id]; active {
 			r.touchHandle(id, at)
-		case handleClose:
-			r.closeHandle(id)
-		default:
-			if _, active := r.corrAt[id]; active {
-				r.touchHandle(id, at)
-			}
 		}
 	}
-	r.record(ev, n, before, cfg)
-	return trigs, false, nil
 }
 
 // create applies tree.node_created.

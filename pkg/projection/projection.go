@@ -1,18 +1,16 @@
 package projection
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/google/btree"
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/canopy-dev/canopy/pkg/ids"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -497,7 +495,7 @@ func laneOf(trigs []topics.Trigger) topics.Lane {
 func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now time.Time, source topics.Time) (*topics.Wake, snapshot.Info, error) {
 	id := WakeID(r.id, r.seq, trigs)
 	w := snapshot.Wake{
-		SnapshotID: derivedULID(id.Time(), "snapshot", id.String()).String(),
+		SnapshotID: ids.Derive(id.Time(), "snapshot", id.String()).String(),
 		Seq:        r.seq,
 		At:         r.clock,
 		Source:     source,
@@ -572,7 +570,7 @@ func (p *Projection) CurrentSnapshot(runID string, now time.Time, source topics.
 		return nil, snapshot.Info{}, err
 	}
 	w := snapshot.Wake{
-		SnapshotID: derivedULID(uint64(max(r.clock.UnixMilli(), 0)), "current", r.id, fmt.Sprint(r.seq)).String(),
+		SnapshotID: ids.Derive(uint64(max(r.clock.UnixMilli(), 0)), "current", r.id, fmt.Sprint(r.seq)).String(),
 		Seq:        r.seq,
 		At:         r.clock,
 		Source:     source,
@@ -590,45 +588,8 @@ func (p *Projection) CurrentSnapshot(runID string, now time.Time, source topics.
 // triggers. Two wakes with one id therefore have the same triggers and the
 // same state behind their snapshots; the same input log gives the same wake
 // ids on every instance and every replay, and a conductor can drop
-// duplicates by id.
+// duplicates by id. It is ids.Wake, where canopy's deterministic ids are
+// derived.
 func WakeID(run string, seq int64, trigs []topics.Trigger) ulid.ULID {
-	var ms int64
-	parts := make([]string, 0, 2+len(trigs))
-	parts = append(parts, run, strconv.FormatInt(seq, 10))
-	for _, t := range trigs {
-		ms = max(ms, t.At.UnixMilli())
-		ev, corr, detail := "", "", ""
-		if t.EventID != nil {
-			ev = *t.EventID
-		}
-		if t.CorrelationID != nil {
-			corr = *t.CorrelationID
-		}
-		if t.Detail != nil {
-			detail = *t.Detail
-		}
-		parts = append(parts, string(t.Kind)+"\x1f"+ev+"\x1f"+t.AgentID+"\x1f"+corr+"\x1f"+detail+"\x1f"+t.At.String())
-	}
-	return derivedULID(uint64(max(ms, 0)), parts...)
-}
-
-// derivedULID is a ULID with time ms and entropy from a hash of parts.
-func derivedULID(ms uint64, parts ...string) ulid.ULID {
-	h := sha256.New()
-	var n [8]byte
-	for _, p := range parts {
-		// Length-prefixed, so that no two part lists hash alike.
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
-		h.Write([]byte(p))
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	var id ulid.ULID
-	if ms > ulid.MaxTime() {
-		ms = ulid.MaxTime()
-	}
-	_ = id.SetTime(ms)
-	_ = id.SetEntropy(sum[:10])
-	return id
+	return ids.Wake(run, seq, trigs)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
@@ -23,11 +24,7 @@ import (
 // must not panic on registering its metrics (it did, in CI), and the old
 // client's late close must not take the new client's metrics with it.
 func TestKafkaHooksClientOfTheSameRoleBeforeTheOldOneCloses(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	cluster := brokertest.NewKfake(t, kfake.SeedTopics(1, "t")).Cluster
 	reg := prometheus.NewRegistry()
 	hooks := telemetry.KafkaHooks(reg)
 	newClient := func() *kgo.Client {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -210,22 +211,6 @@ func (b *broker) end(t *testing.T, topic string, p int32) int64 {
 	return o.Offset
 }
 
-// waitUntil polls cond until it holds, failing the test after d with what.
-func waitUntil(t *testing.T, d time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("not within %v: %s", d, what())
-		case <-tick.C:
-		}
-	}
-}
-
 // running is a Consumer running in a goroutine.
 type running struct {
 	c    *Consumer
@@ -277,9 +262,9 @@ func TestBacklogStaysBounded(t *testing.T) {
 			got = append(got, w.WakeID)
 			return nil
 		})
-	waitUntil(t, 60*time.Second, func() bool { return r.c.Stats.Acked.Load() == n }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return r.c.Stats.Acked.Load() == n }, func() string {
 		return fmt.Sprintf("%d of %d wakes acknowledged", r.c.Stats.Acked.Load(), n)
-	})
+	}))
 	if err := r.wait(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -342,13 +327,13 @@ func testPriorityOvertakesQueuedNormal(t *testing.T, on *brokertest.Broker) {
 	}
 	// The consumer's client fetches it while the handler works: the normal
 	// topic is paused, so whatever it has buffered is the priority wake.
-	waitUntil(t, 30*time.Second, func() bool { return r.c.cl.BufferedFetchRecords() > 0 }, func() string {
+	testenv.WaitFor(t, 30*time.Second, testenv.Holds(func() bool { return r.c.cl.BufferedFetchRecords() > 0 }, func() string {
 		return "the priority wake fetched"
-	})
+	}))
 	close(release)
-	waitUntil(t, 60*time.Second, func() bool { return r.c.Stats.Acked.Load() == 21 }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return r.c.Stats.Acked.Load() == 21 }, func() string {
 		return fmt.Sprintf("%d of 21 wakes acknowledged", r.c.Stats.Acked.Load())
-	})
+	}))
 	mu.Lock()
 	defer mu.Unlock()
 	if order[1] != "p-0000" {
@@ -400,9 +385,9 @@ func testHandlerErrorIsRedelivered(t *testing.T, on *brokertest.Broker) {
 			again = append(again, w.WakeID)
 			return nil
 		})
-	waitUntil(t, 60*time.Second, func() bool { return r.c.Stats.Acked.Load() == 1 && r.c.Stats.Duplicates.Load() == 1 }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return r.c.Stats.Acked.Load() == 1 && r.c.Stats.Duplicates.Load() == 1 }, func() string {
 		return fmt.Sprintf("acked %d duplicates %d, want 1 and 1", r.c.Stats.Acked.Load(), r.c.Stats.Duplicates.Load())
-	})
+	}))
 	if err := r.wait(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -467,7 +452,7 @@ func testRebalanceDuringSlowHandler(t *testing.T, on *brokertest.Broker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var state string
-	waitUntil(t, 45*time.Second, func() bool {
+	testenv.WaitFor(t, 45*time.Second, testenv.Holds(func() bool {
 		groups, err := b.adm.DescribeGroups(ctx, b.group)
 		if err != nil {
 			state = err.Error()
@@ -485,7 +470,7 @@ func testRebalanceDuringSlowHandler(t *testing.T, on *brokertest.Broker) {
 			}
 		}
 		return true
-	}, func() string { return "both members own partitions; the group is " + state })
+	}, func() string { return "both members own partitions; the group is " + state }))
 	select {
 	case <-started:
 	default:
@@ -494,9 +479,9 @@ func testRebalanceDuringSlowHandler(t *testing.T, on *brokertest.Broker) {
 	close(release)
 	released = true
 	// The first member finishes the wake it held.
-	waitUntil(t, 60*time.Second, func() bool { return r.c.Stats.Acked.Load() >= 1 }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return r.c.Stats.Acked.Load() >= 1 }, func() string {
 		return "the wake handled during the rebalance acknowledged"
-	})
+	}))
 }
 
 // TestRebalanceWhileIdleAfterMarker: a poll that returns only a transaction
@@ -514,13 +499,13 @@ func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	waitUntil(t, 60*time.Second, func() bool { return len(b.members(t, b.group)) == 1 }, func() string { return "the consumer in the group" })
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return len(b.members(t, b.group)) == 1 }, func() string { return "the consumer in the group" }))
 	b.transact(t, kgo.TryAbort, b.wakes(t, topics.LaneNormal, 3, 1, "aborted")...)
 	// The marker is consumed (and committed past) once it is polled.
 	end := b.end(t, b.names.Wakes(), topics.Partition([]byte("run-0"), 2))
-	waitUntil(t, 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool {
 		return r.c.cl.CommittedOffsets()[b.names.Wakes()][topics.Partition([]byte("run-0"), 2)].Offset == end
-	}, func() string { return "the abort marker marked and committed" })
+	}, func() string { return "the abort marker marked and committed" }))
 
 	second, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumerGroup(b.group),
 		kgo.ConsumeTopics(b.names.PriorityWakes(), b.names.Wakes()), kgo.HeartbeatInterval(100*time.Millisecond),
@@ -529,10 +514,10 @@ func TestRebalanceWhileIdleAfterMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	waitUntil(t, 45*time.Second, func() bool {
+	testenv.WaitFor(t, 45*time.Second, testenv.Holds(func() bool {
 		ms := b.members(t, b.group)
 		return len(ms) == 2 && ms[0] > 0 && ms[1] > 0
-	}, func() string { return fmt.Sprintf("both members own partitions; assigned %v", b.members(t, b.group)) })
+	}, func() string { return fmt.Sprintf("both members own partitions; assigned %v", b.members(t, b.group)) }))
 	if got := r.c.Stats.Delivered.Load(); got != 0 {
 		t.Errorf("delivered %d wakes of an aborted transaction", got)
 	}

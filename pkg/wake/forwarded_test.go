@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
@@ -23,11 +24,7 @@ import (
 // until the conductor (pkg/wake) receives its wakes; pkg/wake's
 // acknowledgements then make the projector count the result forwarded.
 func TestAcksMarkResultsForwarded(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := brokertest.NewKfake(t).Cluster
 	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "forwarded", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -72,9 +69,9 @@ func TestAcksMarkResultsForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := int64(len(evs))
-	waitFor(t, func() bool { return p.Stats.Applied.Load() == events }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return p.Stats.Applied.Load() == events }, func() string {
 		return fmt.Sprintf("projector applied %d of %d events", p.Stats.Applied.Load(), events)
-	})
+	}))
 	m, err := p.ReadModel(ctx, run)
 	if err != nil {
 		t.Fatal(err)
@@ -92,12 +89,12 @@ func TestAcksMarkResultsForwarded(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(cctx) }()
 	// Every wake acknowledged, and every acknowledgement applied.
-	waitFor(t, func() bool {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool {
 		acked := c.Stats.Acked.Load()
 		return acked > 0 && acked == p.Stats.Wakes.Load() && p.Stats.Applied.Load() == events+acked
 	}, func() string {
 		return fmt.Sprintf("wakes %d, acknowledged %d, applied %d", p.Stats.Wakes.Load(), c.Stats.Acked.Load(), p.Stats.Applied.Load())
-	})
+	}))
 	stopConductor()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

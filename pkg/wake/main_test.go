@@ -18,22 +18,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.M(m)) }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// waitFor polls cond until it holds, failing the test after 60s with what.
-func waitFor(t *testing.T, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.NewTimer(60 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("not within 60s: %s", what())
-		case <-tick.C:
-		}
-	}
-}
-
 // readAll reads n records of topic from the start, failing after 60s.
 func readAll(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
 	t.Helper()

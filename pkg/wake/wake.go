@@ -32,7 +32,6 @@ package wake
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -49,6 +48,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/canopy-dev/canopy/pkg/ids"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -217,6 +217,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		}
 		// Whatever else has arrived, priority wakes included, before the
 		// next delivery.
+		//lint:ignore SA1012 a nil context is franz-go's documented "return at once with what is buffered" (kgo.Client.PollRecords)
 		if err := c.fill(nil); err != nil {
 			return err
 		}
@@ -294,6 +295,7 @@ func (c *Consumer) fill(ctx context.Context) error {
 		// priority records among them. With the normal topic paused, a
 		// second poll returns only those.
 		c.pause()
+		//lint:ignore SA1012 a nil context is franz-go's documented "return at once with what is buffered" (kgo.Client.PollRecords)
 		if err2 := c.take(c.cl.PollFetches(nil)); err == nil {
 			err = err2
 		}
@@ -505,11 +507,7 @@ func AckEvent(w *topics.Wake, source, fallbackAgent string, at time.Time) *topic
 	if id, err := ulid.ParseStrict(w.WakeID); err == nil {
 		ms = id.Time() // the wake's own time: the same id whenever it is acknowledged
 	}
-	sum := sha256.Sum256([]byte("conductor.wake_received\x00" + source + "\x00" + w.WakeID))
-	var id ulid.ULID
-	_ = id.SetTime(ms)
-	_ = id.SetEntropy(sum[:10])
-	ev := &topics.Event{ID: id.String(), Source: source, Type: topics.TypeWakeReceived, Time: topics.NewTime(at),
+	ev := &topics.Event{ID: ids.Ack(ms, source, w.WakeID).String(), Source: source, Type: topics.TypeWakeReceived, Time: topics.NewTime(at),
 		RunID: w.RunID, AgentID: agent, SchemaVersion: topics.CurrentSchemaVersion,
 		Data: &topics.WakeReceived{WakeID: w.WakeID, SnapshotID: s.SnapshotID, AgentIDs: agents}}
 	if s.Scope.SessionID != nil {

@@ -13,15 +13,16 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/replay"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
@@ -90,11 +91,7 @@ func (o *observed) WakeReceived(ctx context.Context, r wake.Received) {
 // injected clock, the span continues the record's trace, and every wake is
 // acknowledged on the agent events topic, keyed and partitioned by run.
 func TestConsumer(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := brokertest.NewKfake(t).Cluster
 	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "waketest", Version: 1}
 	const partitions = 3
@@ -155,9 +152,9 @@ func TestConsumer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(runCtx) }()
 	want := int64(len(recs))
-	waitFor(t, func() bool { return c.Stats.Acked.Load() == want && c.Stats.Duplicates.Load() == 1 }, func() string {
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return c.Stats.Acked.Load() == want && c.Stats.Duplicates.Load() == 1 }, func() string {
 		return "every wake delivered and acknowledged, the duplicate dropped"
-	})
+	}))
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -202,7 +199,7 @@ func TestConsumer(t *testing.T) {
 	for _, s := range spans.Ended() {
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["messaging.message.id"] != prioWake.WakeID {
 			continue
@@ -267,11 +264,7 @@ func TestConsumer(t *testing.T) {
 // the produce's "context canceled"; the wake is not acknowledged, so it is
 // delivered again after a restart.
 func TestStopDuringDelivery(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := brokertest.NewKfake(t).Cluster
 	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "wakestop", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))

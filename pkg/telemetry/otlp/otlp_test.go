@@ -19,13 +19,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	collogs "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	common "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
@@ -162,11 +162,7 @@ func TestOTLPExport(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	events := telemetry.NewEvents(ot.Logs, logger, nil)
 
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
+	kc := brokertest.NewKfake(t).Cluster
 	brokers := kc.ListenAddrs()
 	names := topics.Names{Prefix: "otlp", Version: 1}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -275,12 +271,12 @@ func TestOTLPExport(t *testing.T) {
 	go func() { wdone <- wc.Run(wctx) }()
 	stopConductor := sync.OnceValue(func() error { wstop(); return <-wdone })
 	defer stopConductor()
-	for deadline := time.Now().Add(60 * time.Second); priority.Load() == 0 || normal.Load() < 5; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the conductor received %d normal and %d priority wakes in 60s", normal.Load(), priority.Load())
+	testenv.WaitFor(t, 60*time.Second, func() error {
+		if priority.Load() == 0 || normal.Load() < 5 {
+			return fmt.Errorf("the conductor received %d normal and %d priority wakes, want 5 and 1", normal.Load(), priority.Load())
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
-	}
+		return nil
+	})
 	if err := stopConductor(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package harness
+package workload
 
 import (
 	"encoding/binary"
@@ -55,17 +55,6 @@ type TreeSpec struct {
 // its last event.
 const DefaultFinishTimers = 20 * time.Second
 
-// Shares of non-root nodes that end blocked, failed or still running
-// (holding a lease); the rest complete. A share of nodes raise a request.
-// The same as internal/workload's defaults, so the bench's traffic and the
-// tests' look alike.
-const (
-	blockedShare = 0.05
-	failedShare  = 0.05
-	runningShare = 0.10
-	requestShare = 0.10
-)
-
 // outcomes of a node's lifecycle.
 const (
 	outcomeComplete uint8 = iota
@@ -90,8 +79,8 @@ const (
 
 // Tree generates one run's events lazily, one at a time, so that a run of
 // 100,000 nodes costs a few bytes per node rather than its million events in
-// memory. Unlike internal/workload, which lays out the whole tree before any
-// node works, a Tree grows while it works, as seed 001's planners do: a band
+// memory: the load harness's traffic (bench/harness). Unlike Generate, which
+// lays out the whole tree before any node works, a Tree grows while it works, as seed 001's planners do: a band
 // of steps is created and delegated when few nodes are busy, and its nodes
 // lease, progress, request, block, fail and complete while later bands are
 // planned. So wakes come all along the run's growth, at every size.
@@ -175,7 +164,9 @@ func (t *Tree) id(i int) string {
 	return fmt.Sprintf("agent-%06d", i)
 }
 
-func corr(i int) string { return fmt.Sprintf("corr-%06d", i) }
+// treeCorr is node i's correlation id: six digits, as a Tree's node ids
+// have (Generate's have five).
+func treeCorr(i int) string { return fmt.Sprintf("corr-%06d", i) }
 
 // Next returns the run's next event, occurring at at, and false once the
 // run is over.
@@ -262,7 +253,7 @@ func (t *Tree) planBand() {
 			pending{agent: child, data: func(time.Time) topics.Payload {
 				return &topics.NodeCreated{ParentAgentID: parent, Role: role, Capability: capability, TaskID: step}
 			}},
-			pending{agent: child, corr: corr(c), data: func(at time.Time) topics.Payload {
+			pending{agent: child, corr: treeCorr(c), data: func(at time.Time) topics.Payload {
 				expectedBy := 10 * time.Minute
 				if t.spec.Finish {
 					expectedBy = t.spec.FinishTimers
@@ -271,14 +262,14 @@ func (t *Tree) planBand() {
 				return &topics.NodeDelegated{ExpectedBy: &expected, TaskID: step, ChildRunID: t.spec.RunID + "/" + child}
 			}})
 		switch r := t.rng.Float64(); {
-		case r < blockedShare:
+		case r < defaultBlockedShare:
 			t.outcome[c] = outcomeBlocked
-		case r < blockedShare+failedShare:
+		case r < defaultBlockedShare+defaultFailedShare:
 			t.outcome[c] = outcomeFailed
-		case r < blockedShare+failedShare+runningShare:
+		case r < defaultBlockedShare+defaultFailedShare+defaultRunningShare:
 			t.outcome[c] = outcomeRunning
 		}
-		t.request[c] = t.rng.Float64() < requestShare
+		t.request[c] = t.rng.Float64() < defaultRequestShare
 		t.live = append(t.live, int32(c))
 	}
 	t.created += hi - lo
@@ -288,12 +279,10 @@ func (t *Tree) planBand() {
 	}
 }
 
-var capabilities = []string{"search", "summarize", "code", "browse", "analyze"}
-
 // lifecycle returns node i's next event (nil if the step emits none) and
 // whether its lifecycle is over.
 func (t *Tree) lifecycle(i int, at time.Time) (*topics.Event, bool) {
-	id, c := t.id(i), corr(i)
+	id, c := t.id(i), treeCorr(i)
 	owner := fmt.Sprintf("worker-pool-%d", i%3)
 	step := t.pos[i]
 	t.pos[i]++
@@ -367,31 +356,5 @@ func (t *Tree) lifecycle(i int, at time.Time) (*topics.Event, bool) {
 
 // event makes one event of the run at at.
 func (t *Tree) event(agentID, correlationID string, data topics.Payload, at time.Time) topics.Event {
-	tm := topics.NewTime(at)
-	return topics.Event{
-		ID:            ulid.MustNew(uint64(tm.UnixMilli()), t.entropy).String(),
-		Source:        "/agents/" + agentID,
-		Type:          data.EventType(),
-		Time:          tm,
-		RunID:         t.spec.RunID,
-		AgentID:       agentID,
-		SchemaVersion: topics.CurrentSchemaVersion,
-		SessionID:     t.spec.SessionID,
-		CorrelationID: correlationID,
-		Data:          data,
-	}
-}
-
-// Wakes reports whether the projector wakes the run's conductor for ev (the
-// triggers of pkg/projection, but for progress, which wakes at most once per
-// interval, and timers): those are the events whose latency to their wake
-// the harness measures.
-func Wakes(ev *topics.Event) bool {
-	switch p := ev.Data.(type) {
-	case *topics.Failed, *topics.Result, *topics.Request, *topics.NodeCompleted, *topics.Input:
-		return true
-	case *topics.NodeStatus:
-		return p.Status == topics.StatusBlocked || p.Status == topics.StatusFailed || p.Status == topics.StatusCompleted
-	}
-	return false
+	return newEvent(t.spec.RunID, t.spec.SessionID, "", agentID, correlationID, data, topics.NewTime(at), t.entropy)
 }

@@ -1,4 +1,4 @@
-package harness
+package workload
 
 import (
 	"fmt"
@@ -9,7 +9,8 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// MixSpec describes the traffic of many runs at once. Zero fields take the
+// MixSpec describes the traffic of many runs at once, as the load harness
+// sends it. Zero fields take the
 // default their comment names.
 type MixSpec struct {
 	// Prefix starts every run id; default "run".
@@ -105,30 +106,28 @@ func (m *Mix) newTree() *Tree {
 // Next returns the next event, occurring at at, and false when a Total is
 // set and every run and marker has been returned.
 func (m *Mix) Next(at time.Time) (topics.Event, bool) {
-	for {
-		m.mu.Lock()
-		if len(m.slots) == 0 {
-			m.mu.Unlock()
-			return topics.Event{}, false
-		}
-		k := m.rng.IntN(len(m.slots))
-		t := m.slots[k]
+	m.mu.Lock()
+	if len(m.slots) == 0 {
 		m.mu.Unlock()
-		if ev, ok := t.Next(at); ok {
-			return ev, true
-		}
-		// The run is over: its marker next, and another run in its place.
-		m.mu.Lock()
-		m.ended++
-		if m.spec.Total == 0 || m.started < m.spec.Total {
-			m.slots[k] = m.newTree()
-		} else {
-			m.slots[k] = m.slots[len(m.slots)-1]
-			m.slots = m.slots[:len(m.slots)-1]
-		}
-		m.mu.Unlock()
-		return Marker(t.RunID(), at), true
+		return topics.Event{}, false
 	}
+	k := m.rng.IntN(len(m.slots))
+	t := m.slots[k]
+	m.mu.Unlock()
+	if ev, ok := t.Next(at); ok {
+		return ev, true
+	}
+	// The run is over: its marker next, and another run in its place.
+	m.mu.Lock()
+	m.ended++
+	if m.spec.Total == 0 || m.started < m.spec.Total {
+		m.slots[k] = m.newTree()
+	} else {
+		m.slots[k] = m.slots[len(m.slots)-1]
+		m.slots = m.slots[:len(m.slots)-1]
+	}
+	m.mu.Unlock()
+	return Marker(t.RunID(), at), true
 }
 
 // ActiveRun returns the id of a run under way, chosen with rng, for a human
