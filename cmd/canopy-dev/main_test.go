@@ -58,21 +58,8 @@ func TestSIGTERM(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("canopy-dev on SIGTERM: %v\n%s", err, stderr.String())
 	}
-	inOrder(t, stderr.String(), "received signal terminated", "actor=gateway", "actor=projector", `actor="query endpoint"`)
+	testenv.InOrder(t, stderr.String(), "received signal terminated", "actor=gateway", "actor=projector", `actor="query endpoint"`)
 	if !strings.Contains(seen.String(), "events projected") {
 		t.Errorf("no closing summary:\n%s", seen.String())
-	}
-}
-
-// inOrder fails t unless log holds each of want, in that order.
-func inOrder(t *testing.T, log string, want ...string) {
-	t.Helper()
-	at := 0
-	for _, w := range want {
-		i := strings.Index(log[at:], w)
-		if i < 0 {
-			t.Fatalf("log lacks %q after offset %d (want in order %q):\n%s", w, at, want, log)
-		}
-		at += i + len(w)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,8 +59,8 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 		}
 		return p
 	}
-	api, admin := freeAddr(t), freeAddr(t)
-	env := append(withoutCanopyEnv(), "CANOPY_SASL_PASSWORD="+canary,
+	api, admin := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	env := append(testenv.EnvWithout("CANOPY_"), "CANOPY_SASL_PASSWORD="+canary,
 		"CANOPY_JWT_KEY_FILE="+write("jwt.key", canary+"-jwt-key-0123456789abcdef0123\n"),
 		"CANOPY_PROJECTOR_SECRET_FILE="+write("projector.secret", canary+"-projector-secret-0123456789\n"),
 		"CANOPY_BROKERS="+strings.Join(c.ListenAddrs(), ","), "CANOPY_TOPIC_PREFIX="+names.Prefix,
@@ -127,44 +126,8 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("conductor-gateway on SIGTERM: %v\n%s", err, log)
 	}
-	inOrder(t, log, "received signal terminated", "actor=readiness", "actor=api", `actor="admin endpoint"`, "conductor-gateway stopped")
+	testenv.InOrder(t, log, "received signal terminated", "actor=readiness", "actor=api", `actor="admin endpoint"`, "conductor-gateway stopped")
 	if strings.Contains(log, canary) {
 		t.Errorf("the log carries a secret:\n%s", log)
-	}
-}
-
-// freeAddr is a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// withoutCanopyEnv is the environment without CANOPY_* variables (the test
-// harness's own, which -check-config would refuse).
-func withoutCanopyEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CANOPY_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// inOrder fails t unless log holds each of want, in that order.
-func inOrder(t *testing.T, log string, want ...string) {
-	t.Helper()
-	at := 0
-	for _, w := range want {
-		i := strings.Index(log[at:], w)
-		if i < 0 {
-			t.Fatalf("log lacks %q after offset %d (want in order %q):\n%s", w, at, want, log)
-		}
-		at += i + len(w)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -100,16 +99,4 @@ func freshTopics(ctx context.Context, t *testing.T, b *brokertest.Broker, stem s
 		t.Fatal(err)
 	}
 	return names, cl
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago:
-// listen, note it, close. Nothing else in a test takes it.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -40,7 +41,7 @@ func TestPausedInstanceRefusesReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	c := &child{name: "paused", exited: make(chan struct{})}
 	c.cmd = exec.Command(bin, "run", "-brokers", strings.Join(b.Addrs, ","), "-topic-prefix", names.Prefix,
 		"-data-dir", filepath.Join(tmp, "data"), "-group", "g-"+names.Prefix, "-session-timeout", "2s", "-http-addr", addr)

@@ -46,7 +46,7 @@ func TestRunServesQueries(t *testing.T) {
 	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	secret := "a-query-secret-of-the-test-0123456789abcdef"
 	secretFile := filepath.Join(t.TempDir(), "query-secret")
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {

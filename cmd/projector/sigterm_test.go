@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // canary is a secret's value that no output may show.
@@ -34,8 +35,8 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(canary+"-query-secret-0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	env := append(withoutCanopyEnv(), "CANOPY_SASL_PASSWORD="+canary, "CANOPY_QUERY_SECRET_FILE="+secretFile,
+	addr := testenv.FreeAddr(t)
+	env := append(testenv.EnvWithout("CANOPY_"), "CANOPY_SASL_PASSWORD="+canary, "CANOPY_QUERY_SECRET_FILE="+secretFile,
 		"CANOPY_BROKERS="+strings.Join(b.Addrs, ","), "CANOPY_TOPIC_PREFIX="+names.Prefix, "CANOPY_DATA_DIR="+filepath.Join(tmp, "data"),
 		"CANOPY_GROUP=g-"+names.Prefix, "CANOPY_SESSION_TIMEOUT=2s", "CANOPY_HTTP_ADDR="+addr, "CANOPY_LOG_LEVEL=debug")
 
@@ -93,33 +94,8 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 	if c.err != nil {
 		t.Fatalf("projector run on SIGTERM: %v\n%s", c.err, log)
 	}
-	inOrder(t, log, "received signal terminated", "actor=readiness", "actor=projector", `actor="query endpoint"`, "projector stopped")
+	testenv.InOrder(t, log, "received signal terminated", "actor=readiness", "actor=projector", `actor="query endpoint"`, "projector stopped")
 	if strings.Contains(log, canary) {
 		t.Errorf("the log carries the secret:\n%s", log)
-	}
-}
-
-// withoutCanopyEnv is the environment without CANOPY_* variables (the test
-// harness's own, which -check-config would refuse).
-func withoutCanopyEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CANOPY_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// inOrder fails t unless log holds each of want, in that order.
-func inOrder(t *testing.T, log string, want ...string) {
-	t.Helper()
-	at := 0
-	for _, w := range want {
-		i := strings.Index(log[at:], w)
-		if i < 0 {
-			t.Fatalf("log lacks %q after offset %d (want in order %q):\n%s", w, at, want, log)
-		}
-		at += i + len(w)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -478,7 +477,7 @@ type promServer struct{ name, api string }
 // rules), its own storage, and the extra flags, until the test ends.
 func startPrometheus(t *testing.T, bin, dir, name string, flags ...string) promServer {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	args := append([]string{"--config.file=" + filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path=" + filepath.Join(dir, "tsdb-"+name), "--web.listen-address=" + addr, "--log.level=warn"}, flags...)
 	startProcess(t, exec.Command(bin, args...))
@@ -724,16 +723,6 @@ func doRequest(t *testing.T, req *http.Request) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // output collects a process's combined output, line by line.
