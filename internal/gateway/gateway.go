@@ -152,6 +152,7 @@ func (g *Gateway) table() map[string]route {
 		"/v1/runs/{run_id}/read-model": {http.MethodGet: g.read("read-model")},
 		"/v1/runs/{run_id}/history":    {http.MethodGet: g.history},
 		"/v1/runs/{run_id}/wakes":      {http.MethodGet: g.wakes},
+		"/v1/runs/{run_id}/nodes":      {http.MethodGet: g.nodes}, // ui.go
 	}
 }
 
@@ -160,6 +161,7 @@ func (g *Gateway) routes() {
 	for path, rt := range g.table() {
 		g.mux.Handle(path, g.handle(rt))
 	}
+	g.uiRoutes() // ui.go: the live view's static page, public and data-free
 	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such endpoint; see schema/openapi.yaml"))
 	})

@@ -20,6 +20,8 @@ import (
 //	GET /internal/v1/runs/{run_id}/read-model   seed 003's read model (projection.ReadModel)
 //	GET /internal/v1/runs/{run_id}/history?cursor=&limit=
 //	                                            a page of the history window (projection.HistoryPage)
+//	GET /internal/v1/runs/{run_id}/nodes?cursor=&limit=
+//	                                            a page of every node of the run (projection.NodesPage)
 //	GET /healthz                                200 while the process is alive
 //	GET /readyz                                 200 when an instance runs, has restored its
 //	                                            partitions and caught up (Projector.Ready), else 503
@@ -59,6 +61,7 @@ func NewQueryServer() *QueryServer {
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/snapshot", s.snapshot)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/read-model", s.readModel)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/history", s.history)
+	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/nodes", s.nodes) // nodes.go
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// uiStack is a real stack for the live view: a kfake broker on loopback,
+// one projector with its query server, and a gateway in front.
+type uiStack struct {
+	e   *env
+	p   *projector.Projector
+	srv *httptest.Server
+	cl  *kgo.Client
+}
+
+func newUIStack(t *testing.T) *uiStack {
+	t.Helper()
+	e := newEnv(t, 2)
+	qs := projector.NewQueryServer()
+	qsrv := httptest.NewServer(qs)
+	t.Cleanup(qsrv.Close)
+	p, _ := e.projector(qsrv.Listener.Addr().String())
+	qs.Set(p)
+	t.Cleanup(func() { qs.Set(nil) })
+	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
+	_, srv := e.gateway(e.config())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &uiStack{e: e, p: p, srv: srv, cl: cl}
+}
+
+// produce produces events to their runs' partitions of the agent events.
+func (s *uiStack) produce(t *testing.T, evs ...topics.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	recs := make([]*kgo.Record, 0, len(evs))
+	for i := range evs {
+		rec, err := topics.EventRecord(s.e.names.AgentEvents(), &evs[i], "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Partition = topics.Partition(rec.Key, s.e.parts)
+		recs = append(recs, rec)
+	}
+	if err := s.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// generate produces a workload run of n nodes whose events are timed from
+// now (so that the leases it holds run on the wall clock) and waits until
+// the projector applied all of them.
+func (s *uiStack) generate(t *testing.T, run string, n int) []topics.Event {
+	t.Helper()
+	evs := workload.Generate(workload.Spec{RunID: run, SessionID: "s1", Nodes: n, Start: time.Now().Add(-time.Minute), Step: time.Millisecond, Seed: 7})
+	s.produce(t, evs...)
+	waitFor(t, 60*time.Second, run+" is projected", func() bool {
+		r := call(t, "GET", s.srv.URL+"/v1/runs/"+run+"/read-model", tokAll, nil)
+		var m projection.ReadModel
+		return r.status == 200 && json.Unmarshal(r.body, &m) == nil && m.AsOfEventSeq == int64(len(evs))
+	})
+	return evs
+}
+
+// TestUIPageServed: the live view's page and assets are served without a
+// token, carry no data, and keep to their own origin (CSP); /ui redirects.
+func TestUIPageServed(t *testing.T) {
+	e := newEnv(t, 1)
+	_, srv := e.gateway(e.config())
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"} {
+		resp, err := noRedirect.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), want) {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "connect-src 'self'") {
+			t.Errorf("GET %s: CSP %q", path, csp)
+		}
+	}
+	resp, err := noRedirect.Get(srv.URL + "/ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != UIPath {
+		t.Errorf("GET /ui: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if r := call(t, "GET", srv.URL+"/ui/missing.js", "", nil); r.status != 404 {
+		t.Errorf("a file the page does not have: %d", r.status)
+	}
+}
+
+// TestUINodesEndpoint: GET /v1/runs/{run}/nodes pages through every node of
+// a run (not only the bounded snapshot's), each once, with honest nulls;
+// bad cursors and limits are 400s, an unknown run 404, no token 401.
+func TestUINodesEndpoint(t *testing.T) {
+	s := newUIStack(t)
+	s.generate(t, "ui-nodes", 150)
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	for {
+		u := s.srv.URL + "/v1/runs/ui-nodes/nodes?limit=40"
+		if cursor != "" {
+			u += "&cursor=" + cursor
+		}
+		r := call(t, "GET", u, tokAll, nil)
+		if r.status != 200 {
+			t.Fatalf("nodes page %d: %d %s", pages, r.status, r.body)
+		}
+		var pg projection.NodesPage
+		if err := json.Unmarshal(r.body, &pg); err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if pg.Total != 150 || len(pg.Nodes) > 40 {
+			t.Fatalf("page %d: total %d, %d nodes", pages, pg.Total, len(pg.Nodes))
+		}
+		for _, n := range pg.Nodes {
+			if seen[n.AgentID] {
+				t.Errorf("node %s on two pages", n.AgentID)
+			}
+			seen[n.AgentID] = true
+			if n.Status == "" || n.Role == "" {
+				t.Errorf("node %s without an honest status/role: %+v", n.AgentID, n)
+			}
+			if n.AgentID != "conductor" && n.ParentAgentID == nil {
+				t.Errorf("node %s has no parent", n.AgentID)
+			}
+		}
+		if cursor = pg.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if len(seen) != 150 || pages != 4 {
+		t.Errorf("%d nodes on %d pages, want 150 on 4", len(seen), pages)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "cursor=%21%21"} {
+		if r := call(t, "GET", s.srv.URL+"/v1/runs/ui-nodes/nodes?"+q, tokAll, nil); r.status != 400 {
+			t.Errorf("nodes?%s: %d %s", q, r.status, r.body)
+		}
+	}
+	if r := call(t, "GET", s.srv.URL+"/v1/runs/never-seen/nodes", tokAll, nil); r.status != 404 || r.problem(t).Type != problem.UnknownRun {
+		t.Errorf("unknown run: %d %s", r.status, r.body)
+	}
+	if r := call(t, "GET", s.srv.URL+"/v1/runs/ui-nodes/nodes", "", nil); r.status != 401 {
+		t.Errorf("no token: %d", r.status)
+	}
+	if r := call(t, "GET", s.srv.URL+"/v1/runs/ui-nodes/nodes", tokRun1, nil); r.status != 403 {
+		t.Errorf("a token of another run: %d", r.status)
+	}
+}
