@@ -27,6 +27,7 @@
     wakes: [],              // timeline, oldest first
     dropped: 0,
     pending: new Map(),     // event_id of a human input -> performance.now() when posted
+    inputWakes: new Map(),  // event_id of a human input -> its wake, when the wake came first
     historyCursor: "", historyDone: false, historyLoading: false,
     refreshTimer: 0, refreshing: false, refreshAgain: false,
     reconnects: 0,
@@ -66,8 +67,8 @@
     if (S.stream) S.stream.abort();
     clearTimeout(S.refreshTimer);
     Object.assign(S, { run, nodes: new Map(), order: [], total: null, readModel: null, lastHeard: 0, asOf: null,
-      lastEventId: "0.0", stream: null, wakes: [], dropped: 0, pending: new Map(), historyCursor: "", historyDone: false,
-      historyLoading: false, refreshing: false, refreshAgain: false, reconnects: 0 });
+      lastEventId: "0.0", stream: null, wakes: [], dropped: 0, pending: new Map(), inputWakes: new Map(), historyCursor: "", historyDone: false,
+      historyLoading: false, historyTop: null, lastRefresh: 0, refreshing: false, refreshAgain: false, reconnects: 0 });
     const gen = ++S.gen;
     showMessage("");
     $("feed").textContent = ""; $("timeline").textContent = ""; $("history").textContent = "";
@@ -100,14 +101,19 @@
   }
 
   // ---- the read model and every node, paged ----
+  // Refreshes start at most once a second: the gateway rate-limits each
+  // token subject (10 requests/s by default), and the wakes already carry
+  // what changed.
+  const MIN_REFRESH_MS = 1000;
   function scheduleRefresh(gen, delay) {
     if (S.refreshTimer) return;
-    S.refreshTimer = setTimeout(() => { S.refreshTimer = 0; refresh(gen); }, delay);
+    const wait = Math.max(delay, MIN_REFRESH_MS - (Date.now() - (S.lastRefresh || 0)));
+    S.refreshTimer = setTimeout(() => { S.refreshTimer = 0; refresh(gen); }, wait);
   }
 
   async function refresh(gen) {
     if (S.refreshing) { S.refreshAgain = true; return; }
-    S.refreshing = true;
+    S.refreshing = true; S.lastRefresh = Date.now();
     try {
       const rm = await api("/read-model");
       if (gen !== S.gen) return;
@@ -130,7 +136,8 @@
       }
       for (const id of [...S.nodes.keys()]) if (!seen.has(id) && !S.nodes.get(id)._fromWake) S.nodes.delete(id);
       renderTree();
-      if ($("message").dataset.kind === "error" && !$("message").hidden && S.stream) showMessage("");
+      if ($("message").dataset.kind === "error" && !$("message").hidden) showMessage("");
+      if (!S.historyLoading && S.historyTop != null) loadNewerHistory(gen);
     } catch (e) {
       if (gen === S.gen) { setConn("error", "cannot reach the gateway"); showMessage("The gateway cannot be reached: " + e.message + ". What you see may be out of date."); }
     } finally {
@@ -144,7 +151,12 @@
     if (resp.status === 404) showMessage("Unknown run \"" + S.run + "\": canopy has no event of it (wrong id, or not started yet). " + detail, "unknown");
     else if (resp.status === 410) showMessage("Run \"" + S.run + "\" has expired: its projection was dropped after the retention period. " + detail, "unknown");
     else if (resp.status === 401 || resp.status === 403) showMessage("Not allowed to read run \"" + S.run + "\" with this token: " + detail, "error");
-    else showMessage("Run \"" + S.run + "\" is unavailable right now (" + resp.status + "): " + detail + " What you see may be out of date.", "error");
+    else if (resp.status === 429 || resp.status === 503) {
+      const ra = Math.max(1, parseInt(resp.headers.get("Retry-After") || "2", 10));
+      showMessage((resp.status === 429 ? "The gateway asks this page to slow down" : "Run \"" + S.run + "\" is unavailable right now") +
+        " (" + resp.status + ": " + detail + "); retrying in " + ra + "s. What you see may be out of date.", "error");
+      scheduleRefresh(S.gen, ra * 1000);
+    } else showMessage("Run \"" + S.run + "\" is unavailable right now (" + resp.status + "): " + detail + " What you see may be out of date.", "error");
     if (resp.status === 404 || resp.status === 410) { S.nodes.clear(); S.total = 0; renderTree(); }
   }
 
@@ -363,18 +375,22 @@
     addFeed(w, at);
     // The result of a human input sent from this page: the priority wake
     // whose trigger is its event.
+    // The wake may overtake the 202's body: remember when each input's wake came.
     for (const t of w.triggers || []) {
-      if (t.kind === "human_input" && t.event_id && S.pending.has(t.event_id)) {
-        const ms = Math.round(pnow - S.pending.get(t.event_id)); S.pending.delete(t.event_id);
-        const r = $("input-result"); r.dataset.state = "woken";
-        r.textContent = "Priority wake " + w.wake_id + " arrived " + ms + " ms after sending (end to end: gateway, Kafka, projector, wake topic, stream).";
-        r.dataset.latency = ms; r.dataset.wake = w.wake_id;
-      }
+      if (t.kind !== "human_input" || !t.event_id) continue;
+      if (S.pending.has(t.event_id)) { woken(w, pnow - S.pending.get(t.event_id)); S.pending.delete(t.event_id); }
+      else { S.inputWakes.set(t.event_id, { w, at: pnow }); if (S.inputWakes.size > 200) S.inputWakes.delete(S.inputWakes.keys().next().value); }
     }
     renderTree();
     // The wake names what changed; the full tree follows shortly after.
-    scheduleRefresh(gen, 500);
-    if (!S.historyLoading && S.historyTop) loadNewerHistory(gen);
+    scheduleRefresh(gen, 300);
+  }
+
+  function woken(w, ms) {
+    ms = Math.round(ms);
+    const r = $("input-result"); r.dataset.state = "woken";
+    r.textContent = "Priority wake " + w.wake_id + " arrived " + ms + " ms after sending (end to end: gateway, Kafka, projector, wake topic, stream).";
+    r.dataset.latency = ms; r.dataset.wake = w.wake_id;
   }
 
   function trigText(t) {
@@ -500,10 +516,11 @@
       const resp = await api("/input", { method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": crypto.randomUUID() }, body: JSON.stringify(body) });
       if (!resp.ok) { r.dataset.state = "error"; r.textContent = "Not accepted (" + resp.status + "): " + (await problemOf(resp)); return; }
       const acc = await resp.json();
-      S.pending.set(acc.event_id, t0);
       r.dataset.state = "accepted"; r.dataset.event = acc.event_id;
       r.textContent = "Accepted as " + acc.event_id + " in " + Math.round(performance.now() - t0) + " ms; waiting for its priority wake…";
       $("input-text").value = "";
+      const early = S.inputWakes.get(acc.event_id);
+      if (early) { S.inputWakes.delete(acc.event_id); woken(early.w, early.at - t0); } else S.pending.set(acc.event_id, t0);
     } catch (e) { r.dataset.state = "error"; r.textContent = "Not sent: " + e.message; }
   }
 
