@@ -131,6 +131,16 @@ func TestUIBrowser(t *testing.T) {
 	if got := js[string](t, ctx, `document.querySelector("#summary dd").textContent`); got == "" {
 		t.Error("the summary shows no run status")
 	}
+	waitJS(t, ctx, 10*time.Second, "the list of runs offers the run", `[...document.getElementById("runs").options].some(o => o.value === "ui-run")`)
+
+	// History: scrolling back loads older entries through the cursor.
+	waitJS(t, ctx, 10*time.Second, "the first history page is shown", `document.querySelectorAll("#history li").length >= 50`)
+	oldest := js[int](t, ctx, `Math.min(...[...document.querySelectorAll("#history li")].map(li => +li.dataset.seq))`)
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`(() => { const h = document.getElementById("history-scroll"); h.scrollTop = h.scrollHeight; h.dispatchEvent(new Event("scroll")); })()`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 10*time.Second, "scrolling back loads older history",
+		fmt.Sprintf(`Math.min(...[...document.querySelectorAll("#history li")].map(li => +li.dataset.seq)) < %d`, oldest))
 
 	// A status change produced to Kafka shows within a second.
 	target := s.nodeWith(t, run, topics.StatusRunning)

@@ -153,6 +153,7 @@ func (g *Gateway) table() map[string]route {
 		"/v1/runs/{run_id}/history":    {http.MethodGet: g.history},
 		"/v1/runs/{run_id}/wakes":      {http.MethodGet: g.wakes},
 		"/v1/runs/{run_id}/nodes":      {http.MethodGet: g.nodes}, // ui.go
+		"/v1/runs":                     {http.MethodGet: g.runs},  // ui.go
 	}
 }
 
@@ -348,7 +349,7 @@ func (g *Gateway) handle(rt route) http.Handler {
 			return
 		}
 		run := r.PathValue("run_id")
-		if msg := idProblem(run); msg != "" {
+		if msg := idProblem(run); msg != "" && strings.Contains(r.Pattern, "{run_id}") {
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "run_id: %s", msg))
 			return
 		}

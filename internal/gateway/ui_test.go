@@ -171,3 +171,68 @@ func TestUINodesEndpoint(t *testing.T) {
 		t.Errorf("a token of another run: %d", r.status)
 	}
 }
+
+// TestUIRunsList: GET /v1/runs merges the runs of two projector instances
+// (each owns one partition), pages through them by run id, and lists only
+// the runs a token covers.
+func TestUIRunsList(t *testing.T) {
+	e := newEnv(t, 2)
+	e.twoOwners(t)
+	_, srv := e.gateway(e.config())
+	s := &uiStack{e: e, srv: srv}
+	var err error
+	if s.cl, err = kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.cl.Close)
+	runs := []string{"run-1", "run-2", "run-3", "run-4", "run-5"}
+	parts := map[int32]bool{}
+	for _, run := range runs {
+		s.generate(t, run, 5)
+		parts[topics.Partition([]byte(run), 2)] = true
+	}
+	if len(parts) != 2 {
+		t.Fatalf("the runs are all on one partition: %v", parts)
+	}
+	var got []string
+	after := ""
+	for range 10 {
+		u := srv.URL + "/v1/runs?limit=2"
+		if after != "" {
+			u += "&after=" + after
+		}
+		r := call(t, "GET", u, tokAll, nil)
+		var l runsList
+		if r.status != 200 || json.Unmarshal(r.body, &l) != nil {
+			t.Fatalf("GET %s: %d %s", u, r.status, r.body)
+		}
+		if !l.Complete || len(l.UnavailablePartitions) != 0 || len(l.Runs) > 2 {
+			t.Fatalf("page after %q: %s", after, r.body)
+		}
+		for _, ref := range l.Runs {
+			got = append(got, ref.RunID)
+			if ref.AsOfEventSeq == 0 || ref.SessionID == nil || *ref.SessionID != "s1" {
+				t.Errorf("run %+v", ref)
+			}
+		}
+		if after = l.NextAfter; after == "" {
+			break
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(runs, ",") {
+		t.Errorf("listed %v, want %v", got, runs)
+	}
+	r := call(t, "GET", srv.URL+"/v1/runs", tokRun1, nil)
+	var l runsList
+	if err := json.Unmarshal(r.body, &l); err != nil || len(l.Runs) != 1 || l.Runs[0].RunID != "run-1" {
+		t.Errorf("bob's list: %d %s", r.status, r.body)
+	}
+	for _, q := range []string{"limit=0", "limit=1001"} {
+		if r := call(t, "GET", srv.URL+"/v1/runs?"+q, tokAll, nil); r.status != 400 {
+			t.Errorf("runs?%s: %d", q, r.status)
+		}
+	}
+	if r := call(t, "GET", srv.URL+"/v1/runs", "", nil); r.status != 401 {
+		t.Errorf("no token: %d", r.status)
+	}
+}

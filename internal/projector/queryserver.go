@@ -22,6 +22,7 @@ import (
 //	                                            a page of the history window (projection.HistoryPage)
 //	GET /internal/v1/runs/{run_id}/nodes?cursor=&limit=
 //	                                            a page of every node of the run (projection.NodesPage)
+//	GET /internal/v1/runs?after=&limit=         the runs of the partitions it owns (RunsPage)
 //	GET /healthz                                200 while the process is alive
 //	GET /readyz                                 200 when an instance runs, has restored its
 //	                                            partitions and caught up (Projector.Ready), else 503
@@ -62,6 +63,7 @@ func NewQueryServer() *QueryServer {
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/read-model", s.readModel)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/history", s.history)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/nodes", s.nodes) // nodes.go
+	s.mux.HandleFunc("GET /internal/v1/runs", s.runs)                 // nodes.go
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

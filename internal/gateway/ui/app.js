@@ -100,6 +100,28 @@
     for (const r of recent) { const o = document.createElement("option"); o.value = r; dl.append(o); }
   }
 
+  // ---- the list of runs (GET /v1/runs, every projector's runs merged) ----
+  async function loadRuns() {
+    const sel = $("runs");
+    if (!S.token) return;
+    try {
+      let after = ""; const refs = []; let complete = true;
+      for (let i = 0; i < 5; i++) { // at most 5 pages of 200 in the picker
+        const resp = await fetch("/v1/runs?limit=200" + (after ? "&after=" + encodeURIComponent(after) : ""), { headers: { Authorization: "Bearer " + S.token }, cache: "no-store" });
+        if (!resp.ok) { sel.options[0].textContent = "(runs unavailable: " + (await problemOf(resp)) + ")"; return; }
+        const l = await resp.json();
+        refs.push(...l.runs); complete = complete && l.complete;
+        if (!(after = l.next_after)) break;
+      }
+      sel.replaceChildren(new Option(refs.length ? "(pick one of " + refs.length + " runs" + (complete ? "" : "; some partitions did not answer") + ")" : "(no runs)", ""));
+      for (const r of refs) {
+        const o = new Option(r.run_id + " · " + r.as_of_event_seq + " events" + (r.as_of ? " · " + r.as_of.replace("T", " ").replace(/\.\d+Z$/, "Z") : ""), r.run_id);
+        if (r.run_id === S.run) o.selected = true;
+        sel.append(o);
+      }
+    } catch (e) { sel.options[0].textContent = "(runs unavailable: " + e.message + ")"; }
+  }
+
   // ---- the read model and every node, paged ----
   // Refreshes start at most once a second: the gateway rate-limits each
   // token subject (10 requests/s by default), and the wakes already carry
@@ -534,8 +556,12 @@
       S.token = $("token").value.trim();
       if (S.token) sessionStorage.setItem("canopy.token", S.token);
       openRun($("run").value.trim());
+      loadRuns();
     });
     $("input-form").addEventListener("submit", sendInput);
+    $("runs").addEventListener("change", (e) => { if (e.target.value) { $("run").value = e.target.value; openRun(e.target.value); } });
+    $("runs-reload").addEventListener("click", loadRuns);
+    loadRuns();
     $("timeline").addEventListener("change", (e) => showSnapshot(e.target.value));
     $("tree-scroll").addEventListener("scroll", () => requestAnimationFrame(paintRows), { passive: true });
     $("history-more").addEventListener("click", () => loadHistory(S.gen));
