@@ -72,10 +72,15 @@ func (s *uiStack) generate(t *testing.T, run string, n int) []topics.Event {
 	t.Helper()
 	evs := workload.Generate(workload.Spec{RunID: run, SessionID: "s1", Nodes: n, Start: time.Now().Add(-time.Minute), Step: time.Millisecond, Seed: 7})
 	s.produce(t, evs...)
-	waitFor(t, 60*time.Second, run+" is projected", func() bool {
+	var seq int64
+	waitFor(t, 60*time.Second+time.Duration(n)*100*time.Millisecond, run+" is projected", func() bool {
 		r := call(t, "GET", s.srv.URL+"/v1/runs/"+run+"/read-model", tokAll, nil)
 		var m projection.ReadModel
-		return r.status == 200 && json.Unmarshal(r.body, &m) == nil && m.AsOfEventSeq == int64(len(evs))
+		if r.status == 200 && json.Unmarshal(r.body, &m) == nil && m.AsOfEventSeq != seq {
+			seq = m.AsOfEventSeq
+			t.Logf("%s: %d of %d events applied", run, seq, len(evs))
+		}
+		return seq == int64(len(evs))
 	})
 	return evs
 }

@@ -32,7 +32,7 @@
     refreshTimer: 0, refreshing: false, refreshAgain: false,
     reconnects: 0,
   };
-  window.canopyUI = S; // for tests and the curious: the view's state
+  window.canopyUI = S; // for tests and the curious: the view's state (S.paint repaints the tree's visible rows)
 
   // ---- token and run from the fragment ----
   function readFragment() {
@@ -235,6 +235,8 @@
     paintRows();
   }
 
+  S.paint = () => paintRows();
+  S.rerender = () => renderTree();
   function paintRows() {
     const box = $("tree-scroll"); const body = $("tree-body");
     const n = S.order.length;
@@ -465,8 +467,17 @@
     add("Omitted", String(tm.omitted_count_total ?? 0) + (tm.omitted_by_status ? " (" + Object.entries(tm.omitted_by_status).filter(([, v]) => v).map(([k, v]) => k + " " + v).join(", ") + ")" : ""));
     add("Truncated", s.truncated ? "yes, policy " + (tm.policy_version || "?") + (tm.byte_budget ? ", byte budget " + tm.byte_budget : "") : "no", s.truncated ? "warn" : "");
     add("Stale", s.stale ? "yes: the projection was behind its input when it was built" : "no", s.stale ? "stale" : "");
-    add("Triggers", (w.triggers || []).map(trigText).join("; "));
+    const trigs = w.triggers || []; const kinds = {};
+    for (const t of trigs) kinds[t.kind] = (kinds[t.kind] || 0) + 1;
+    add("Triggers", trigs.length + ": " + Object.entries(kinds).map(([k, v]) => k + " " + v).join(", "));
     box.append(dl);
+    if (trigs.length) {
+      const det = document.createElement("details"); const sum = document.createElement("summary");
+      sum.textContent = "Every trigger of this wake"; det.append(sum);
+      const ul = document.createElement("ul"); ul.className = "trig-list";
+      for (const t of trigs) { const li = document.createElement("li"); li.textContent = trigText(t); ul.append(li); }
+      det.append(ul); box.append(det);
+    }
     const t = document.createElement("table"); t.className = "tree snap";
     const cap = document.createElement("caption"); cap.className = "vh"; cap.textContent = "The nodes the snapshot included"; t.append(cap);
     t.insertAdjacentHTML("beforeend", '<thead><tr><th scope="col">Node</th><th scope="col">Status then</th><th scope="col">Status now</th><th scope="col">Role</th><th scope="col">Lease left then</th><th scope="col">Open requests</th></tr></thead>');
@@ -482,7 +493,9 @@
       cell(tr, String(n.open_request_count ?? "unknown"));
       tb.append(tr);
     }
-    t.append(tb); box.append(t);
+    t.append(tb);
+    const sc = document.createElement("div"); sc.className = "snap-scroll"; sc.tabIndex = 0;
+    sc.setAttribute("aria-label", "The snapshot's nodes (scrollable)"); sc.append(t); box.append(sc);
   }
 
   // ---- history, newest first, older pages through the cursors ----
