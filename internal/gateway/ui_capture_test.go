@@ -28,7 +28,7 @@ func TestUICapture(t *testing.T) {
 	if shot == "" && measure == "" {
 		t.Skip("set CANOPY_UI_SCREENSHOT=<file.png> or CANOPY_UI_MEASURE=<nodes> to run")
 	}
-	s := newUIStack(t)
+	s := newUIStackWith(t, 50_000)
 	if shot != "" {
 		const run = "demo-200"
 		s.generate(t, run, 200)
@@ -62,7 +62,7 @@ func TestUICapture(t *testing.T) {
 			t.Fatalf("CANOPY_UI_MEASURE=%q: want a node count", measure)
 		}
 		run := fmt.Sprintf("big-%d", n)
-		s.generate(t, run, n)
+		s.generateUntil(t, run, n, true)
 		ctx := browser(t, 1440, 1000)
 		began := time.Now()
 		if err := chromedp.Do(ctx, chromedp.Navigate(s.srv.URL+UIPath+"#token="+tokAll+"&run="+run)); err != nil {

@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -27,13 +29,41 @@ type uiStack struct {
 	cl  *kgo.Client
 }
 
-func newUIStack(t *testing.T) *uiStack {
+func newUIStack(t *testing.T) *uiStack { t.Helper(); return newUIStackWith(t, 0) }
+
+// newUIStackWith is newUIStack with a projector that keeps up to hot nodes
+// of a run in memory (0: the default): a run larger than that reads its
+// nodes back from Pebble as its events touch them, which makes generating
+// a 10,000-node run slow.
+func newUIStackWith(t *testing.T, hot int) *uiStack {
 	t.Helper()
 	e := newEnv(t, 2)
 	qs := projector.NewQueryServer()
 	qsrv := httptest.NewServer(qs)
 	t.Cleanup(qsrv.Close)
-	p, _ := e.projector(qsrv.Listener.Addr().String())
+	var p *projector.Projector
+	if hot == 0 {
+		p, _ = e.projector(qsrv.Listener.Addr().String())
+	} else {
+		cfg := projector.Config{Brokers: e.brokers, Names: e.names, DataDir: t.TempDir(), Group: e.group,
+			SessionTimeout: 2 * time.Second, AdvertiseAddr: qsrv.Listener.Addr().String(),
+			Projection: projection.Config{MaxHotNodesPerRun: hot},
+			Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+		ctx, cancel := context.WithCancel(context.Background())
+		var err error
+		if p, err = projector.New(ctx, cfg); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("projector: %v", err)
+			}
+		})
+	}
 	qs.Set(p)
 	t.Cleanup(func() { qs.Set(nil) })
 	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
@@ -70,15 +100,36 @@ func (s *uiStack) produce(t *testing.T, evs ...topics.Event) {
 // the projector applied all of them.
 func (s *uiStack) generate(t *testing.T, run string, n int) []topics.Event {
 	t.Helper()
-	evs := workload.Generate(workload.Spec{RunID: run, SessionID: "s1", Nodes: n, Start: time.Now().Add(-time.Minute), Step: time.Millisecond, Seed: 7})
+	return s.generateUntil(t, run, n, false)
+}
+
+// generateUntil is generate that, with nodesOnly, waits only until the
+// run has its n nodes (the workload creates the tree first), not for
+// every event.
+func (s *uiStack) generateUntil(t *testing.T, run string, n int, nodesOnly bool) []topics.Event {
+	t.Helper()
+	// About 11 events a node, 1 ms apart, ending now: none from the future.
+	start := time.Now().Add(-time.Duration(n)*11*time.Millisecond - 5*time.Second)
+	evs := workload.Generate(workload.Spec{RunID: run, SessionID: "s1", Nodes: n, Start: start, Step: time.Millisecond, Seed: 7})
 	s.produce(t, evs...)
-	var seq int64
+	var seq, stillSeq int64
+	var stillSince time.Time
 	waitFor(t, 60*time.Second+time.Duration(n)*100*time.Millisecond, run+" is projected", func() bool {
-		r := call(t, "GET", s.srv.URL+"/v1/runs/"+run+"/read-model", tokAll, nil)
+		// carol's token (session s1), so that alice's, which the page
+		// uses, keeps its whole rate-limit burst.
+		r := call(t, "GET", s.srv.URL+"/v1/runs/"+run+"/read-model", tokSession, nil)
 		var m projection.ReadModel
 		if r.status == 200 && json.Unmarshal(r.body, &m) == nil && m.AsOfEventSeq != seq {
 			seq = m.AsOfEventSeq
-			t.Logf("%s: %d of %d events applied", run, seq, len(evs))
+			t.Logf("%s: %d of %d events applied, %d nodes", run, seq, len(evs), m.Counts.Nodes)
+		}
+		if nodesOnly {
+			// Every node, and the projection no longer busy: its applied
+			// count stood still for two seconds.
+			if m.AsOfEventSeq != stillSeq {
+				stillSeq, stillSince = m.AsOfEventSeq, time.Now()
+			}
+			return m.Counts.Nodes >= n && time.Since(stillSince) > 2*time.Second
 		}
 		return seq == int64(len(evs))
 	})

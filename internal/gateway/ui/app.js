@@ -227,6 +227,14 @@
     return out;
   }
 
+  // Wakes replayed in a burst (a stream opened at 0.0) re-render once a frame.
+  let renderPending = false;
+  function scheduleRender() {
+    if (renderPending) return;
+    renderPending = true;
+    requestAnimationFrame(() => { renderPending = false; renderTree(); });
+  }
+
   function renderTree() {
     S.order = treeOrder();
     const shown = S.nodes.size;
@@ -405,7 +413,7 @@
       if (S.pending.has(t.event_id)) { woken(w, pnow - S.pending.get(t.event_id)); S.pending.delete(t.event_id); }
       else { S.inputWakes.set(t.event_id, { w, at: pnow }); if (S.inputWakes.size > 200) S.inputWakes.delete(S.inputWakes.keys().next().value); }
     }
-    renderTree();
+    scheduleRender();
     // The wake names what changed; the full tree follows shortly after.
     scheduleRefresh(gen, 300);
   }
