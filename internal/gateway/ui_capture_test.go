@@ -42,7 +42,7 @@ func TestUICapture(t *testing.T) {
 		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("input-text"), "focus on the blocked nodes first"), chromedp.Click(chromedp.ID("input-send"))); err != nil {
 			t.Fatal(err)
 		}
-		waitJS(t, ctx, 10*time.Second, "the priority wake is shown", `document.getElementById("input-result").dataset.state === "woken"`)
+		waitJS(t, ctx, 10*time.Second, "the priority wake is shown, and the tree read again", `document.getElementById("input-result").dataset.state === "woken" && document.getElementById("tree-count").textContent === "(201 nodes)" && document.querySelectorAll("#summary dd")[1].textContent === "201"`)
 		if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`(() => { const t = document.getElementById("timeline"); t.selectedIndex = Math.max(0, t.options.length - 2); t.dispatchEvent(new Event("change")); })()`)); err != nil {
 			t.Fatal(err)
 		}

@@ -68,7 +68,7 @@
     clearTimeout(S.refreshTimer);
     Object.assign(S, { run, nodes: new Map(), order: [], total: null, readModel: null, lastHeard: 0, asOf: null,
       lastEventId: "0.0", stream: null, wakes: [], dropped: 0, pending: new Map(), inputWakes: new Map(), historyCursor: "", historyDone: false,
-      historyLoading: false, historyTop: null, lastRefresh: 0, refreshing: false, refreshAgain: false, reconnects: 0 });
+      historyLoading: false, historyTop: null, lastRefresh: 0, totalSeq: 0, refreshing: false, refreshAgain: false, reconnects: 0 });
     const gen = ++S.gen;
     showMessage("");
     $("feed").textContent = ""; $("timeline").textContent = ""; $("history").textContent = "";
@@ -149,7 +149,7 @@
         if (gen !== S.gen) return;
         if (!resp.ok) { await runProblem(resp); return; }
         const pg = await resp.json();
-        S.total = pg.total;
+        if (pg.as_of_event_seq >= (S.totalSeq || 0)) { S.total = pg.total; S.totalSeq = pg.as_of_event_seq; }
         for (const n of pg.nodes) { seen.add(n.agent_id); merge(n, pg.as_of_event_seq, pg.stale); }
         heard(pg.as_of);
         renderTree();
@@ -400,6 +400,8 @@
     w._received = at;
     const snap = w.agent_tree_snapshot || {};
     for (const n of snap.nodes || []) merge(n, snap.as_of_event_seq || 0, snap.stale, true);
+    // The snapshot's total is newer than the last node listing's when its seq is.
+    if (snap.summary && (snap.as_of_event_seq || 0) > (S.totalSeq || 0)) { S.total = snap.summary.node_count_total; S.totalSeq = snap.as_of_event_seq; }
     heard(snap.generated_at);
     S.wakes.push(w);
     if (S.wakes.length > MAX_TIMELINE) { S.wakes.shift(); S.dropped++; }
