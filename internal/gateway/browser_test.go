@@ -45,7 +45,8 @@ func waitJS(t *testing.T, ctx context.Context, d time.Duration, what, cond strin
 	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(d))); err != nil {
 		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({conn: document.getElementById("conn").textContent,
 			message: document.getElementById("message").textContent, count: document.getElementById("tree-count").textContent,
-			result: document.getElementById("input-result").textContent, wakes: (window.canopyUI||{}).wakes?.map(w => w.lane + ":" + w.triggers.map(t => t.kind + "/" + t.event_id).join(","))})`))
+			result: document.getElementById("input-result").textContent, wakes: (window.canopyUI||{}).wakes?.length,
+			requests: performance.getEntriesByType("resource").slice(-40).map(e => Math.round(e.startTime) + " " + e.name.replace(location.origin, ""))})`))
 		t.Fatalf("waiting %s until %s: %v; page: %s", d, what, err, state)
 	}
 }
@@ -124,6 +125,9 @@ func TestUIBrowser(t *testing.T) {
 	}
 	waitJS(t, ctx, 10*time.Second, "the tree shows the run's 60 nodes",
 		`document.getElementById("tree-count").textContent === "(60 nodes)" && !!document.querySelector('#tree-body tr[data-agent="conductor"]')`)
+	if !js[bool](t, ctx, `[...document.querySelectorAll("#tree-body tr.band")].some(tr => /^plan plan-conductor · band 1 of \d+/.test(tr.textContent))`) {
+		t.Error("the conductor's plan is not drawn as bands")
+	}
 	if hash := js[string](t, ctx, `location.hash`); strings.Contains(hash, "token") || hash != "#run="+run {
 		t.Errorf("the address bar keeps %q: the token must leave it", hash)
 	}

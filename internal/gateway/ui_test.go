@@ -67,7 +67,12 @@ func newUIStackWith(t *testing.T, hot int) *uiStack {
 	qs.Set(p)
 	t.Cleanup(func() { qs.Set(nil) })
 	waitFor(t, 30*time.Second, "the projector owns both partitions", func() bool { return len(p.Owned()) == 2 })
-	_, srv := e.gateway(e.config())
+	// The wall clock, not the env's frozen test clock: the page's lease
+	// countdowns run on it, and the rate limiter refills by it (a frozen
+	// clock never refills a token subject's bucket).
+	cfg := e.config()
+	cfg.Now = time.Now
+	_, srv := e.gateway(cfg)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +177,7 @@ func TestUINodesEndpoint(t *testing.T) {
 	s := newUIStack(t)
 	s.generate(t, "ui-nodes", 150)
 	seen := map[string]bool{}
-	cursor, pages := "", 0
+	cursor, pages, planned := "", 0, 0
 	for {
 		u := s.srv.URL + "/v1/runs/ui-nodes/nodes?limit=40"
 		if cursor != "" {
@@ -201,6 +206,12 @@ func TestUINodesEndpoint(t *testing.T) {
 			if n.AgentID != "conductor" && n.ParentAgentID == nil {
 				t.Errorf("node %s has no parent", n.AgentID)
 			}
+			if n.Plan != nil {
+				planned++
+				if n.Plan.PlanID == "" || n.Plan.Band < 0 || n.Plan.Band >= n.Plan.BandCount {
+					t.Errorf("node %s: plan place %+v", n.AgentID, *n.Plan)
+				}
+			}
 		}
 		if cursor = pg.NextCursor; cursor == "" {
 			break
@@ -208,6 +219,9 @@ func TestUINodesEndpoint(t *testing.T) {
 	}
 	if len(seen) != 150 || pages != 4 {
 		t.Errorf("%d nodes on %d pages, want 150 on 4", len(seen), pages)
+	}
+	if planned != 149 {
+		t.Errorf("%d nodes placed in a plan's bands, want every node but the root (149)", planned)
 	}
 	for _, q := range []string{"limit=0", "limit=1001", "cursor=%21%21"} {
 		if r := call(t, "GET", s.srv.URL+"/v1/runs/ui-nodes/nodes?"+q, tokAll, nil); r.status != 400 {

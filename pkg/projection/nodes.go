@@ -44,6 +44,20 @@ type NodeView struct {
 	// Watchdog is seed 004's delivery status of a dispatched node; null
 	// when the node was never dispatched.
 	Watchdog *topics.WatchdogStatus `json:"watchdog"`
+	// Plan places the node in a plan of its parent (seed 001's bands of
+	// steps); null when no plan step names it.
+	Plan *PlanPlace `json:"plan"`
+}
+
+// PlanPlace is where a node stands in a plan: the step of a band that
+// names it as its child.
+type PlanPlace struct {
+	PlanID string `json:"plan_id"`
+	// Band is the band's index in the plan, from 0, of BandCount.
+	Band           int  `json:"band"`
+	BandCount      int  `json:"band_count"`
+	Parallelizable bool `json:"parallelizable"`
+	Step           int  `json:"step"`
 }
 
 // NodesPage is one page of a run's nodes, by agent id.
@@ -128,9 +142,14 @@ func (r *Run) nodesPage(after string, limit int, now time.Time, stale bool) *Nod
 	if i < len(ids) && ids[i] == after && after != "" {
 		i++
 	}
+	places := r.planPlaces()
 	for ; i < len(ids) && len(pg.Nodes) < limit; i++ {
 		if n := r.peek(ids[i]); n != nil {
-			pg.Nodes = append(pg.Nodes, n.view())
+			v := n.view()
+			if pl, ok := places[n.AgentID]; ok {
+				v.Plan = &pl
+			}
+			pg.Nodes = append(pg.Nodes, v)
 		}
 	}
 	if i < len(ids) && len(pg.Nodes) > 0 {
@@ -173,4 +192,19 @@ func (n *node) view() NodeView {
 		v.Watchdog = &s
 	}
 	return v
+}
+
+// planPlaces maps each node a plan step names as its child to its place.
+func (r *Run) planPlaces() map[string]PlanPlace {
+	out := make(map[string]PlanPlace)
+	for _, pl := range r.plans {
+		for _, b := range pl.Bands {
+			for _, st := range b.Steps {
+				if st.ChildAgentID != "" {
+					out[st.ChildAgentID] = PlanPlace{PlanID: pl.PlanID, Band: b.Index, BandCount: pl.BandCount, Parallelizable: b.Parallelizable, Step: st.Index}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -65,7 +65,7 @@
   // ---- opening a run ----
   function openRun(run) {
     if (S.stream) S.stream.abort();
-    clearTimeout(S.refreshTimer);
+    clearTimeout(S.refreshTimer); S.refreshTimer = 0; // else a cleared timer's id would block every later refresh
     Object.assign(S, { run, nodes: new Map(), order: [], total: null, readModel: null, lastHeard: 0, asOf: null,
       lastEventId: "0.0", stream: null, wakes: [], dropped: 0, pending: new Map(), inputWakes: new Map(), historyCursor: "", historyDone: false,
       historyLoading: false, historyTop: null, lastRefresh: 0, totalSeq: 0, refreshing: false, refreshAgain: false, reconnects: 0 });
@@ -214,16 +214,36 @@
     }
     const root = S.readModel && S.readModel.root_agent_id;
     roots.sort((a, b) => (a === root ? -1 : b === root ? 1 : a < b ? -1 : a > b ? 1 : 0));
-    const out = []; const depth = new Map();
+    // Children in a plan of their parent come in its bands (plan, band,
+    // step), each band under a band row; the others follow by id.
+    const place = (id) => S.nodes.get(id).plan;
+    const byPlan = (a, b) => {
+      const pa = place(a), pb = place(b);
+      if (pa && pb) return pa.plan_id < pb.plan_id ? -1 : pa.plan_id > pb.plan_id ? 1 : pa.band - pb.band || pa.step - pb.step || (a < b ? -1 : 1);
+      if (pa || pb) return pa ? -1 : 1;
+      return a < b ? -1 : a > b ? 1 : 0;
+    };
+    const out = []; const depth = new Map(); const markers = new Map();
     const stack = roots.slice().reverse().map((id) => [id, 0]);
     while (stack.length) {
       const [id, d] = stack.pop();
+      if (markers.has(id)) { depth.set(id, d); out.push(id); continue; }
       if (depth.has(id)) continue;
       depth.set(id, d); out.push(id);
-      const k = (kids.get(id) || []).sort();
-      for (let i = k.length - 1; i >= 0; i--) stack.push([k[i], d + 1]);
+      const k = (kids.get(id) || []).sort(byPlan);
+      const items = []; let last = "";
+      for (const c of k) {
+        const p = place(c);
+        const key = p ? "\u0000band\u0000" + id + "\u0000" + p.plan_id + "\u0000" + p.band : "";
+        if (p && key !== last) {
+          markers.set(key, { plan: p, steps: k.filter((x) => { const q = place(x); return q && q.plan_id === p.plan_id && q.band === p.band; }).length });
+          items.push(key); last = key;
+        }
+        items.push(c);
+      }
+      for (let i = items.length - 1; i >= 0; i--) stack.push([items[i], d + 1]);
     }
-    S.depth = depth;
+    S.depth = depth; S.markers = markers;
     return out;
   }
 
@@ -254,13 +274,26 @@
     const spacer = (h) => { const tr = document.createElement("tr"); tr.className = "spacer"; tr.setAttribute("aria-hidden", "true"); tr.style.height = h + "px"; return tr; };
     if (first > 0) frag.append(spacer(first * ROW));
     const now = Date.now();
-    for (let i = first; i < last; i++) frag.append(row(S.nodes.get(S.order[i]), now));
+    for (let i = first; i < last; i++) {
+      const id = S.order[i];
+      frag.append(S.markers.has(id) ? bandRow(id) : row(S.nodes.get(id), now));
+    }
     if (last < n) frag.append(spacer((n - last) * ROW));
     if (n === 0) {
       const tr = document.createElement("tr"); const td = document.createElement("td"); td.colSpan = 6; td.className = "muted";
       td.textContent = S.run ? "No nodes to show." : "Pick a run to watch."; tr.append(td); frag.append(tr);
     }
     body.replaceChildren(frag);
+  }
+
+  function bandRow(key) {
+    const m = S.markers.get(key); const p = m.plan;
+    const tr = document.createElement("tr"); tr.className = "band";
+    const td = document.createElement("td"); td.colSpan = 6;
+    td.style.paddingLeft = (0.4 + 1.1 * (S.depth.get(key) || 0)) + "em";
+    td.textContent = "plan " + p.plan_id + " · band " + (p.band + 1) + " of " + p.band_count + (p.parallelizable ? " · parallel" : " · sequential") + " · " + m.steps + " step" + (m.steps === 1 ? "" : "s") + " here";
+    tr.append(td);
+    return tr;
   }
 
   function cell(tr, text, cls, title) {
