@@ -208,11 +208,10 @@ var conformance = struct {
 // nil for a stream) and counts it for checkObserved.
 func observeResponse(method, path string, status int, header http.Header, body []byte) {
 	observe(method, path, status)
-	m := runPath.FindStringSubmatch(path)
-	if m == nil {
+	op, ok := opFor(method, path)
+	if !ok {
 		return
 	}
-	op := operation{"/v1/runs/{run_id}/" + m[1], method}
 	s, err := loadSpec()
 	if err == nil {
 		if _, documented := openAPIOps()[op]; !documented && status == http.StatusMethodNotAllowed {

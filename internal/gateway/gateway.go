@@ -152,6 +152,8 @@ func (g *Gateway) table() map[string]route {
 		"/v1/runs/{run_id}/read-model": {http.MethodGet: g.read("read-model")},
 		"/v1/runs/{run_id}/history":    {http.MethodGet: g.history},
 		"/v1/runs/{run_id}/wakes":      {http.MethodGet: g.wakes},
+		"/v1/runs/{run_id}/nodes":      {http.MethodGet: g.nodes}, // ui.go
+		"/v1/runs":                     {http.MethodGet: g.runs},  // ui.go
 	}
 }
 
@@ -160,6 +162,7 @@ func (g *Gateway) routes() {
 	for path, rt := range g.table() {
 		g.mux.Handle(path, g.handle(rt))
 	}
+	g.uiRoutes() // ui.go: the live view's static page, public and data-free
 	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such endpoint; see schema/openapi.yaml"))
 	})
@@ -346,7 +349,7 @@ func (g *Gateway) handle(rt route) http.Handler {
 			return
 		}
 		run := r.PathValue("run_id")
-		if msg := idProblem(run); msg != "" {
+		if msg := idProblem(run); msg != "" && strings.Contains(r.Pattern, "{run_id}") {
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "run_id: %s", msg))
 			return
 		}

@@ -116,14 +116,25 @@ var observed = struct {
 	m map[operation]map[int]bool
 }{m: map[operation]map[int]bool{}}
 
-var runPath = regexp.MustCompile(`^/v1/runs/[^/]+/([a-z-]+)$`)
+var runPath = regexp.MustCompile(`^/v1/runs(?:/[^/]+/([a-z-]+))?$`)
+
+// opFor is the operation of a request's path, if it is one.
+func opFor(method, path string) (operation, bool) {
+	m := runPath.FindStringSubmatch(path)
+	switch {
+	case m == nil:
+		return operation{}, false
+	case m[1] == "":
+		return operation{"/v1/runs", method}, true
+	}
+	return operation{"/v1/runs/{run_id}/" + m[1], method}, true
+}
 
 func observe(method, path string, status int) {
-	m := runPath.FindStringSubmatch(path)
-	if m == nil {
+	op, ok := opFor(method, path)
+	if !ok {
 		return // not an operation: the 404 of an unknown path
 	}
-	op := operation{"/v1/runs/{run_id}/" + m[1], method}
 	observed.Lock()
 	defer observed.Unlock()
 	if observed.m[op] == nil {

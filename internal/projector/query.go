@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -68,11 +69,16 @@ func (w *worker) serveQueries() bool {
 // returns its error: ErrNotOwner, ErrRestoring or ErrStopped when no worker
 // here can answer, ctx's error when ctx ends first.
 func (p *Projector) ask(ctx context.Context, run string, fn func(w *worker) error) error {
+	return p.askPart(ctx, topics.Partition([]byte(run), p.partitions), "run "+strconv.Quote(run), fn)
+}
+
+// askPart is ask for the worker of partition part; of names what is asked
+// about in errors ("run \"x\"").
+func (p *Projector) askPart(ctx context.Context, part int32, of string, fn func(w *worker) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	<-p.ready
-	part := topics.Partition([]byte(run), p.partitions)
 	p.mu.Lock()
 	w, closing := p.workers[part], p.closing
 	p.mu.Unlock()
@@ -80,12 +86,12 @@ func (p *Projector) ask(ctx context.Context, run string, fn func(w *worker) erro
 	case closing:
 		return ErrStopped
 	case w == nil:
-		return fmt.Errorf("%w: partition %d of run %q", ErrNotOwner, part, run)
+		return fmt.Errorf("%w: partition %d of %s", ErrNotOwner, part, of)
 	case p.sessionUncertain(time.Now()):
-		return fmt.Errorf("%w (partition %d of run %q)", ErrSessionUncertain, part, run)
+		return fmt.Errorf("%w (partition %d of %s)", ErrSessionUncertain, part, of)
 	}
 	notOwner := func() error {
-		return fmt.Errorf("%w: partition %d of run %q was revoked", ErrNotOwner, part, run)
+		return fmt.Errorf("%w: partition %d of %s was revoked", ErrNotOwner, part, of)
 	}
 	select {
 	case <-w.done:
@@ -95,7 +101,7 @@ func (p *Projector) ask(ctx context.Context, run string, fn func(w *worker) erro
 	select {
 	case <-w.ready:
 	default:
-		return fmt.Errorf("%w: partition %d of run %q", ErrRestoring, part, run)
+		return fmt.Errorf("%w: partition %d of %s", ErrRestoring, part, of)
 	}
 	q := &query{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	select {

@@ -20,6 +20,9 @@ import (
 //	GET /internal/v1/runs/{run_id}/read-model   seed 003's read model (projection.ReadModel)
 //	GET /internal/v1/runs/{run_id}/history?cursor=&limit=
 //	                                            a page of the history window (projection.HistoryPage)
+//	GET /internal/v1/runs/{run_id}/nodes?cursor=&limit=
+//	                                            a page of every node of the run (projection.NodesPage)
+//	GET /internal/v1/runs?after=&limit=         the runs of the partitions it owns (RunsPage)
 //	GET /healthz                                200 while the process is alive
 //	GET /readyz                                 200 when an instance runs, has restored its
 //	                                            partitions and caught up (Projector.Ready), else 503
@@ -59,6 +62,8 @@ type Reader interface {
 	Snapshot(ctx context.Context, run string) (*topics.AgentTreeSnapshot, error)
 	ReadModel(ctx context.Context, run string) (*projection.ReadModel, error)
 	History(ctx context.Context, run, cursor string, limit int) (*projection.HistoryPage, error)
+	Nodes(ctx context.Context, run, cursor string, limit int) (*projection.NodesPage, error)
+	Runs(ctx context.Context, after string, limit int) (*RunsPage, error)
 }
 
 var (
@@ -72,6 +77,8 @@ func NewQueryServer(src Reader) *QueryServer {
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/snapshot", s.snapshot)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/read-model", s.readModel)
 	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/history", s.history)
+	s.mux.HandleFunc("GET /internal/v1/runs/{run_id}/nodes", s.nodes) // nodes.go
+	s.mux.HandleFunc("GET /internal/v1/runs", s.runs)                 // nodes.go
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))

@@ -176,6 +176,26 @@ func (s *Server) History(ctx context.Context, run, cursor string, limit int) (*p
 	return p.History(ctx, run, cursor, limit)
 }
 
+// Nodes returns a page of run's nodes from the current instance
+// (Projector.Nodes), ErrNoInstance without one.
+func (s *Server) Nodes(ctx context.Context, run, cursor string, limit int) (*projection.NodesPage, error) {
+	p := s.current()
+	if p == nil {
+		return nil, ErrNoInstance
+	}
+	return p.Nodes(ctx, run, cursor, limit)
+}
+
+// Runs returns a page of the runs the current instance owns
+// (Projector.Runs), ErrNoInstance without one.
+func (s *Server) Runs(ctx context.Context, after string, limit int) (*RunsPage, error) {
+	p := s.current()
+	if p == nil {
+		return nil, ErrNoInstance
+	}
+	return p.Runs(ctx, after, limit)
+}
+
 // Owned returns the partitions the current instance owns (none without
 // one).
 func (s *Server) Owned() []int32 {

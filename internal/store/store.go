@@ -174,6 +174,23 @@ func (s *Store) Scan(prefix []byte, f func(k, v []byte) error) error {
 	return nil
 }
 
+// SeekGE returns the first relative key at or after key, a copy.
+func (s *Store) SeekGE(key []byte) ([]byte, bool, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: s.abs(key), UpperBound: prefixEnd(s.prefix)})
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", projection.ErrStore, err)
+	}
+	var first []byte
+	ok := it.First()
+	if ok {
+		first = append([]byte(nil), it.Key()[len(s.prefix):]...)
+	}
+	if err := it.Close(); err != nil {
+		return nil, false, fmt.Errorf("%w: %w", projection.ErrStore, err)
+	}
+	return first, ok, nil
+}
+
 func prefixEnd(p []byte) []byte {
 	end := append([]byte(nil), p...)
 	for i := len(end) - 1; i >= 0; i-- {

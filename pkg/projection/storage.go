@@ -51,6 +51,10 @@ type Storage interface {
 	// during the call. An error of f ends the scan and is returned,
 	// matchable (errors.Is).
 	Scan(prefix []byte, f func(key, value []byte) error) error
+	// SeekGE returns the first key at or after key, or ok false when there
+	// is none; the key is the caller's to keep. Listing runs seeks from one
+	// run's keys to the next, so that its cost is per run, not per key.
+	SeekGE(key []byte) (first []byte, ok bool, err error)
 	// Write applies changes in order and, when cp is not nil, records the
 	// checkpoint, all at once; sync makes it durable before Write returns.
 	Write(changes Changes, cp *Checkpoint, sync bool) error

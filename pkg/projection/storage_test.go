@@ -59,6 +59,17 @@ func (s *memStorage) Scan(prefix []byte, f func(k, v []byte) error) error {
 	return nil
 }
 
+func (s *memStorage) SeekGE(key []byte) ([]byte, bool, error) {
+	var first string
+	found := false
+	for k := range s.m {
+		if k >= string(key) && (!found || k < first) {
+			first, found = k, true
+		}
+	}
+	return []byte(first), found, nil
+}
+
 func (s *memStorage) Write(changes Changes, cp *Checkpoint, _ bool) error {
 	for _, c := range changes {
 		if c.Delete {
