@@ -68,7 +68,7 @@
     clearTimeout(S.refreshTimer); S.refreshTimer = 0; // else a cleared timer's id would block every later refresh
     Object.assign(S, { run, nodes: new Map(), order: [], total: null, readModel: null, lastHeard: 0, asOf: null,
       lastEventId: "0.0", stream: null, wakes: [], dropped: 0, pending: new Map(), inputWakes: new Map(), historyCursor: "", historyDone: false,
-      historyLoading: false, historyTop: null, lastRefresh: 0, totalSeq: 0, refreshing: false, refreshAgain: false, reconnects: 0 });
+      historyLoading: false, historyWanted: false, historyTop: null, lastRefresh: 0, totalSeq: 0, refreshing: false, refreshAgain: false, reconnects: 0 });
     const gen = ++S.gen;
     showMessage("");
     $("feed").textContent = ""; $("timeline").textContent = ""; $("history").textContent = "";
@@ -542,9 +542,14 @@
   }
 
   // ---- history, newest first, older pages through the cursors ----
+  // A scroll that asks for older history while a page is loading (the
+  // first page, an older one, or the newest entries after a wake) is
+  // served when that load ends: a scroll event comes once, and dropping it
+  // would leave the history stuck until the next scroll.
   async function loadHistory(gen) {
-    if (S.historyLoading || S.historyDone) return;
-    S.historyLoading = true;
+    if (S.historyDone) return;
+    if (S.historyLoading) { S.historyWanted = true; return; }
+    S.historyLoading = true; S.historyWanted = false;
     try {
       const resp = await api("/history?limit=50" + (S.historyCursor ? "&cursor=" + encodeURIComponent(S.historyCursor) : ""));
       if (gen !== S.gen) return;
@@ -560,7 +565,11 @@
       }
     } catch (e) {
       if (gen === S.gen) $("history-end").textContent = "History unavailable: " + e.message;
-    } finally { S.historyLoading = false; }
+    } finally { S.historyLoading = false; olderIfWanted(gen); }
+  }
+
+  function olderIfWanted(gen) {
+    if (S.historyWanted && gen === S.gen) { S.historyWanted = false; loadHistory(gen); }
   }
 
   async function loadNewerHistory(gen) {
@@ -573,7 +582,7 @@
       const list = $("history");
       for (let i = fresh.length - 1; i >= 0; i--) list.prepend(histItem(fresh[i]));
       if (fresh.length) S.historyTop = fresh[0].seq;
-    } catch { /* the next wake tries again */ } finally { S.historyLoading = false; }
+    } catch { /* the next wake tries again */ } finally { S.historyLoading = false; olderIfWanted(gen); }
   }
 
   function histItem(e) {
