@@ -34,6 +34,7 @@ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_pkgs+=(
 command -v java >/dev/null 2>&1 || apt_pkgs+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || apt_pkgs+=(maven)
 command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium) # the live view's browser test (internal/gateway)
+command -v firefox-esr >/dev/null 2>&1 || apt_pkgs+=(firefox-esr) # the live view's Firefox test (internal/gateway)
 
 if ((${#apt_pkgs[@]})); then
 	sudo=""

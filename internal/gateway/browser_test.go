@@ -36,6 +36,13 @@ func browser(t *testing.T, width, height int) context.Context {
 	return ctx
 }
 
+// pageStateJS is the JavaScript that sums up the page as a JSON string,
+// for a failed wait's message.
+const pageStateJS = `JSON.stringify({conn: document.getElementById("conn").textContent,
+	message: document.getElementById("message").textContent, count: document.getElementById("tree-count").textContent,
+	result: document.getElementById("input-result").textContent, wakes: (window.canopyUI||{}).wakes?.length,
+	requests: performance.getEntriesByType("resource").slice(-40).map(e => Math.round(e.startTime) + " " + e.name.replace(location.origin, ""))})`
+
 // waitJS waits, at most d, until the JavaScript expression cond is true in
 // the page (polled at each animation frame, in the page).
 func waitJS(t *testing.T, ctx context.Context, d time.Duration, what, cond string) {
@@ -43,10 +50,7 @@ func waitJS(t *testing.T, ctx context.Context, d time.Duration, what, cond strin
 	wctx, cancel := context.WithTimeout(ctx, d+time.Second)
 	defer cancel()
 	if _, err := chromedp.Run(wctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(d))); err != nil {
-		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({conn: document.getElementById("conn").textContent,
-			message: document.getElementById("message").textContent, count: document.getElementById("tree-count").textContent,
-			result: document.getElementById("input-result").textContent, wakes: (window.canopyUI||{}).wakes?.length,
-			requests: performance.getEntriesByType("resource").slice(-40).map(e => Math.round(e.startTime) + " " + e.name.replace(location.origin, ""))})`))
+		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](pageStateJS))
 		t.Fatalf("waiting %s until %s: %v; page: %s", d, what, err, state)
 	}
 }
