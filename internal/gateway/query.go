@@ -244,6 +244,13 @@ const maxHistoryLimit = projection.MaxHistorySize
 
 // history is GET /v1/runs/{run_id}/history?cursor=&limit=.
 func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
+	g.pagedRead(w, r, p, run, "history", maxHistoryLimit)
+}
+
+// pagedRead relays a paged read (history, nodes) of run to its owner: the
+// cursor, passed back as the owner gave it, and the limit, at most max,
+// are checked here so that the owner is not asked in vain.
+func (g *Gateway) pagedRead(w http.ResponseWriter, r *http.Request, p *Principal, run, what string, max int) {
 	q := r.URL.Query()
 	out := url.Values{}
 	if c := q.Get("cursor"); c != "" {
@@ -255,8 +262,8 @@ func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, 
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > maxHistoryLimit {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "limit: want an integer from 1 to %d, got %q", maxHistoryLimit, l))
+		if err != nil || n < 1 || n > max {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "limit: want an integer from 1 to %d, got %q", max, l))
 			return
 		}
 		out.Set("limit", strconv.Itoa(n))
@@ -265,7 +272,7 @@ func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, 
 		problem.Write(w, r, prob)
 		return
 	}
-	resp, prob := g.ask(r.Context(), run, "history", out)
+	resp, prob := g.ask(r.Context(), run, what, out)
 	if prob != nil {
 		problem.Write(w, r, prob)
 		return

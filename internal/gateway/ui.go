@@ -57,33 +57,7 @@ func (g *Gateway) uiRoutes() {
 // nodes is GET /v1/runs/{run_id}/nodes?cursor=&limit=: every node of the
 // run, a page at a time, from its owning projector (projection.NodesPage).
 func (g *Gateway) nodes(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
-	q := r.URL.Query()
-	out := url.Values{}
-	if c := q.Get("cursor"); c != "" {
-		if len(c) > 1024 || idProblem(c) != "" {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "cursor: pass back a next_cursor as received"))
-			return
-		}
-		out.Set("cursor", c)
-	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > projection.MaxNodesLimit {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "limit: want an integer from 1 to %d, got %q", projection.MaxNodesLimit, l))
-			return
-		}
-		out.Set("limit", strconv.Itoa(n))
-	}
-	if prob := g.authorize(r.Context(), p, run); prob != nil {
-		problem.Write(w, r, prob)
-		return
-	}
-	resp, prob := g.ask(r.Context(), run, "nodes", out)
-	if prob != nil {
-		problem.Write(w, r, prob)
-		return
-	}
-	g.relay(w, r, run, resp)
+	g.pagedRead(w, r, p, run, "nodes", projection.MaxNodesLimit)
 }
 
 // runsList is the answer of GET /v1/runs.

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -38,15 +36,9 @@ func (p *Projector) Nodes(ctx context.Context, run, cursor string, limit int) (*
 // nodes is GET /internal/v1/runs/{run_id}/nodes?cursor=&limit=.
 func (s *QueryServer) nodes(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 0
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > projection.MaxNodesLimit {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
-				"limit %q: want a whole number from 1 to %d", v, projection.MaxNodesLimit))
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(w, r, projection.MaxNodesLimit, fmt.Sprintf("a whole number from 1 to %d", projection.MaxNodesLimit))
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
 	defer cancel()
@@ -107,15 +99,9 @@ func (p *Projector) Runs(ctx context.Context, after string, limit int) (*RunsPag
 // runs is GET /internal/v1/runs?after=&limit=.
 func (s *QueryServer) runs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 0
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > projection.MaxRunsLimit {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
-				"limit %q: want a whole number from 1 to %d", v, projection.MaxRunsLimit))
-			return
-		}
-		limit = n
+	limit, ok := queryLimit(w, r, projection.MaxRunsLimit, fmt.Sprintf("a whole number from 1 to %d", projection.MaxRunsLimit))
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -99,6 +100,22 @@ func (s *QueryServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
+// queryLimit reads the limit parameter of a paged read: 0 (the read's
+// default) when there is none, else a number from 1 to max; anything else is
+// answered 400 saying want, and ok is false.
+func queryLimit(w http.ResponseWriter, r *http.Request, max int, want string) (limit int, ok bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "limit %q: want %s", v, want))
+		return 0, false
+	}
+	return n, true
+}
+
 func (s *QueryServer) readyz(w http.ResponseWriter, r *http.Request) {
 	ok, why := s.src.Ready()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -125,16 +142,11 @@ func (s *QueryServer) readModel(w http.ResponseWriter, r *http.Request) {
 
 func (s *QueryServer) history(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 0
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		// The instance's own window bounds it further (Projector.History).
-		if err != nil || n < 1 || n > projection.MaxHistorySize {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest,
-				"limit %q: want a whole number from 1 to the history window, -history-size (default %d)", v, projection.DefaultHistoryLimit))
-			return
-		}
-		limit = n
+	// The instance's own window bounds it further (Projector.History).
+	limit, ok := queryLimit(w, r, projection.MaxHistorySize,
+		fmt.Sprintf("a whole number from 1 to the history window, -history-size (default %d)", projection.DefaultHistoryLimit))
+	if !ok {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
 	defer cancel()
