@@ -45,6 +45,7 @@ type devOptions struct {
 	duration              time.Duration // stop after this long; 0: on a signal
 	kafka                 string        // kfake or real: the broker to start
 	brokers               []string      // a Kafka to use instead
+	brokersFrom           string        // where brokers came from, when not the command line (a variable)
 }
 
 // devToken is the bearer token of `make run`'s gateway: every run, on
@@ -63,6 +64,11 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	brokers, names, what := o.brokers, topics.DefaultNames(), "Kafka"
 	switch {
 	case len(brokers) > 0:
+		if o.brokersFrom != "" {
+			// Said first: a variable exported for another canopy command
+			// should not send the demo to that Kafka unnoticed.
+			what = "Kafka from " + o.brokersFrom
+		}
 		// Topics of this session's own: an earlier session's state and
 		// changelog would otherwise be restored into the demo.
 		names.Prefix = fmt.Sprintf("canopy-dev-%d", time.Now().Unix())

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
@@ -85,5 +86,23 @@ func TestDev(t *testing.T) {
 		if strings.Contains(o, "conductor.snapshot.") {
 			t.Fatalf("dev's output carries per-wake event lines:\n%s", o)
 		}
+	}
+}
+
+// TestDevSaysBrokersFromTheEnvironment: a CANOPY_BROKERS exported for the
+// projector also sends make run's demo to that Kafka, and the first line
+// says so, so nobody demos against a shared cluster unawares.
+func TestDevSaysBrokersFromTheEnvironment(t *testing.T) {
+	b := brokertest.NewKfake(t)
+	t.Setenv("CANOPY_BROKERS", strings.Join(b.Addrs, ","))
+	var out, errOut testenv.Buffer
+	code := run([]string{"-duration", "2s", "-runs", "1", "-nodes", "3", "-partitions", "1",
+		"-http-addr", "127.0.0.1:0", "-gateway-addr", "127.0.0.1:0"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	if want := "Kafka from CANOPY_BROKERS on " + b.Addrs[0]; !strings.Contains(first, want) {
+		t.Fatalf("first line %q, want it to contain %q", first, want)
 	}
 }

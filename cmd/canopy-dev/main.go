@@ -52,6 +52,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, err := flagenv.Parse(fs, args); err != nil {
 		return 2
 	}
+	// A CANOPY_BROKERS exported for another canopy command would send the
+	// demo to that Kafka; dev says so on its first line.
+	brokersFrom := ""
+	if v := os.Getenv(flagenv.Var("brokers")); v != "" && *brokers == v {
+		brokersFrom = flagenv.Var("brokers")
+	}
 	if flagsParsed != nil {
 		flagsParsed(fs)
 		return 0
@@ -63,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx := context.Background()
 	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
 		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), maxHotNodes: *maxHot, maxHotPerRun: *maxHotRun, kafka: *kafka,
-		brokers: splitList(*brokers), duration: *duration}, stdout, stderr); err != nil {
+		brokers: splitList(*brokers), brokersFrom: brokersFrom, duration: *duration}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "canopy-dev: %v\n", err)
 		return 1
 	}

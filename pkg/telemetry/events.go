@@ -102,7 +102,7 @@ func (e *Events) Snapshot(ctx context.Context, m SnapshotMeta) {
 	// Info, like stale and received: the events are the audit trail of what
 	// each conductor was shown (seed 000), so at the default level each is a
 	// line that can be found without a collector. A process that wants
-	// fewer lines (projector dev) sets its logger's level above info.
+	// fewer lines (canopy-dev, make run's binary) sets its logger's level above info.
 	e.emit(ctx, EventSnapshotGenerated, slog.LevelInfo, m.attrs())
 	if m.Truncated {
 		e.emit(ctx, EventSnapshotTruncated, slog.LevelInfo, m.attrs())
