@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -291,7 +292,12 @@ func CheckState(ctx context.Context, tb testing.TB, k Kafka, ref *Reference) {
 	dir := tb.TempDir()
 	for part := int32(0); part < ref.partitions; part++ {
 		end, _ := ends.Lookup(k.Names.AgentEvents(), part)
+		before := rep.count()
 		checkPartition(ctx, tb, &rep, k, ref, part, end.Offset, filepath.Join(dir, fmt.Sprintf("restore-%d", part)))
+		if keep := os.Getenv(KeepVar); keep != "" && rep.count() > before {
+			path, err := dumpChangelog(ctx, k.ClientOpts, k.Names.Changelog(), part, keep, tb.Name())
+			tb.Logf("projectortest: partition %d's changelog, for the mismatch: %s (%v)", part, path, err)
+		}
 	}
 	rep.flush(tb, "state restored from the changelog against the reference")
 }

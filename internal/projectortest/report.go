@@ -82,3 +82,12 @@ func clipProblem(s string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// count is the number of problems added so far.
+func (r *report) count() int {
+	n := 0
+	for _, k := range r.kinds {
+		n += k.total
+	}
+	return n
+}
