@@ -1350,10 +1350,24 @@ func (c *Cluster) compact(pd *partData, topic string) {
 	}
 	now := time.Now().UnixMilli()
 
-	// Cleanable range is all batches except the last (active) batch.
-	// We stream batches from disk in each pass to avoid holding all
-	// decoded batches in memory at once.
-	cleanableEnd := total - 1
+	// Cleanable range is all batches except the last (active) batch,
+	// and none at or past the last stable offset: as Kafka's cleaner
+	// stops at the first unstable offset, a record of a transaction
+	// still open must not supersede a committed record of its key, for
+	// the transaction may yet abort and leave the key with no value at
+	// all (canopy patch; see README.md). We stream batches from disk in
+	// each pass to avoid holding all decoded batches in memory at once.
+	cleanableEnd := 0
+	pd.eachBatchMeta(func(_, _ int, m *batchMeta) bool {
+		if cleanableEnd >= total-1 || m.firstOffset+int64(m.lastOffsetDelta) >= pd.lastStableOffset {
+			return false
+		}
+		cleanableEnd++
+		return true
+	})
+	if cleanableEnd == 0 {
+		return
+	}
 
 	// Pass 1: stream batches to build key => highest offset map.
 	keyOffsets := make(map[string]int64)
@@ -1394,18 +1408,20 @@ func (c *Cluster) compact(pd *partData, topic string) {
 	// Also track which PIDs still have surviving data batches.
 	survivingPIDs := make(map[int64]bool)
 	var kept []*partBatch
+	var uncleanable []*partBatch // from the first uncleanable batch on, kept as they are
 	n = 0
 	pd.eachBatchMeta(func(si, _ int, m *batchMeta) bool {
-		if n >= cleanableEnd {
-			return false
-		}
-		n++
 		batch, err := c.readBatchFull(pd, si, m)
 		if err != nil {
 			c.cfg.logger.Logf(LogLevelWarn, "compact %s-%d: read batch pass 2: %v", pd.t, pd.p, err)
 			ok = false
 			return false
 		}
+		if n >= cleanableEnd {
+			uncleanable = append(uncleanable, batch)
+			return true
+		}
+		n++
 		if batch.Attributes&0x0020 != 0 {
 			// Stash control batches for pass 3 filtering.
 			kept = append(kept, batch)
@@ -1470,15 +1486,9 @@ func (c *Cluster) compact(pd *partData, topic string) {
 	}
 	kept = filtered
 
-	// Read the last (active) batch - always kept unconditionally.
-	lastSeg := &pd.segments[len(pd.segments)-1]
-	lastIdx := len(lastSeg.index) - 1
-	lastBatch, err := c.readBatchFull(pd, len(pd.segments)-1, &lastSeg.index[lastIdx])
-	if err != nil {
-		c.cfg.logger.Logf(LogLevelWarn, "compact %s-%d: read last batch: %v", pd.t, pd.p, err)
-		return
-	}
-	kept = append(kept, lastBatch)
+	// The uncleanable batches, the last (active) one among them, are kept
+	// unconditionally.
+	kept = append(kept, uncleanable...)
 
 	// Rebuild partition metadata.
 	pd.nbytes = 0
