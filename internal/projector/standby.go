@@ -18,6 +18,15 @@ import (
 // it tails those partitions of the changelog (read_committed) into Pebble,
 // one complete commit at a time, so that when one of them is assigned here
 // its restore reads only what was committed since.
+//
+// Only the goroutine in run tells the client which partitions to fetch,
+// between two polls. track and release change the replicas at once and
+// leave the client's side to run: so no poll's records can reach a replica
+// tracked after the poll began. (When track and release called the client
+// themselves, records of a poll that returned just before a release could be
+// applied to the replica a track made after it, starting at its checkpoint:
+// records from the middle of a commit, with its first part missing, and the
+// checkpoint then moved past them.)
 type standby struct {
 	p  *Projector
 	cl *kgo.Client
@@ -27,6 +36,14 @@ type standby struct {
 	// partition's store until it is tracked again.
 	mu       sync.Mutex
 	replicas map[int32]*replica
+	// pending are the partitions whose fetching run must restart (at
+	// their replica's next offset) or stop (no replica) before its next
+	// poll; interrupt ends the poll in progress, so that it does soon.
+	pending   map[int32]bool
+	interrupt context.CancelFunc
+	// polled, set by tests only, is called after each poll returns,
+	// before its records are applied.
+	polled func(kgo.Fetches)
 }
 
 // replica is the standby state of one partition.
@@ -34,6 +51,9 @@ type replica struct {
 	store *store.Store
 	next  int64              // next changelog offset expected
 	buf   projection.Changes // the commit being read, written when it ends
+	// fetching is set by run once the client fetches the partition from
+	// next: records of a poll that began before are not the replica's.
+	fetching bool
 }
 
 func newStandby(p *Projector) (*standby, error) {
@@ -43,7 +63,7 @@ func newStandby(p *Projector) (*standby, error) {
 	if err != nil {
 		return nil, fmt.Errorf("projector: standby consumer: %w", err)
 	}
-	s := &standby{p: p, cl: cl, replicas: make(map[int32]*replica)}
+	s := &standby{p: p, cl: cl, replicas: make(map[int32]*replica), pending: make(map[int32]bool)}
 	all := make([]int32, p.partitions)
 	for i := range all {
 		all[i] = int32(i)
@@ -56,7 +76,6 @@ func newStandby(p *Projector) (*standby, error) {
 func (s *standby) track(parts []int32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	adds := make(map[int32]kgo.Offset)
 	for _, part := range parts {
 		if _, ok := s.replicas[part]; ok {
 			continue
@@ -84,16 +103,13 @@ func (s *standby) track(parts []int32) {
 			s.p.log.Warn("standby replica not started", "partition", part, "err", err)
 			continue
 		}
-		off := kgo.NewOffset().AtStart()
 		if ok {
-			off, r.next = kgo.NewOffset().At(cp.Next), cp.Next
+			r.next = cp.Next
 		}
 		s.replicas[part] = r
-		adds[part] = off
+		s.pending[part] = true
 	}
-	if len(adds) > 0 {
-		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.p.cfg.Names.Changelog(): adds})
-	}
+	s.wake()
 }
 
 // release stops following a partition; its store is left at the last
@@ -105,15 +121,62 @@ func (s *standby) release(part int32) {
 		return
 	}
 	delete(s.replicas, part)
-	s.cl.RemoveConsumePartitions(map[string][]int32{s.p.cfg.Names.Changelog(): {part}})
+	s.pending[part] = true
+	s.wake()
+}
+
+// wake ends the poll in progress, if any, so that run applies what is
+// pending. mu is held.
+func (s *standby) wake() {
+	if s.interrupt != nil {
+		s.interrupt()
+	}
+}
+
+// refetch makes the client fetch what the replicas want: every pending
+// partition stops being fetched (dropping what the client has buffered of
+// it) and, if it has a replica, is fetched again from the replica's next
+// offset. mu is held, and no poll is in progress.
+func (s *standby) refetch() {
+	if len(s.pending) == 0 {
+		return
+	}
+	topic := s.p.cfg.Names.Changelog()
+	removes := make([]int32, 0, len(s.pending))
+	adds := make(map[int32]kgo.Offset)
+	for part := range s.pending {
+		removes = append(removes, part)
+		if r := s.replicas[part]; r != nil {
+			off := kgo.NewOffset().AtStart()
+			if r.next > 0 {
+				off = kgo.NewOffset().At(r.next)
+			}
+			adds[part] = off
+			r.fetching = true
+		}
+	}
+	clear(s.pending)
+	s.cl.RemoveConsumePartitions(map[string][]int32{topic: removes})
+	if len(adds) > 0 {
+		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: adds})
+	}
 }
 
 // run applies what the changelog brings until ctx ends.
 func (s *standby) run(ctx context.Context) {
 	for {
-		fs := s.cl.PollFetches(ctx)
+		s.mu.Lock()
+		s.refetch()
+		pollCtx, interrupt := context.WithCancel(ctx)
+		s.interrupt = interrupt
+		s.mu.Unlock()
+		fs := s.cl.PollFetches(pollCtx)
+		interrupt()
 		if ctx.Err() != nil {
 			return
+		}
+		if s.polled != nil {
+			s.polled(fs)
 		}
 		fs.EachError(func(_ string, part int32, err error) {
 			if !errors.Is(err, context.Canceled) {
@@ -121,10 +184,11 @@ func (s *standby) run(ctx context.Context) {
 			}
 		})
 		s.mu.Lock()
+		s.interrupt = nil
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 			r := s.replicas[fp.Partition]
-			if r == nil {
-				return // released meanwhile
+			if r == nil || !r.fetching {
+				return // released, or tracked again, meanwhile: not its records
 			}
 			for _, rec := range fp.Records {
 				if rec.Offset < r.next {
@@ -139,7 +203,7 @@ func (s *standby) run(ctx context.Context) {
 				if err := r.store.Write(r.buf, &cp, false); err != nil {
 					s.p.log.Warn("standby replica stopped", "partition", fp.Partition, "err", err)
 					delete(s.replicas, fp.Partition)
-					s.cl.RemoveConsumePartitions(map[string][]int32{s.p.cfg.Names.Changelog(): {fp.Partition}})
+					s.pending[fp.Partition] = true
 					return
 				}
 				s.p.Stats.StandbyRecords.Add(int64(len(r.buf)))
