@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,66 +64,14 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 		"CANOPY_BROKERS="+strings.Join(c.ListenAddrs(), ","), "CANOPY_TOPIC_PREFIX="+names.Prefix,
 		"CANOPY_LISTEN="+api, "CANOPY_METRICS_ADDR="+admin, "CANOPY_LOG_LEVEL=debug")
 
-	for _, args := range [][]string{{"-h"}, {"-check-config"}} {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		out, _ := cmd.CombinedOutput()
-		if strings.Contains(string(out), canary) {
-			t.Errorf("conductor-gateway %s prints a secret:\n%s", args[0], out)
-		}
-		if args[0] == "-check-config" && !strings.Contains(string(out), "configuration ok") {
-			t.Errorf("-check-config with the test's environment:\n%s", out)
-		}
+	outs := testenv.NoSecretPrinted(ctx, t, bin, env, canary, []string{"-h"}, []string{"-check-config"})
+	if !strings.Contains(outs[1], "configuration ok") {
+		t.Errorf("-check-config with the test's environment:\n%s", outs[1])
 	}
 
-	var out testenv.Buffer
 	cmd := exec.Command(bin)
 	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	client := &http.Client{Timeout: 2 * time.Second}
-	defer client.CloseIdleConnections()
-	ready := func() bool {
-		resp, err := client.Get("http://" + admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ready() {
-		select {
-		case err := <-exited:
-			t.Fatalf("conductor-gateway exited: %v\n%s", err, out.String())
-		case <-ctx.Done():
-			t.Fatalf("conductor-gateway never ready:\n%s", out.String())
-		case <-tick.C:
-		}
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err = <-exited:
-	case <-ctx.Done():
-		t.Fatalf("conductor-gateway did not stop on SIGTERM:\n%s", out.String())
-	}
-	log := out.String()
-	if err != nil {
-		t.Fatalf("conductor-gateway on SIGTERM: %v\n%s", err, log)
-	}
+	log := testenv.StopWhenReady(ctx, t, cmd, "http://"+admin+"/readyz")
 	testenv.InOrder(t, log, "received signal terminated", "actor=readiness", "actor=api", `actor="admin endpoint"`, "conductor-gateway stopped")
 	if strings.Contains(log, canary) {
 		t.Errorf("the log carries a secret:\n%s", log)

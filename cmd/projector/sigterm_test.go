@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,60 +38,15 @@ func TestSIGTERMAndSecrets(t *testing.T) {
 		"CANOPY_BROKERS="+strings.Join(b.Addrs, ","), "CANOPY_TOPIC_PREFIX="+names.Prefix, "CANOPY_DATA_DIR="+filepath.Join(tmp, "data"),
 		"CANOPY_GROUP=g-"+names.Prefix, "CANOPY_SESSION_TIMEOUT=2s", "CANOPY_HTTP_ADDR="+addr, "CANOPY_LOG_LEVEL=debug")
 
-	for _, args := range [][]string{{"run", "-h"}, {"run", "-check-config"}, {"create-topics", "-h"}, {"replay", "-h"}} {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		out, _ := cmd.CombinedOutput()
-		if strings.Contains(string(out), canary) {
-			t.Errorf("projector %s prints the secret:\n%s", strings.Join(args, " "), out)
-		}
-		if args[1] == "-check-config" && !strings.Contains(string(out), "configuration ok") {
-			t.Errorf("projector run -check-config with the test's environment:\n%s", out)
-		}
+	outs := testenv.NoSecretPrinted(ctx, t, bin, env, canary, []string{"run", "-h"}, []string{"run", "-check-config"},
+		[]string{"create-topics", "-h"}, []string{"replay", "-h"})
+	if !strings.Contains(outs[1], "configuration ok") {
+		t.Errorf("projector run -check-config with the test's environment:\n%s", outs[1])
 	}
 
-	c := &child{name: "sigterm", exited: make(chan struct{})}
-	c.cmd = exec.Command(bin, "run")
-	c.cmd.Env = env
-	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
-	t.Cleanup(c.kill)
-	client := &http.Client{Timeout: 2 * time.Second}
-	defer client.CloseIdleConnections()
-	ready := func() bool {
-		resp, err := client.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ready() {
-		select {
-		case <-c.exited:
-			t.Fatalf("projector run exited: %v\n%s", c.err, c.out.String())
-		case <-ctx.Done():
-			t.Fatalf("projector run never ready:\n%s", c.out.String())
-		case <-tick.C:
-		}
-	}
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.exited:
-	case <-ctx.Done():
-		t.Fatalf("projector run did not stop on SIGTERM:\n%s", c.out.String())
-	}
-	log := c.out.String()
-	if c.err != nil {
-		t.Fatalf("projector run on SIGTERM: %v\n%s", c.err, log)
-	}
+	cmd := exec.Command(bin, "run")
+	cmd.Env = env
+	log := testenv.StopWhenReady(ctx, t, cmd, "http://"+addr+"/readyz")
 	testenv.InOrder(t, log, "received signal terminated", "actor=readiness", "actor=projector", `actor="query endpoint"`, "projector stopped")
 	if strings.Contains(log, canary) {
 		t.Errorf("the log carries the secret:\n%s", log)

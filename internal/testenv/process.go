@@ -1,10 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // FreeAddr returns a loopback address whose port was free a moment ago:
@@ -46,4 +52,84 @@ func InOrder(t testing.TB, log string, want ...string) {
 		}
 		at += i + len(w)
 	}
+}
+
+// StopWhenReady starts cmd (its output going to a Buffer of its own),
+// waits until readyURL answers 200, sends it SIGTERM and waits for it to
+// exit, and returns everything it wrote. It fails t if the process exits
+// before it is ready, is not ready or does not stop before ctx ends, or
+// exits with anything but 0: the check every canopy binary's SIGTERM test
+// makes before it reads the log.
+func StopWhenReady(ctx context.Context, t testing.TB, cmd *exec.Cmd, readyURL string) string {
+	t.Helper()
+	var out Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	client := &http.Client{Timeout: 2 * time.Second}
+	defer client.CloseIdleConnections()
+	ready := func() bool {
+		resp, err := client.Get(readyURL)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	name := filepath.Base(cmd.Path)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !ready() {
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("%s exited before it was ready: %v\n%s", name, err, out.String())
+		case <-ctx.Done():
+			t.Fatalf("%s never ready at %s:\n%s", name, readyURL, out.String())
+		case <-tick.C:
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-exited:
+		stopped = true
+	case <-ctx.Done():
+		t.Fatalf("%s did not stop on SIGTERM:\n%s", name, out.String())
+	}
+	if err != nil {
+		t.Fatalf("%s on SIGTERM: %v, want exit 0\n%s", name, err, out.String())
+	}
+	return out.String()
+}
+
+// NoSecretPrinted runs bin with each of argsList in env and fails t if any
+// output carries secret: the help and configuration-check paths must not
+// echo a password or key that came from the environment. It returns the
+// outputs, in argsList's order, for the caller's own checks.
+func NoSecretPrinted(ctx context.Context, t testing.TB, bin string, env []string, secret string, argsList ...[]string) []string {
+	t.Helper()
+	outs := make([]string, len(argsList))
+	for i, args := range argsList {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = env
+		out, _ := cmd.CombinedOutput()
+		outs[i] = string(out)
+		if strings.Contains(outs[i], secret) {
+			t.Errorf("%s %s prints a secret:\n%s", filepath.Base(bin), strings.Join(args, " "), out)
+		}
+	}
+	return outs
 }
