@@ -294,9 +294,16 @@ func CheckState(ctx context.Context, tb testing.TB, k Kafka, ref *Reference) {
 		end, _ := ends.Lookup(k.Names.AgentEvents(), part)
 		before := rep.count()
 		checkPartition(ctx, tb, &rep, k, ref, part, end.Offset, filepath.Join(dir, fmt.Sprintf("restore-%d", part)))
-		if keep := os.Getenv(KeepVar); keep != "" && rep.count() > before {
-			path, err := dumpChangelog(ctx, k.ClientOpts, k.Names.Changelog(), part, keep, tb.Name())
-			tb.Logf("projectortest: partition %d's changelog, for the mismatch: %s (%v)", part, path, err)
+		if rep.count() > before {
+			// The evidence, in the log itself: a rare mismatch may be
+			// seen only in CI, where nothing else is kept.
+			lines, err := timeline(ctx, k.ClientOpts, k.Names.Changelog(), part)
+			tb.Logf("projectortest: partition %d's changelog, for the mismatch (offsets, producer, epoch, fate, count, keys; err %v):\n%s",
+				part, err, strings.Join(lines, "\n"))
+			if keep := os.Getenv(KeepVar); keep != "" {
+				path, err := dumpChangelog(ctx, k.ClientOpts, k.Names.Changelog(), part, keep, tb.Name())
+				tb.Logf("projectortest: partition %d's whole changelog: %s (%v)", part, path, err)
+			}
 		}
 	}
 	rep.flush(tb, "state restored from the changelog against the reference")

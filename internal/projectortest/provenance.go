@@ -20,6 +20,61 @@ import (
 // key. Unset, nothing is written.
 const KeepVar = "CANOPY_TEST_KEEP"
 
+// maxTimelineLines bounds the changelog timeline a mismatch logs.
+const maxTimelineLines = 400
+
+// timeline returns partition part of topic as runs of records that share a
+// producer, an epoch and a fate, a line each with their offsets, count and
+// first and last keys, markers included: compact enough for a test's log
+// (a mismatch seen once, in CI, must carry its evidence), and enough to see
+// commits of two producers interleave or a fenced epoch come back. At most
+// maxTimelineLines lines: the last ones, where a mismatch is likelier.
+func timeline(ctx context.Context, opts []kgo.Opt, topic string, part int32) ([]string, error) {
+	committed := map[int64]bool{}
+	if err := readPartition(ctx, opts, topic, part, kgo.ReadCommitted(), func(r *kgo.Record) { committed[r.Offset] = true }); err != nil {
+		return nil, err
+	}
+	type span struct {
+		first, last       int64
+		pid               int64
+		epoch             int16
+		fate              string
+		n                 int
+		firstKey, lastKey string
+	}
+	var spans []span
+	err := readPartition(ctx, opts, topic, part, kgo.ReadUncommitted(), func(r *kgo.Record) {
+		fate := "aborted"
+		switch {
+		case r.Attrs.IsControl():
+			fate = "marker"
+		case committed[r.Offset]:
+			fate = "committed"
+		}
+		key := fmt.Sprintf("%q", r.Key)
+		if len(key) > 60 {
+			key = key[:60] + "…"
+		}
+		if n := len(spans); n > 0 && fate != "marker" && spans[n-1].fate == fate && spans[n-1].pid == r.ProducerID && spans[n-1].epoch == r.ProducerEpoch {
+			s := &spans[n-1]
+			s.last, s.n, s.lastKey = r.Offset, s.n+1, key
+			return
+		}
+		spans = append(spans, span{first: r.Offset, last: r.Offset, pid: r.ProducerID, epoch: r.ProducerEpoch, fate: fate, n: 1, firstKey: key, lastKey: key})
+	})
+	if err != nil {
+		return nil, err
+	}
+	lines := make([]string, 0, len(spans))
+	for _, s := range spans {
+		lines = append(lines, fmt.Sprintf("%d-%d pid %d epoch %d %s n=%d %s..%s", s.first, s.last, s.pid, s.epoch, s.fate, s.n, s.firstKey, s.lastKey))
+	}
+	if len(lines) > maxTimelineLines {
+		lines = append([]string{fmt.Sprintf("(the first %d lines left out)", len(lines)-maxTimelineLines)}, lines[len(lines)-maxTimelineLines:]...)
+	}
+	return lines, nil
+}
+
 // dumpChangelog writes partition part of topic as described at KeepVar to
 // a file under dir, and returns its path.
 func dumpChangelog(ctx context.Context, opts []kgo.Opt, topic string, part int32, dir, name string) (string, error) {

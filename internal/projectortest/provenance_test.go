@@ -13,9 +13,9 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 )
 
-// TestDumpChangelog: the listing CheckState keeps for a mismatch tells a
-// committed record from an aborted one and shows the markers, with the
-// producer that wrote each.
+// TestDumpChangelog: the listing CheckState keeps for a mismatch, and the
+// timeline it logs, tell a committed record from an aborted one and show
+// the markers, with the producer that wrote each.
 func TestDumpChangelog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -62,5 +62,25 @@ func TestDumpChangelog(t *testing.T) {
 	}
 	if strings.Contains(path, "x/y") {
 		t.Errorf("the test name was not made a file name: %s", path)
+	}
+
+	// The timeline CheckState logs: a line per run of records of one
+	// producer, epoch and fate, markers apart.
+	tl, err := timeline(ctx, []kgo.Opt{kgo.SeedBrokers(b.Addrs...)}, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl) != 4 {
+		t.Fatalf("timeline of %d lines, want 4:\n%s", len(tl), strings.Join(tl, "\n"))
+	}
+	for i, want := range []string{`0-0 pid`, "1-1 pid", `2-2 pid`, "3-3 pid"} {
+		if !strings.HasPrefix(tl[i], want) {
+			t.Errorf("timeline line %d: %q, want it to start %q", i, tl[i], want)
+		}
+	}
+	for i, want := range []string{`committed n=1 "kept".."kept"`, "marker", `aborted n=1 "undone".."undone"`, "marker"} {
+		if !strings.Contains(tl[i], want) {
+			t.Errorf("timeline line %d: %q, want %q in it", i, tl[i], want)
+		}
 	}
 }
