@@ -30,10 +30,6 @@ const maxTimelineLines = 400
 // commits of two producers interleave or a fenced epoch come back. At most
 // maxTimelineLines lines: the last ones, where a mismatch is likelier.
 func timeline(ctx context.Context, opts []kgo.Opt, topic string, part int32) ([]string, error) {
-	committed := map[int64]bool{}
-	if err := readPartition(ctx, opts, topic, part, kgo.ReadCommitted(), func(r *kgo.Record) { committed[r.Offset] = true }); err != nil {
-		return nil, err
-	}
 	type span struct {
 		first, last       int64
 		pid               int64
@@ -43,14 +39,7 @@ func timeline(ctx context.Context, opts []kgo.Opt, topic string, part int32) ([]
 		firstKey, lastKey string
 	}
 	var spans []span
-	err := readPartition(ctx, opts, topic, part, kgo.ReadUncommitted(), func(r *kgo.Record) {
-		fate := "aborted"
-		switch {
-		case r.Attrs.IsControl():
-			fate = "marker"
-		case committed[r.Offset]:
-			fate = "committed"
-		}
+	err := eachWithFate(ctx, opts, topic, part, func(r *kgo.Record, fate string) {
 		key := fmt.Sprintf("%q", r.Key)
 		if len(key) > 60 {
 			key = key[:60] + "…"
@@ -78,10 +67,6 @@ func timeline(ctx context.Context, opts []kgo.Opt, topic string, part int32) ([]
 // dumpChangelog writes partition part of topic as described at KeepVar to
 // a file under dir, and returns its path.
 func dumpChangelog(ctx context.Context, opts []kgo.Opt, topic string, part int32, dir, name string) (string, error) {
-	committed := map[int64]bool{}
-	if err := readPartition(ctx, opts, topic, part, kgo.ReadCommitted(), func(r *kgo.Record) { committed[r.Offset] = true }); err != nil {
-		return "", err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -93,14 +78,7 @@ func dumpChangelog(ctx context.Context, opts []kgo.Opt, topic string, part int32
 	defer f.Close()
 	w := bufio.NewWriter(f)
 	fmt.Fprintf(w, "# %s partition %d: offset pid epoch fate key (value bytes)\n", topic, part)
-	err = readPartition(ctx, opts, topic, part, kgo.ReadUncommitted(), func(r *kgo.Record) {
-		fate := "aborted"
-		switch {
-		case r.Attrs.IsControl():
-			fate = "marker"
-		case committed[r.Offset]:
-			fate = "committed"
-		}
+	err = eachWithFate(ctx, opts, topic, part, func(r *kgo.Record, fate string) {
 		key := r.Key
 		if len(key) > 120 {
 			key = key[:120]
@@ -111,6 +89,25 @@ func dumpChangelog(ctx context.Context, opts []kgo.Opt, topic string, part int32
 		return "", err
 	}
 	return path, w.Flush()
+}
+
+// eachWithFate calls fn with every record of the partition, control
+// records included, and its fate: committed, aborted or marker.
+func eachWithFate(ctx context.Context, opts []kgo.Opt, topic string, part int32, fn func(r *kgo.Record, fate string)) error {
+	committed := map[int64]bool{}
+	if err := readPartition(ctx, opts, topic, part, kgo.ReadCommitted(), func(r *kgo.Record) { committed[r.Offset] = true }); err != nil {
+		return err
+	}
+	return readPartition(ctx, opts, topic, part, kgo.ReadUncommitted(), func(r *kgo.Record) {
+		switch {
+		case r.Attrs.IsControl():
+			fn(r, "marker")
+		case committed[r.Offset]:
+			fn(r, "committed")
+		default:
+			fn(r, "aborted")
+		}
+	})
 }
 
 // readPartition calls fn with every record of the partition from its start
