@@ -137,19 +137,13 @@ func TestReadModelFieldsMatchGo(t *testing.T) {
 				t.Errorf("%s: additionalProperties must be false", where)
 			}
 			var goProps, goReq []string
-			for i := range typ.NumField() {
-				f := typ.Field(i)
-				tag, ok := f.Tag.Lookup("json")
-				if !f.IsExported() || !ok || tag == "-" {
-					continue
+			for _, f := range jsonFields(typ) {
+				goProps = append(goProps, f.name)
+				if f.required {
+					goReq = append(goReq, f.name)
 				}
-				name, opts, _ := strings.Cut(tag, ",")
-				goProps = append(goProps, name)
-				if !slices.Contains(strings.Split(opts, ","), "omitempty") {
-					goReq = append(goReq, name)
-				}
-				if p, ok := props[name].(map[string]any); ok {
-					check(where+"."+name, file, p, f.Type)
+				if p, ok := props[f.name].(map[string]any); ok {
+					check(where+"."+f.name, file, p, f.typ)
 				}
 			}
 			var have []string

@@ -511,6 +511,29 @@ func TestGoEncodingValid(t *testing.T) {
 	}
 }
 
+// jsonField is a struct field as encoding/json writes it.
+type jsonField struct {
+	name     string
+	required bool // always encoded: its tag has no omitempty
+	typ      reflect.Type
+}
+
+// jsonFields lists the exported, json-tagged fields of struct type st, in
+// order: what the schema checks hold a schema's properties against.
+func jsonFields(st reflect.Type) []jsonField {
+	var out []jsonField
+	for i := range st.NumField() {
+		f := st.Field(i)
+		tag, ok := f.Tag.Lookup("json")
+		if !f.IsExported() || !ok || tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		out = append(out, jsonField{name: name, required: !slices.Contains(strings.Split(opts, ","), "omitempty"), typ: f.Type})
+	}
+	return out
+}
+
 // TestPayloadFieldsMatchGo compares each type schema's data properties with
 // the Go payload struct: the same JSON names, and required exactly where the
 // json tag has no omitempty.
@@ -529,17 +552,10 @@ func TestPayloadFieldsMatchGo(t *testing.T) {
 			}
 		}
 		var goProps, goReq []string
-		st := reflect.TypeOf(topics.NewPayload(et)).Elem()
-		for i := range st.NumField() {
-			f := st.Field(i)
-			tag, ok := f.Tag.Lookup("json")
-			if !f.IsExported() || !ok || tag == "-" {
-				continue
-			}
-			name, opts, _ := strings.Cut(tag, ",")
-			goProps = append(goProps, name)
-			if !slices.Contains(strings.Split(opts, ","), "omitempty") {
-				goReq = append(goReq, name)
+		for _, f := range jsonFields(reflect.TypeOf(topics.NewPayload(et)).Elem()) {
+			goProps = append(goProps, f.name)
+			if f.required {
+				goReq = append(goReq, f.name)
 			}
 		}
 		for _, l := range [][]string{props, req, goProps, goReq} {

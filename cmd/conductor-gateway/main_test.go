@@ -77,26 +77,35 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	return certFile, keyFile, pool
 }
 
-// TestServeAndStop: the binary serves HTTPS with a token file from the
-// environment, is ready until its broker goes away, and stops gracefully
-// when its context ends (as on SIGTERM).
-func TestServeAndStop(t *testing.T) {
+// kfakeWithTopics starts an embedded broker on loopback, closed when the
+// test ends (closing it before is allowed: Close is idempotent), with
+// canopy's topics of two partitions under prefix.
+func kfakeWithTopics(ctx context.Context, t *testing.T, prefix string) (*kfake.Cluster, topics.Names) {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	names := topics.Names{Prefix: "cmd", Version: 1}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	names := topics.Names{Prefix: prefix, Version: 1}
 	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
+	return c, names
+}
+
+// TestServeAndStop: the binary serves HTTPS with a token file from the
+// environment, is ready until its broker goes away, and stops gracefully
+// when its context ends (as on SIGTERM).
+func TestServeAndStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, names := kfakeWithTopics(ctx, t, "cmd")
 	tokens := filepath.Join(t.TempDir(), "tokens.json")
 	if err := os.WriteFile(tokens, []byte(`{"dev-token-0123456789": {"sub": "dev", "runs": ["*"]}}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -111,7 +120,7 @@ func TestServeAndStop(t *testing.T) {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-topic-prefix", "cmd", "-log-level", "error",
+		done <- run(runCtx, []string{"-listen", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0", "-topic-prefix", names.Prefix, "-log-level", "error",
 			"-tls-cert", certFile, "-tls-key", keyFile}, &stderr, func(api, metrics string) { addrs <- [2]string{api, metrics} })
 	}()
 	var addr, metricsAddr string

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // TestProjectorSecretFile: -projector-secret-file (or
@@ -15,13 +17,7 @@ import (
 // naming the flag; a good one passes -check-config.
 func TestProjectorSecretFile(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return testenv.WriteFile(t, dir, name, content) }
 	jwtKey := write("jwt.key", "0123456789abcdef0123456789abcdef\n")
 	base := []string{"-check-config", "-brokers", "127.0.0.1:1", "-jwt-key-file", jwtKey}
 	for name, file := range map[string]string{

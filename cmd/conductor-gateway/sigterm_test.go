@@ -2,20 +2,13 @@ package main
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/testenv"
-	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // canary is a secret's value that no output may show.
@@ -31,32 +24,13 @@ const canary = "canary-5e2a9b41d7"
 func TestSIGTERMAndSecrets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	names := topics.Names{Prefix: "sigterm", Version: 1}
-	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
-		t.Fatal(err)
-	}
+	c, names := kfakeWithTopics(ctx, t, "sigterm")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "conductor-gateway")
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return testenv.WriteFile(t, dir, name, content) }
 	api, admin := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	env := append(testenv.EnvWithout("CANOPY_"), "CANOPY_SASL_PASSWORD="+canary,
 		"CANOPY_JWT_KEY_FILE="+write("jwt.key", canary+"-jwt-key-0123456789abcdef0123\n"),

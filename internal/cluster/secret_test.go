@@ -1,23 +1,18 @@
 package cluster
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
 // TestReadQuerySecret: the file's content without surrounding whitespace,
 // refused when short, empty or not a header's worth of printable ASCII.
 func TestReadQuerySecret(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return testenv.WriteFile(t, dir, name, content) }
 	want := strings.Repeat("ab", 20)
 	if got, err := ReadQuerySecret(write("ok", "  "+want+"\n")); err != nil || string(got) != want {
 		t.Errorf("ReadQuerySecret: %q %v, want %q", got, err, want)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -132,4 +133,40 @@ func NoSecretPrinted(ctx context.Context, t testing.TB, bin string, env []string
 		}
 	}
 	return outs
+}
+
+// WriteFile writes content to dir/name, readable by its owner only (it is
+// often a secret), and returns the path.
+func WriteFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// VersionNamesTheCommit builds the command in dir with VCS stamping and
+// runs it with args (its version command), and fails t unless it prints
+// "canopy <version> <commit>[+modified] <go version>" naming the checkout's
+// HEAD and this toolchain: the build information canopy_build_info carries
+// too. The tests run in a git checkout.
+func VersionNamesTheCommit(t testing.TB, dir string, args ...string) {
+	t.Helper()
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD (the tests run in a checkout): %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "bin")
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, dir).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(args, " "), err)
+	}
+	got := strings.TrimSpace(string(out))
+	if rev := strings.TrimSpace(string(head))[:12]; !strings.HasPrefix(got, "canopy ") || !strings.Contains(got, " "+rev) || !strings.HasSuffix(got, " "+runtime.Version()) {
+		t.Errorf("version printed %q; want canopy <version> %s[+modified] %s", got, rev, runtime.Version())
+	}
 }
