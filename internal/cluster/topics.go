@@ -150,3 +150,44 @@ func TombstoneRetention(ctx context.Context, adm *kadm.Client, names topics.Name
 	}
 	return 0, fmt.Errorf("%s: the broker's answer has no delete.retention.ms", topic)
 }
+
+// RecordLimits returns each topic's max.message.bytes as the broker has it
+// (the topic's own, or the broker's message.max.bytes when the topic sets
+// none): the largest record batch it takes. An operator may have altered
+// it since create-topics.
+func RecordLimits(ctx context.Context, adm *kadm.Client, topicNames ...string) (map[string]int, error) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topicNames...)
+	if err != nil {
+		return nil, fmt.Errorf("describing the configs of %s: %w", strings.Join(topicNames, ", "), err)
+	}
+	out := make(map[string]int, len(topicNames))
+	for _, topic := range topicNames {
+		rc, err := rcs.On(topic, nil)
+		if err == nil {
+			err = rc.Err
+		}
+		if err != nil {
+			if rc.ErrMessage != "" {
+				err = fmt.Errorf("%w: %s", err, rc.ErrMessage)
+			}
+			return nil, fmt.Errorf("describing the configs of %s: %w", topic, err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" {
+				continue
+			}
+			if c.Value == nil {
+				return nil, fmt.Errorf("%s: max.message.bytes has no value", topic)
+			}
+			n, err := strconv.Atoi(*c.Value)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("%s: max.message.bytes %q is not a positive count of bytes", topic, *c.Value)
+			}
+			out[topic] = n
+		}
+		if _, ok := out[topic]; !ok {
+			return nil, fmt.Errorf("%s: the broker's answer has no max.message.bytes", topic)
+		}
+	}
+	return out, nil
+}

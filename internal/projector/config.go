@@ -127,6 +127,10 @@ type Config struct {
 	// the instance to be ready (Ready, /readyz): restored and caught up.
 	// Default 10000.
 	ReadyLag int64
+	// PoisonAttempts is how many times a record's processing may fail the
+	// same way, the record alone, before it is dead-lettered as poison
+	// (poison.go); default 3.
+	PoisonAttempts int
 	// Hooks receive what the projector does, for metrics and telemetry;
 	// default NopHooks.
 	Hooks Hooks
@@ -139,6 +143,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the wall clock; default time.Now. Tests inject one.
 	Now func() time.Time
+
+	// faults are set by this package's tests only (faults.go).
+	faults *faults
 }
 
 // ErrConfig is wrapped by Validate's error.
@@ -195,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReadyLag == 0 {
 		c.ReadyLag = DefaultReadyLag
+	}
+	if c.PoisonAttempts == 0 {
+		c.PoisonAttempts = DefaultPoisonAttempts
 	}
 	if c.Hooks == nil {
 		c.Hooks = NopHooks{}
@@ -329,6 +339,9 @@ func (c Config) Validate() error {
 	}
 	if c.TransactionTimeout < time.Second {
 		errs = append(errs, fmt.Sprintf("transaction timeout %v: want 1s or more", c.TransactionTimeout))
+	}
+	if c.PoisonAttempts < 0 {
+		errs = append(errs, fmt.Sprintf("poison attempts %d: want 0 (default %d) or more", c.PoisonAttempts, DefaultPoisonAttempts))
 	}
 	if c.ReadyLag < 0 {
 		errs = append(errs, fmt.Sprintf("ready lag %d: want 0 (default 10000) or more", c.ReadyLag))

@@ -97,6 +97,9 @@ const (
 	OutcomeRerouted     Outcome = "rerouted"
 	// OutcomeRunExpired: an event for a run that expired, dead-lettered.
 	OutcomeRunExpired Outcome = "run_expired"
+	// OutcomePoison: a record whose processing failed the same way a
+	// bounded number of times (Config.PoisonAttempts), dead-lettered.
+	OutcomePoison Outcome = "poison"
 )
 
 // CommittedWake is a published wake with what telemetry needs about it. The
@@ -228,6 +231,9 @@ func (s *Stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
 		s.UnknownType.Add(1)
 		s.DeadLettered.Add(1)
 	case OutcomeDeadLettered, OutcomeRunExpired:
+		s.DeadLettered.Add(1)
+	case OutcomePoison:
+		s.Poison.Add(1)
 		s.DeadLettered.Add(1)
 	}
 }

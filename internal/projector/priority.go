@@ -67,6 +67,9 @@ func splitHuman(trigs []topics.Trigger) (human, rest []topics.Trigger) {
 // priority committer, without waiting for it (the worker waits for it at
 // its next record: preempted). It returns false when the worker must stop.
 func (w *worker) publishPriority() bool {
+	if w.rewinding() {
+		return false
+	}
 	if w.prioPending.Len() == 0 {
 		// Only human input below the watermark (its wake is out): its
 		// state goes with the agent lane.
@@ -75,10 +78,11 @@ func (w *worker) publishPriority() bool {
 		return true
 	}
 	now := w.p.cfg.Now()
+	w.dropPoisonWakes(&w.prioPending)
 	built, err := w.proj.Wakes(&w.prioPending, now, w.source(topics.NewTime(now)))
 	w.prioPending.Reset()
 	if err != nil {
-		w.p.fail(err)
+		w.failed(w.wakeFailure(err))
 		return false
 	}
 	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.prioOrigins, done: make(chan struct{}),
@@ -86,7 +90,7 @@ func (w *worker) publishPriority() bool {
 	w.prioOrigins = make(map[string]origin)
 	if j.out, err = w.wakeRecords(j, nil); err != nil {
 		j.end()
-		w.p.fail(err)
+		w.failed(err)
 		return false
 	}
 	j.changes = projection.Changes{projection.WokenChange(j.woken)}
@@ -138,8 +142,13 @@ func (w *worker) commitPriority(j *commitJob) {
 		if err != nil {
 			how = kgo.TryAbort
 		}
-		if eerr := w.prio.EndTransaction(ctx, how); eerr != nil && err == nil {
-			err = fmt.Errorf("committing the priority transaction: %w", eerr)
+		if eerr := w.prio.EndTransaction(ctx, how); eerr != nil {
+			if err == nil {
+				err = fmt.Errorf("committing the priority transaction: %w", eerr)
+			} else {
+				// Not abortable: the producer cannot go on.
+				err = &fatalError{fmt.Errorf("%w; aborting the priority transaction: %w", err, eerr)}
+			}
 		}
 		if err != nil {
 			w.p.Stats.Aborts.Add(1)
@@ -213,7 +222,8 @@ func (w *worker) settlePriority() bool {
 		for _, s := range j.spans {
 			s.SetStatus(codes.Error, "commit failed")
 		}
-		w.p.fail(fmt.Errorf("projector: partition %d: priority path: %w", w.part, j.err))
+		w.prioInflight = j // for the rewind (poison.go)
+		w.failed(fmt.Errorf("projector: partition %d: priority path: %w", w.part, j.err))
 		return false
 	}
 	w.woken = max(w.woken, j.woken)

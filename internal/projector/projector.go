@@ -56,6 +56,10 @@ type Stats struct {
 	// the rest them by outcome; DeadLettered counts every record sent to
 	// the dead-letter topic, UnknownType and RunExpired ones included.
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
+	// Poison counts the records dead-lettered as poison (poison.go), and
+	// Rewinds the times a partition rewound to apply again what was not
+	// committed after a failure its input may cause.
+	Poison, Rewinds atomic.Int64
 	// Wakes counts the committed wakes (Hooks.WakeCommitted),
 	// PriorityWakes those of the priority lane.
 	Wakes, PriorityWakes atomic.Int64
@@ -92,7 +96,10 @@ type Projector struct {
 	partitions int32
 	// trust is how old a checkpoint may be and still be resumed from:
 	// half the changelog's delete.retention.ms (checkpointTrust).
-	trust   time.Duration
+	trust time.Duration
+	// limits are the record limits of the topics the projector writes,
+	// as read at New (limits.go); not changed after.
+	limits  map[string]int
 	standby *standby // nil unless Config.Standby
 	// gate pauses the partitions' bulk work while one of them has human
 	// input on its way (gate.go).
@@ -163,11 +170,14 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	common = slices.Clip(append(common, kgo.ClientID(cfg.ClientID)))
 	hooks := func(role string) kgo.Opt { return kgo.WithHooks(cfg.KafkaHooks(role)...) }
 	if p.prod, err = kgo.NewClient(append(common, hooks("producer"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))...); err != nil {
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(p.batchLimit))...); err != nil {
 		return fail(fmt.Errorf("projector: producer: %w", err))
 	}
 	adm := kadm.NewClient(p.prod)
 	if p.partitions, err = cluster.CheckTopics(ctx, adm, cfg.Names); err != nil {
+		return fail(err)
+	}
+	if err := p.checkRecordLimits(ctx, adm); err != nil {
 		return fail(err)
 	}
 	p.trust = checkpointTrust(ctx, adm, cfg.Names, p.log)

@@ -46,6 +46,16 @@ func (w *worker) answer(q *query) {
 	q.done <- q.fn(w)
 }
 
+// unanswerable is the answer to a query the worker cannot answer: it is
+// stopping on a failure, or rewinding (poison.go) and will answer again
+// once it has reopened its state.
+func (w *worker) unanswerable() error {
+	if w.proj != nil && w.proj.Err() != nil {
+		return w.proj.Err()
+	}
+	return fmt.Errorf("%w: partition %d is reopening its state after a failure", ErrRestoring, w.part)
+}
+
 // serveQueries answers the queries waiting, without blocking. The worker
 // calls it between batches only, and settles the commit in flight first, so
 // that the state a query reads is what was committed. It returns false when
@@ -55,7 +65,7 @@ func (w *worker) serveQueries() bool {
 		select {
 		case q := <-w.queries:
 			if !w.settle() {
-				q.done <- w.proj.Err()
+				q.done <- w.unanswerable()
 				return false
 			}
 			w.answer(q)

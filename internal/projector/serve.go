@@ -57,7 +57,8 @@ func NewServer(cfg Config) (*Server, error) {
 }
 
 // Run runs instances until ctx ends, and returns nil then. A configuration
-// error, or topics that are not co-partitioned, is returned at once: no
+// error, topics that are not co-partitioned, or a wake topic that takes
+// records smaller than a wake (ErrRecordLimits), is returned at once: no
 // restart can fix it; so is a data directory that another process still
 // holds after Config.LockWait (ErrDataDirLocked).
 func (s *Server) Run(ctx context.Context) error {
@@ -70,7 +71,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, ErrConfig) || errors.Is(err, ErrNotCoPartitioned) {
+		if errors.Is(err, ErrConfig) || errors.Is(err, ErrNotCoPartitioned) || errors.Is(err, ErrRecordLimits) {
 			return err
 		}
 		// A locked data directory is waited for briefly (the previous

@@ -153,6 +153,8 @@ type worker struct {
 	tracer  trace.Tracer
 	// marks time the human input applied since the last priority commit.
 	marks []humanMark
+	// poison is what rewinds need (poison.go).
+	poison poisonState
 }
 
 // origin is the earliest record that triggered a run's wake in a commit.
@@ -172,6 +174,8 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 		humanSignal: make(chan struct{}, 1), prioOrigins: make(map[string]origin),
 		ready: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{}),
 		origins: make(map[string]origin), tracer: p.cfg.TracerProvider.Tracer(tracerName),
+		poison: poisonState{attempts: make(map[recordKey]int), last: make(map[recordKey]error),
+			wakeAttempts: make(map[string]int), dropWakes: make(map[string]error)},
 	}
 	w.lag[0].Store(-1)
 	w.lag[1].Store(-1)
@@ -205,6 +209,7 @@ func (p *Projector) txnProducer(part int32, suffix string) (*kgo.Client, error) 
 		kgo.TransactionalID(fmt.Sprintf("%s-%d%s", p.cfg.TransactionalIDPrefix, part, suffix)),
 		kgo.TransactionTimeout(p.cfg.TransactionTimeout),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytesFn(p.batchLimit),
 		kgo.ProducerLinger(0))...)
 	if err != nil {
 		return nil, fmt.Errorf("projector: partition %d: transactional producer%s: %w", part, suffix, err)
@@ -231,6 +236,30 @@ func (w *worker) init() error {
 			return fail(fmt.Errorf("fencing the previous writer's priority path: %w", err))
 		}
 	}
+	restored, err := w.restore()
+	if err != nil {
+		return fail(err)
+	}
+	w.start = maps.Clone(w.offsets)
+	off := kgo.NewOffset().AtStart()
+	if next, ok := w.start[p.cfg.Names.HumanInput()]; ok {
+		off = kgo.NewOffset().At(next)
+	}
+	p.human.AddConsumePartitions(map[string]map[int32]kgo.Offset{p.cfg.Names.HumanInput(): {w.part: off}})
+	// Operators (and the kill-storm test's recovery bound) read how long
+	// fencing and restoring took.
+	p.log.Info("partition restored", "partition", w.part, "records", restored,
+		"took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// restore brings the partition's state in Pebble to what the changelog
+// holds as committed (from Pebble's checkpoint on, when it can be
+// trusted), undoes a torn commit the restore found, and opens the
+// projection, its offsets and the priority watermark on it. It returns the
+// changelog records it read.
+func (w *worker) restore() (int64, error) {
+	p := w.p
 	p.Stats.Restoring.Add(1)
 	var counted int64 // of this restore, in RestoredRecords already
 	res, err := changelog.Restore(w.ctx, changelog.Config{
@@ -241,44 +270,35 @@ func (w *worker) init() error {
 	p.Stats.Restoring.Add(-1)
 	p.hooks.Restored(w.part, res, err)
 	if err != nil {
-		return fail(err)
+		return 0, err
 	}
 	if w.proj, err = projection.Open(p.cfg.Projection, w.store); err != nil {
-		return fail(err)
+		return 0, err
 	}
 	if w.offsets, err = w.store.Offsets(); err != nil {
-		return fail(err)
+		return 0, err
 	}
-	w.start, w.prepared = maps.Clone(w.offsets), maps.Clone(w.offsets)
+	w.prepared = maps.Clone(w.offsets)
 	w.woken = w.offsets[p.cfg.Names.HumanInput()]
 	if next, ok, err := w.store.Woken(); err != nil {
-		return fail(err)
+		return 0, err
 	} else if ok {
 		w.woken = max(w.woken, next)
 	}
 	if len(res.Tail) > 0 {
 		undo, err := changelog.Rollback(w.store, res.Tail)
 		if err != nil {
-			return fail(err)
+			return 0, err
 		}
 		p.log.Warn("undoing a torn commit", "partition", w.part, "keys", len(undo)-1)
 		// Committed here and now, before anything is applied.
 		j := &commitJob{out: changelog.Records(p.cfg.Names.Changelog(), w.part, undo), changes: undo, done: make(chan struct{})}
 		w.commit(j)
 		if err := w.proj.Committed(j.err); err != nil {
-			return fail(err)
+			return 0, err
 		}
 	}
-	off := kgo.NewOffset().AtStart()
-	if next, ok := w.start[p.cfg.Names.HumanInput()]; ok {
-		off = kgo.NewOffset().At(next)
-	}
-	p.human.AddConsumePartitions(map[string]map[int32]kgo.Offset{p.cfg.Names.HumanInput(): {w.part: off}})
-	// Operators (and the kill-storm test's recovery bound) read how long
-	// fencing and restoring took.
-	p.log.Info("partition restored", "partition", w.part, "records", res.Records,
-		"took", time.Since(began).Round(time.Millisecond))
-	return nil
+	return res.Records, nil
 }
 
 // enqueue hands a fetched batch to the worker, pausing the partition's agent
@@ -387,9 +407,25 @@ func (w *worker) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	// Every path below commits what it applied before it comes back here:
-	// what is applied but not committed lives only inside processAgent.
+	// The loop returns when the worker must stop, or rewind (poison.go):
+	// then it goes on from the state as committed.
 	for {
+		w.loop(timer)
+		if !w.rewinding() || !w.rewind() {
+			return
+		}
+	}
+}
+
+// loop processes the partition until the worker must stop or rewind. Every
+// path in it commits what it applied before it comes back to the top: what
+// is applied but not committed lives only inside processAgent (and the
+// suspects of a rewind, which careful applies first).
+func (w *worker) loop(timer *time.Timer) {
+	for {
+		if len(w.poison.suspects) > 0 && !w.careful() {
+			return
+		}
 		// Human input first, always.
 		select {
 		case b := <-w.human:
@@ -430,6 +466,7 @@ func (w *worker) run() {
 			// read; then everything applied is committed, so that the
 			// read sees committed state.
 			if w.applyHuman() && !w.publishPriority() || !w.flush() || !w.settlePriority() || !w.settle() {
+				q.done <- w.unanswerable()
 				return
 			}
 			w.answer(q)
@@ -444,7 +481,7 @@ func (w *worker) processHuman(b batch) bool {
 	w.humanWaiting.Store(false)
 	w.applyHumanBatch(b)
 	w.applyHuman()
-	return w.publishPriority()
+	return !w.rewinding() && w.publishPriority()
 }
 
 // applyHuman applies the human input waiting, without blocking, and
@@ -453,7 +490,7 @@ func (w *worker) applyHuman() bool {
 	// Cleared first: input handed over after this sets it again.
 	w.humanWaiting.Store(false)
 	applied := false
-	for {
+	for !w.rewinding() {
 		select {
 		case b := <-w.human:
 			w.applyHumanBatch(b)
@@ -462,15 +499,21 @@ func (w *worker) applyHuman() bool {
 			return applied
 		}
 	}
+	return applied
 }
 
 // applyHumanBatch applies a batch of human input and marks the time of each
 // of its records for the priority path's stages.
 func (w *worker) applyHumanBatch(b batch) {
+	if w.rewinding() {
+		w.keep(b.records, true)
+		return
+	}
 	taken := time.Now()
-	w.apply(b, true)
+	done := w.apply(b, true)
 	applied := time.Now()
-	for _, r := range b.records {
+	w.keep(b.records[done:], true) // what a rewind interrupted
+	for _, r := range b.records[:done] {
 		w.marks = append(w.marks, humanMark{appended: r.Timestamp, fetched: b.fetched, taken: taken, applied: applied})
 	}
 }
@@ -494,9 +537,16 @@ const maxTriggersPerWake = 256
 // (gate.go), and when its own commit carrying human input is done, it reaps
 // it at once, so that the gate opens as soon as it can. It returns false
 // when the worker must stop.
-func (w *worker) processAgent(b batch) bool {
+func (w *worker) processAgent(b batch) (ok bool) {
+	var rs []*kgo.Record
+	// A rewind interrupts a batch: what it did not apply, the rewind does.
+	defer func() {
+		if !ok {
+			w.keep(rs, false)
+		}
+	}()
 	for {
-		for rs := b.records; len(rs) > 0; {
+		for rs = b.records; len(rs) > 0; {
 			n := min(len(rs), w.p.cfg.Chunk)
 			chunk := batch{records: rs[:n], highWatermark: b.highWatermark}
 			// Counted out before applying, so that the chunk reaching the
@@ -508,6 +558,9 @@ func (w *worker) processAgent(b batch) bool {
 			done := w.apply(chunk, false)
 			w.pendingAgent.Add(int64(n - done))
 			rs = rs[done:]
+			if w.rewinding() {
+				return false
+			}
 			if (w.prioInflight != nil || w.reapPrio.Load()) && !w.settlePriority() {
 				return false
 			}
@@ -541,6 +594,7 @@ func (w *worker) processAgent(b batch) bool {
 				// Revoked or stopping: commit what was applied, so the
 				// next owner starts after it.
 				w.flush()
+				rs = nil
 				return false
 			default:
 			}
@@ -571,12 +625,11 @@ func (w *worker) flush() bool {
 // preemptible: it stops before any record but the first once the worker is
 // preempted (see preempted). It returns how many records it took.
 func (w *worker) apply(b batch, human bool) (done int) {
-	hooks := w.p.hooks
 	_, span := w.batchSpan(b)
 	defer span.End()
 	var last *kgo.Record
 	for i, r := range b.records {
-		if !human && i > 0 && w.preempted() {
+		if !human && i > 0 && w.preempted() || w.rewinding() {
 			break
 		}
 		done++
@@ -585,67 +638,12 @@ func (w *worker) apply(b batch, human bool) (done int) {
 		}
 		w.offsets[r.Topic] = r.Offset + 1
 		w.consumed++
+		// Kept until a commit carries it: a rewind applies it again.
+		w.poison.applied = append(w.poison.applied, applied{r: r, human: human, counted: true})
+		w.applyRecord(r, human, span)
 		last = r
-		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
-		switch {
-		case errors.Is(err, topics.ErrUnknownType):
-			// A newer producer's type, or a typo: dead-lettered like any
-			// record this build cannot project, so that an operator sees
-			// it (the reason's code first), and counted apart.
-			w.deadLetter(r, DeadLetterUnknownType+": "+err.Error())
-			hooks.Consumed(r.Topic, "", OutcomeUnknownType)
-			continue
-		case err != nil:
-			w.deadLetter(r, err.Error())
-			hooks.Consumed(r.Topic, "", OutcomeDeadLettered)
-			continue
-		}
-		if want := topics.Partition([]byte(ev.RunID), w.p.partitions); want != r.Partition {
-			w.reroute(r, ev.RunID, want)
-			hooks.Consumed(r.Topic, ev.Type, OutcomeRerouted)
-			continue
-		}
-		trigs, dup, err := w.proj.ApplyEvent(ev)
-		if errors.Is(err, projection.ErrRunExpired) {
-			// Late for a run whose state retention deleted: refused, not
-			// the start of a run from nothing (docs/CONTRACT.md).
-			w.deadLetter(r, DeadLetterRunExpired+": "+err.Error())
-			hooks.Consumed(r.Topic, ev.Type, OutcomeRunExpired)
-			continue
-		}
-		if dup {
-			hooks.Consumed(r.Topic, ev.Type, OutcomeDuplicate)
-		} else {
-			hooks.Consumed(r.Topic, ev.Type, OutcomeApplied)
-		}
-		if human {
-			// A human input record's triggers (its own, and the timers of
-			// its run that fell due before it) go out at once on the
-			// priority path (priority.go), never into the agent lane's
-			// pending commit, which may be being built meanwhile. Below
-			// the watermark (applied again after a restore) its own are
-			// out already, and the timers go with the agent lane's next
-			// commit (late).
-			if r.Offset >= w.woken {
-				if len(trigs) > 0 {
-					if _, ok := w.prioOrigins[ev.RunID]; !ok {
-						w.prioOrigins[ev.RunID] = w.origin(r, span)
-					}
-					w.prioPending.Add(ev.RunID, trigs)
-				}
-			} else if _, rest := splitHuman(trigs); len(rest) > 0 {
-				w.late.Add(ev.RunID, rest)
-			}
-			continue
-		}
-		if len(trigs) > 0 {
-			if _, ok := w.origins[ev.RunID]; !ok {
-				w.origins[ev.RunID] = w.origin(r, span)
-			}
-		}
-		w.pending.Add(ev.RunID, trigs)
 	}
-	if last == nil {
+	if last == nil || b.highWatermark < 0 {
 		return done
 	}
 	i := w.topicIndex(last.Topic)
@@ -655,10 +653,95 @@ func (w *worker) apply(b batch, human bool) (done int) {
 	return done
 }
 
+// applyRecord decodes one record and projects it, or dead-letters or
+// reroutes it, and gathers its triggers. A panic (a bug that this record
+// brings out) asks for a rewind: the state may be half changed.
+func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
+	var ev *topics.Event
+	defer func() {
+		if v := recover(); v != nil {
+			run := ""
+			if ev != nil {
+				run = ev.RunID
+			}
+			w.failed(w.recovered(fmt.Sprintf("applying %s/%d@%d", r.Topic, r.Partition, r.Offset), v, run))
+		}
+	}()
+	ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+	if f := w.p.cfg.faults; f != nil && f.apply != nil && err == nil {
+		f.apply(ev)
+	}
+	switch {
+	case errors.Is(err, topics.ErrUnknownType):
+		// A newer producer's type, or a typo: dead-lettered like any
+		// record this build cannot project, so that an operator sees
+		// it (the reason's code first), and counted apart.
+		w.deadLetter(r, DeadLetterUnknownType+": "+err.Error())
+		w.count(r.Topic, "", OutcomeUnknownType)
+		return
+	case err != nil:
+		w.deadLetter(r, err.Error())
+		w.count(r.Topic, "", OutcomeDeadLettered)
+		return
+	}
+	if want := topics.Partition([]byte(ev.RunID), w.p.partitions); want != r.Partition {
+		w.reroute(r, ev.RunID, want)
+		w.count(r.Topic, ev.Type, OutcomeRerouted)
+		return
+	}
+	trigs, dup, err := w.proj.ApplyEvent(ev)
+	if errors.Is(err, projection.ErrRunExpired) {
+		// Late for a run whose state retention deleted: refused, not
+		// the start of a run from nothing (docs/CONTRACT.md).
+		w.deadLetter(r, DeadLetterRunExpired+": "+err.Error())
+		w.count(r.Topic, ev.Type, OutcomeRunExpired)
+		return
+	}
+	if dup {
+		w.count(r.Topic, ev.Type, OutcomeDuplicate)
+	} else {
+		w.count(r.Topic, ev.Type, OutcomeApplied)
+	}
+	if human {
+		// A human input record's triggers (its own, and the timers of
+		// its run that fell due before it) go out at once on the
+		// priority path (priority.go), never into the agent lane's
+		// pending commit, which may be being built meanwhile. Below
+		// the watermark (applied again after a restore) its own are
+		// out already, and the timers go with the agent lane's next
+		// commit (late).
+		if r.Offset >= w.woken {
+			if len(trigs) > 0 {
+				if _, ok := w.prioOrigins[ev.RunID]; !ok {
+					w.prioOrigins[ev.RunID] = w.origin(r, span)
+				}
+				w.prioPending.Add(ev.RunID, trigs)
+			}
+		} else if _, rest := splitHuman(trigs); len(rest) > 0 {
+			w.late.Add(ev.RunID, rest)
+		}
+		return
+	}
+	if len(trigs) > 0 {
+		if _, ok := w.origins[ev.RunID]; !ok {
+			w.origins[ev.RunID] = w.origin(r, span)
+		}
+	}
+	w.pending.Add(ev.RunID, trigs)
+}
+
+// count reports a record's outcome to the hooks, but for a record a
+// rewind applies again (poison.go), whose outcome they have.
+func (w *worker) count(topic string, typ topics.EventType, outcome Outcome) {
+	if !w.poison.again {
+		w.p.hooks.Consumed(topic, typ, outcome)
+	}
+}
+
 // caughtUp reports whether the partition has applied everything fetched and
 // reached the high watermark of each input topic.
 func (w *worker) caughtUp() bool {
-	if w.pendingAgent.Load() > 0 || len(w.agent) > 0 || len(w.human) > 0 {
+	if w.pendingAgent.Load() > 0 || len(w.agent) > 0 || len(w.human) > 0 || len(w.poison.suspects) > 0 {
 		return false
 	}
 	for _, behind := range w.behind {
@@ -752,6 +835,9 @@ type commitJob struct {
 	marks             []humanMark
 	builtAt, waitedAt time.Time
 	woken             int64
+	// records are the input records the commit carries the offsets of,
+	// applied again if it fails (poison.go).
+	records []applied
 	// Set by the committer before done closes: the error, the commit's
 	// time on the projector's clock (Config.Now), and when the produce
 	// and the whole commit ended (for the priority path's stages).
@@ -774,8 +860,12 @@ type commitJob struct {
 // same state (the projection is deterministic). Reads of the state settle
 // first (serveQueries), so a reader never sees uncommitted state.
 func (w *worker) publish(now time.Time, source topics.Time) bool {
+	if w.rewinding() {
+		return false
+	}
 	w.pending.Merge(&w.late)
 	w.late.Reset()
+	w.dropPoisonWakes(&w.pending)
 	// Human input that arrives while a large commit's wakes are built is
 	// taken up between two of them, and its wake goes out at once.
 	built, err := w.proj.WakesBetween(&w.pending, now, source, w.between)
@@ -789,17 +879,17 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		w.late.Reset()
 	}
 	if err != nil {
-		w.p.fail(err)
+		w.failed(w.wakeFailure(err))
 		return false
 	}
-	if w.stopping {
+	if w.stopping || w.rewinding() {
 		return false
 	}
 	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: w.origins, done: make(chan struct{}), builtAt: time.Now()}
 	w.origins = make(map[string]origin)
 	if w.out, err = w.wakeRecords(j, w.out); err != nil {
 		j.end()
-		w.p.fail(err)
+		w.failed(err)
 		return false
 	}
 	// The commit before must be written before this one is prepared: a
@@ -826,6 +916,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	w.out = append(w.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
 	j.out, j.changes = w.out, changes
 	w.out, w.spare = w.spare[:0], nil
+	j.records, w.poison.applied = w.poison.applied, nil
 	w.prepared = maps.Clone(w.offsets)
 	w.inflight = j
 	// While another partition's human input is on its way, this commit
@@ -844,10 +935,18 @@ func (w *worker) wakeRecords(j *commitJob, out []*kgo.Record) ([]*kgo.Record, er
 	for i, b := range j.built {
 		// The snapshot as the builder encoded it, spliced in: one encoding
 		// of its 24 KB fewer per wake.
+		if f := w.p.cfg.faults; f != nil && f.build != nil {
+			if err := f.build(b.Wake); err != nil {
+				return out, w.wakeFailure(&projection.WakeError{Run: b.Wake.RunID, Err: err})
+			}
+		}
 		enc, err := topics.AppendWakeJSON(nil, b.Wake, b.Info.Encoded)
+		if f := w.p.cfg.faults; f != nil && f.encode != nil && err == nil {
+			err = f.encode(b.Wake)
+		}
 		j.built[i].Info.Encoded = nil // the wake's own bytes outlive it
 		if err != nil {
-			return out, err
+			return out, &poisonError{err: fmt.Errorf("projector: encoding wake %s of run %q: %w", b.Wake.WakeID, b.Wake.RunID, err), run: b.Wake.RunID}
 		}
 		rec := &kgo.Record{
 			Topic: w.p.cfg.Names.WakeTopic(b.Wake.Lane), Partition: w.part, Key: []byte(b.Wake.RunID), Value: enc,
@@ -904,13 +1003,20 @@ func (w *worker) settle() bool {
 	defer j.end()
 	clear(j.out)
 	w.spare = j.out[:0]
-	if err := w.proj.Committed(j.err); err != nil {
+	if j.err != nil {
 		for _, s := range j.spans {
 			s.SetStatus(codes.Error, "commit failed")
 		}
+		// Put back for the rewind, which applies them again.
+		w.inflight = j
+		w.failed(fmt.Errorf("projector: partition %d: %w", w.part, j.err))
+		return false
+	}
+	if err := w.proj.Committed(nil); err != nil {
 		w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false
 	}
+	w.poison.blind = 0
 	w.reported(j)
 	return true
 }
@@ -974,8 +1080,13 @@ func (w *worker) commit(j *commitJob) {
 			if err != nil {
 				how = kgo.TryAbort
 			}
-			if eerr := w.prod.EndTransaction(ctx, how); eerr != nil && err == nil {
-				err = fmt.Errorf("committing the transaction: %w", eerr)
+			if eerr := w.prod.EndTransaction(ctx, how); eerr != nil {
+				if err == nil {
+					err = fmt.Errorf("committing the transaction: %w", eerr)
+				} else {
+					// Not abortable: the producer cannot go on.
+					err = &fatalError{fmt.Errorf("%w; aborting the transaction: %w", err, eerr)}
+				}
 			}
 			if err != nil {
 				w.p.Stats.Aborts.Add(1)
@@ -1007,18 +1118,34 @@ const DeadLetterRunExpired = "run_expired"
 // deadLetter sends a record that cannot be projected to the dead-letter
 // topic, with why and whence in its headers.
 func (w *worker) deadLetter(r *kgo.Record, reason string) {
+	w.out = append(w.out, w.deadLetterRecord(r.Key, r.Value, r.Headers, reason, r.Topic, r.Partition, r.Offset))
+	w.p.log.Warn("dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+}
+
+// deadLetterRecord is a dead letter of key, value and headers for reason;
+// whence (topic, partition, offset) is left out when topic is "". A value
+// that would make the record larger than the dead-letter topic takes is
+// left out too, and its size said in a header: the original is still at
+// its offset, and a dead letter the broker refuses would be poison itself.
+func (w *worker) deadLetterRecord(key, value []byte, headers []kgo.RecordHeader, reason, topic string, partition int32, offset int64) *kgo.Record {
 	if len(reason) > 1024 {
 		reason = reason[:1024]
 	}
-	h := append([]kgo.RecordHeader(nil), r.Headers...)
-	h = append(h,
-		kgo.RecordHeader{Key: topics.HeaderDeadLetterReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: topics.HeaderDeadLetterTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: topics.HeaderDeadLetterPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: topics.HeaderDeadLetterOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
-	)
-	w.out = append(w.out, &kgo.Record{Topic: w.p.cfg.Names.DeadLetter(), Partition: 0, Key: r.Key, Value: r.Value, Headers: h})
-	w.p.log.Warn("dead-lettered a record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason)
+	h := append([]kgo.RecordHeader(nil), headers...)
+	h = append(h, kgo.RecordHeader{Key: topics.HeaderDeadLetterReason, Value: []byte(reason)})
+	if topic != "" {
+		h = append(h,
+			kgo.RecordHeader{Key: topics.HeaderDeadLetterTopic, Value: []byte(topic)},
+			kgo.RecordHeader{Key: topics.HeaderDeadLetterPartition, Value: []byte(strconv.Itoa(int(partition)))},
+			kgo.RecordHeader{Key: topics.HeaderDeadLetterOffset, Value: []byte(strconv.FormatInt(offset, 10))},
+		)
+	}
+	dlq := w.p.cfg.Names.DeadLetter()
+	if size := recordSize(key, value, h); size > w.p.recordLimit(dlq) {
+		h = append(h, kgo.RecordHeader{Key: topics.HeaderDeadLetterValueOmitted, Value: []byte(strconv.Itoa(len(value)))})
+		value = nil
+	}
+	return &kgo.Record{Topic: dlq, Partition: 0, Key: key, Value: value, Headers: h}
 }
 
 // reroute sends a record that sits in the wrong partition for its run (a

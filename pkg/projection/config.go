@@ -60,6 +60,18 @@ type Config struct {
 	// recognised by the committed offsets instead, however old. The ids
 	// are state, persisted with the history entries. Default 1024.
 	DedupeWindow int
+	// MaxWakeBytes bounds the encoded size of every wake. A run's triggers
+	// that would make a larger wake are split, in their order, over
+	// several wakes (docs/CONTRACT.md "Wake size"); the triggers are
+	// budgeted against what is left of it beside a snapshot at
+	// Limits.MaxBytes and the widest wake envelope, so it must hold those
+	// and the widest trigger a valid event can raise. Default 524,288:
+	// well below the largest record a Kafka producer (1,000,012 bytes)
+	// and a broker (1,048,588 bytes) accept by default.
+	MaxWakeBytes int
+	// MaxWakeTriggers bounds the triggers of one wake: more are split over
+	// several wakes, as for MaxWakeBytes. Default 256.
+	MaxWakeTriggers int
 }
 
 // Defaults of Config.
@@ -71,6 +83,8 @@ const (
 	DefaultMaxHotNodesPerRun = 4096
 	DefaultHistorySize       = 256
 	DefaultDedupeWindow      = 1024
+	DefaultMaxWakeBytes      = 512 << 10
+	DefaultMaxWakeTriggers   = 256
 )
 
 // MaxDedupeWindow bounds Config.DedupeWindow: the ids are kept in memory
@@ -108,6 +122,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DedupeWindow == 0 {
 		c.DedupeWindow = DefaultDedupeWindow
+	}
+	if c.MaxWakeBytes == 0 {
+		c.MaxWakeBytes = DefaultMaxWakeBytes
+	}
+	if c.MaxWakeTriggers == 0 {
+		c.MaxWakeTriggers = DefaultMaxWakeTriggers
 	}
 	return c
 }

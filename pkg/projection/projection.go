@@ -406,6 +406,21 @@ func (b *Pending) Add(runID string, trigs []topics.Trigger) {
 	b.most = max(b.most, len(b.trigs[runID]))
 }
 
+// Take removes the triggers of a run from b and returns them.
+func (b *Pending) Take(runID string) []topics.Trigger {
+	trigs, ok := b.trigs[runID]
+	if !ok {
+		return nil
+	}
+	delete(b.trigs, runID)
+	b.order = slices.DeleteFunc(b.order, func(id string) bool { return id == runID })
+	b.most = 0
+	for _, t := range b.trigs {
+		b.most = max(b.most, len(t))
+	}
+	return trigs
+}
+
 // Merge adds o's triggers to b, run by run in o's order.
 func (b *Pending) Merge(o *Pending) {
 	for _, id := range o.order {
@@ -492,7 +507,8 @@ func laneOf(trigs []topics.Trigger) topics.Lane {
 	return topics.LaneNormal
 }
 
-func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now time.Time, source topics.Time) (*topics.Wake, snapshot.Info, error) {
+func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now time.Time, source topics.Time) (_ *topics.Wake, _ snapshot.Info, err error) {
+	defer recoverWake(r.id, &err)
 	id := WakeID(r.id, r.seq, trigs)
 	w := snapshot.Wake{
 		SnapshotID: ids.Derive(id.Time(), "snapshot", id.String()).String(),
@@ -511,7 +527,7 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 	}
 	s, info, err := snapshot.Build(r, w, p.cfg.Limits, now)
 	if err != nil {
-		return nil, info, fmt.Errorf("projection: run %q: %w", r.id, err)
+		return nil, info, &WakeError{Run: r.id, Err: err}
 	}
 	return &topics.Wake{
 		WakeID:            id.String(),

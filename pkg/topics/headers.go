@@ -20,6 +20,11 @@ const (
 	HeaderDeadLetterTopic     = "canopy-dlq-topic"
 	HeaderDeadLetterPartition = "canopy-dlq-partition"
 	HeaderDeadLetterOffset    = "canopy-dlq-offset"
+	// HeaderDeadLetterValueOmitted, on a dead letter without a value, says
+	// the size in bytes of the value left out because the dead letter
+	// would have been larger than the dead-letter topic takes; the original
+	// is at its offset.
+	HeaderDeadLetterValueOmitted = "canopy-dlq-value-omitted"
 )
 
 // Header returns the value of the last header named key, and whether there

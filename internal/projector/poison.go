@@ -1,0 +1,456 @@
+package projector
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// Poison records. A record is poison when processing it fails the same way
+// every time: a wake or another record of its commit that the broker (or
+// the producer's own limit) refuses, a snapshot that cannot be built or
+// encoded, a panic while applying it or building its wake. Stopping the
+// instance for such a failure would not help: the partition would move to
+// another instance, which would fail the same way, and one record would
+// stop the whole group.
+//
+// So a worker that meets a failure its input may cause (poisonable) does not
+// stop. It rewinds: it waits for its commits in flight, drops its state in
+// memory, reopens it from Pebble (which holds exactly what was committed:
+// Pebble is written after each commit), and applies again the records that
+// were not committed, carefully: a few at a time, each group committed
+// before the next is applied, halving the group after each failure, so
+// that a failure that comes back is narrowed down to one record. A record
+// that fails alone Config.PoisonAttempts times is dead-lettered with the
+// reason (DeadLetterPoison), not applied, and counted (OutcomePoison); the
+// records after it are applied as usual. A failure that does not come back
+// (a commit too large only together) costs a rewind and nothing more.
+//
+// What was not committed is never published and what is published is
+// committed, so exactly once holds: the state is replay's of every record
+// but the dead-lettered ones, each applied once. Wakes raised by timers
+// alone have no record to blame: after PoisonAttempts failures of one
+// run's timer wake, the run's triggers of that commit go to the
+// dead-letter topic in place of its wake (DeadLetterPoisonWake), and the
+// timers' state changes are committed.
+
+// DeadLetterPoison starts the dead-letter reason of a poison record.
+const DeadLetterPoison = "poison"
+
+// DeadLetterPoisonWake starts the dead-letter reason of the triggers of a
+// run whose timer wake could not be published.
+const DeadLetterPoisonWake = "poison_wake"
+
+// DefaultPoisonAttempts is Config.PoisonAttempts' default.
+const DefaultPoisonAttempts = 3
+
+// poisonError marks a failure that the input may cause (see poisonable),
+// with the run whose wake failed when that is known.
+type poisonError struct {
+	err error
+	run string
+}
+
+func (e *poisonError) Error() string { return e.err.Error() }
+func (e *poisonError) Unwrap() error { return e.err }
+
+// fatalError marks a failure after which the worker must not go on even if
+// its cause is poisonable: a transaction that could not be aborted leaves
+// its producer unusable.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// poisonable reports whether err is a failure that the records being
+// processed may cause, and that may therefore come back for the same
+// records: worth a rewind rather than an instance restart. Broker
+// refusals of a record's size or form are; a panic or a failed build of a
+// wake is (poisonError). Connections, timeouts, fencing and storage are
+// not: a restart (or another instance) may get past them.
+func poisonable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var fe *fatalError
+	if errors.As(err, &fe) {
+		return false
+	}
+	var pe *poisonError
+	return errors.As(err, &pe) ||
+		errors.Is(err, kerr.MessageTooLarge) ||
+		errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) ||
+		errors.Is(err, kerr.CorruptMessage)
+}
+
+// recovered turns a panic's value into a poisonError naming where it
+// happened, and logs the stack: the bug to fix.
+func (w *worker) recovered(where string, v any, run string) error {
+	err := fmt.Errorf("panic while %s: %v", where, v)
+	w.p.log.Error("recovered from a panic: a bug that this input brings out; the record is retried alone, then dead-lettered",
+		"partition", w.part, "err", err, "stack", string(debug.Stack()))
+	return &poisonError{err: err, run: run}
+}
+
+// applied is a record the worker applied (or tried to) and has not yet
+// seen committed; human says which input lane it came from, counted that
+// its outcome was reported to the hooks (a rewind applies it again
+// without reporting it twice).
+type applied struct {
+	r              *kgo.Record
+	human, counted bool
+}
+
+// recordKey identifies a record for the attempt counts.
+type recordKey struct {
+	topic  string
+	offset int64
+}
+
+func keyOf(a applied) recordKey { return recordKey{a.r.Topic, a.r.Offset} }
+
+// poisonState is the worker's memory of rewinds: what to apply again, and
+// how often each record failed alone.
+type poisonState struct {
+	// applied are the records applied since the last commit was prepared,
+	// in the order they were applied; a prepared commit takes them
+	// (commitJob.records). rest are records taken off a channel but not
+	// applied when a rewind was asked for.
+	applied, rest []applied
+	// cause is the failure that asks for a rewind, nil otherwise.
+	cause error
+	// suspects are the records to apply again, carefully, before any
+	// other; chunk is how many the next careful commit takes, and taken
+	// what the careful commit being made took.
+	suspects, taken []applied
+	chunk           int
+	// attempts counts the failures of a record applied alone, last the
+	// failure it last caused; wakeAttempts the failures of a run's wake
+	// raised by timers alone, dropWakes the runs whose timer wakes go to
+	// the dead-letter topic at the next publish, with why.
+	attempts     map[recordKey]int
+	last         map[recordKey]error
+	wakeAttempts map[string]int
+	dropWakes    map[string]error
+	// blind counts the rewinds in a row that had nothing to blame.
+	blind int
+	// again is set while a record whose outcome the hooks have is
+	// applied again.
+	again bool
+}
+
+// failed handles a failure of the worker's processing: a poisonable one
+// asks for a rewind (the worker's loop unwinds, and run rewinds), any
+// other stops the instance, as does a failure while stopping.
+func (w *worker) failed(err error) {
+	if poisonable(err) {
+		select {
+		case <-w.quit:
+		default:
+			if w.poison.cause == nil { // the first failure is the one to blame
+				w.poison.cause = err
+			}
+			return
+		}
+	}
+	w.p.fail(err)
+}
+
+// rewinding reports whether a rewind has been asked for: processing stops
+// where it stands.
+func (w *worker) rewinding() bool { return w.poison.cause != nil }
+
+// keep records records taken off a channel and not applied, from a batch
+// a rewind interrupted, for the rewind to apply.
+func (w *worker) keep(rs []*kgo.Record, human bool) {
+	if !w.rewinding() || len(rs) == 0 {
+		return
+	}
+	for _, r := range rs {
+		w.poison.rest = append(w.poison.rest, applied{r: r, human: human})
+	}
+	if !human {
+		// No longer queued: the rewind has them.
+		if left := w.pendingAgent.Add(-int64(len(rs))); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
+			w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+		}
+	}
+}
+
+// rewind carries out the rewind asked for: it waits for the commits in
+// flight, reopens the partition's state from Pebble as last committed,
+// and queues every record not committed to be applied again carefully,
+// blaming the record (or the run's timer wake) that failed alone. It
+// returns false when the worker must stop.
+func (w *worker) rewind() bool {
+	ps := &w.poison
+	cause := ps.cause
+	ps.cause = nil
+	w.p.Stats.Rewinds.Add(1)
+	// The commits in flight end first: what they committed stays, what
+	// failed is applied again. A failure that is not poisonable stops the
+	// worker as ever.
+	var again []applied
+	if j := w.prioInflight; j != nil {
+		w.prioInflight = nil
+		<-j.done
+		w.reapPrio.Store(false)
+		j.end()
+		if j.err != nil && !poisonable(j.err) {
+			w.p.fail(fmt.Errorf("projector: partition %d: priority path: %w", w.part, j.err))
+			return false
+		}
+		if j.err == nil {
+			w.woken = max(w.woken, j.woken)
+			w.reported(j)
+		}
+	}
+	if j := w.inflight; j != nil {
+		w.inflight = nil
+		<-j.done
+		j.end()
+		switch {
+		case j.err == nil:
+			w.reported(j)
+			ps.blind = 0
+		case !poisonable(j.err):
+			w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, j.err))
+			return false
+		default:
+			again = j.records
+			cause = j.err // the commit's own failure is what to blame
+		}
+	}
+	again = append(again, ps.applied...)
+	again = append(again, ps.rest...)
+	taken := ps.taken
+	ps.applied, ps.rest, ps.taken = nil, nil, nil
+
+	// Blame: a record that failed alone, or a run's wake raised by timers
+	// alone. Anything else is narrowed down by the careful commits.
+	var pe *poisonError
+	errors.As(cause, &pe)
+	attempt := 0
+	switch {
+	case len(taken) == 1:
+		k := keyOf(taken[0])
+		ps.attempts[k]++
+		ps.last[k] = cause
+		attempt = ps.attempts[k]
+		ps.blind = 0
+	case len(again) == 0 && pe != nil && pe.run != "":
+		ps.wakeAttempts[pe.run]++
+		attempt = ps.wakeAttempts[pe.run]
+		if attempt >= w.p.cfg.PoisonAttempts {
+			ps.dropWakes[pe.run] = cause
+		}
+		ps.blind = 0
+	case len(again) == 0:
+		// Nothing applied to blame, no run named: after as many rewinds
+		// in a row as a record gets, stop as any other failure would.
+		ps.blind++
+		if ps.blind >= w.p.cfg.PoisonAttempts {
+			w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, cause))
+			return false
+		}
+		attempt = ps.blind
+	}
+	switch {
+	case len(taken) > 0:
+		ps.chunk = max(1, len(taken)/2)
+	default:
+		ps.chunk = max(1, (len(again)+1)/2)
+	}
+	ps.suspects = append(again, ps.suspects...)
+
+	w.p.log.Warn("rewinding a partition after a failure its input may cause: applying again what was not committed, a few records at a time",
+		"partition", w.part, "records", len(ps.suspects), "next", ps.chunk, "attempt", attempt, "err", cause)
+	if !w.reopen() {
+		return false
+	}
+	if attempt > 0 {
+		// A little time between attempts: a failure that is the broker's
+		// (a topic's limit being changed) may pass.
+		t := time.NewTimer(min(100*time.Millisecond<<(attempt-1), 2*time.Second))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-w.quit:
+			return false
+		}
+	}
+	return true
+}
+
+// reopen drops the partition's state in memory and everything applied and
+// not committed, and restores the state as committed, as a new owner
+// would (without fencing: the producers are the worker's own). Pebble has
+// every commit that succeeded; the restore finds nothing more in the
+// changelog with transactions (a failed commit was aborted), and at least
+// once undoes the part of a failed commit that reached it. It returns
+// false when the worker must stop.
+func (w *worker) reopen() bool {
+	w.proj.Release()
+	w.proj = nil
+	if _, err := w.restore(); err != nil {
+		w.p.fail(fmt.Errorf("projector: partition %d: restoring after a rewind: %w", w.part, err))
+		return false
+	}
+	w.pending.Reset()
+	w.late.Reset()
+	w.prioPending.Reset()
+	clear(w.origins)
+	clear(w.prioOrigins)
+	clear(w.out)
+	w.out = w.out[:0]
+	w.consumed = 0
+	w.marks = nil
+	w.stopping = false
+	w.releaseGate(false)
+	return true
+}
+
+// careful applies the suspects of a rewind a group at a time, committing
+// each group before it applies the next, and dead-letters a record that
+// failed alone PoisonAttempts times. It returns false when the worker must
+// stop or rewind again.
+func (w *worker) careful() bool {
+	ps := &w.poison
+	for len(ps.suspects) > 0 {
+		select {
+		case <-w.quit:
+			return false
+		default:
+		}
+		if first := ps.suspects[0]; ps.attempts[keyOf(first)] >= w.p.cfg.PoisonAttempts {
+			ps.suspects = ps.suspects[1:]
+			w.deadLetterPoison(first)
+			if !w.commitNow() {
+				return false
+			}
+			ps.chunk = len(ps.suspects) // the rest, most likely sound, together
+			continue
+		}
+		k := min(max(ps.chunk, 1), len(ps.suspects))
+		ps.taken = append(ps.taken[:0], ps.suspects[:k]...)
+		ps.suspects = ps.suspects[k:]
+		for i, a := range ps.taken {
+			if !w.applyAgain(a) {
+				// What the failure left unapplied, the rewind applies.
+				ps.rest = append(ps.rest, ps.taken[i+1:]...)
+				return false
+			}
+		}
+		if !w.commitNow() {
+			return false
+		}
+		ps.taken = ps.taken[:0]
+	}
+	ps.taken = nil
+	return true
+}
+
+// applyAgain applies one record of a rewind as it was applied the first
+// time: human input through the priority path.
+func (w *worker) applyAgain(a applied) bool {
+	w.poison.again = a.counted
+	defer func() { w.poison.again = false }()
+	// No high watermark: a record applied again says nothing of the lag.
+	b := batch{records: []*kgo.Record{a.r}, highWatermark: -1, fetched: time.Now()}
+	if a.human {
+		w.applyHumanBatch(b)
+		return !w.rewinding() && w.publishPriority()
+	}
+	w.apply(b, false)
+	return !w.rewinding()
+}
+
+// commitNow commits what was applied and waits for the commit (and the
+// priority path's) to be done, so that a failure is the records'.
+func (w *worker) commitNow() bool {
+	return w.flush() && w.awaitInflight() && w.settlePriority()
+}
+
+// deadLetterPoison sends a record that failed alone PoisonAttempts times
+// to the dead-letter topic, unapplied, with the failure, and moves the
+// offsets past it.
+func (w *worker) deadLetterPoison(a applied) {
+	r, k := a.r, keyOf(a)
+	w.offsets[r.Topic] = r.Offset + 1
+	w.consumed++
+	why := "its processing failed"
+	if err := w.poison.last[k]; err != nil {
+		why = firstLine(err.Error())
+	}
+	typ := topics.EventType("")
+	if ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers); err == nil {
+		typ = ev.Type
+	}
+	w.deadLetter(r, fmt.Sprintf("%s: failed %d times alone: %s", DeadLetterPoison, w.poison.attempts[k], why))
+	w.count(r.Topic, typ, OutcomePoison)
+	delete(w.poison.attempts, k)
+	delete(w.poison.last, k)
+}
+
+// dropPoisonWakes takes out of pending the triggers of the runs whose
+// timer wakes failed PoisonAttempts times, and sends each run's triggers to
+// the dead-letter topic instead, keyed by run.
+func (w *worker) dropPoisonWakes(pending *projection.Pending) {
+	for _, run := range slices.Sorted(maps.Keys(w.poison.dropWakes)) {
+		cause := w.poison.dropWakes[run]
+		trigs := pending.Take(run)
+		delete(w.poison.dropWakes, run)
+		delete(w.poison.wakeAttempts, run)
+		if len(trigs) == 0 {
+			continue
+		}
+		v, err := topics.Marshal(trigs)
+		if err != nil {
+			v = nil // the reason and the headers still say what happened
+		}
+		reason := fmt.Sprintf("%s: the wake of run %s for %d triggers failed %d times: %s",
+			DeadLetterPoisonWake, strconv.Quote(run), len(trigs), w.p.cfg.PoisonAttempts, firstLine(cause.Error()))
+		w.out = append(w.out, w.deadLetterRecord([]byte(run), v, nil, reason, "", -1, -1))
+		w.p.log.Warn("dead-lettered the triggers of a wake that could not be published", "partition", w.part, "run", run, "reason", reason)
+	}
+}
+
+func firstLine(s string) string {
+	for i := range len(s) {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// wakeFailure classifies a failure to build wakes: the projection's
+// sticky error (its store failed) stops the instance as ever; anything
+// else (a snapshot that cannot be built) is the input's doing, blamed on
+// the run the projection names.
+func (w *worker) wakeFailure(err error) error {
+	if perr := w.proj.Err(); perr != nil {
+		return perr
+	}
+	pe := &poisonError{err: err}
+	var we *projection.WakeError
+	if errors.As(err, &we) {
+		pe.run = we.Run
+		if we.Stack != nil {
+			w.p.log.Error("recovered from a panic while building a wake: a bug that this input brings out",
+				"partition", w.part, "run", we.Run, "err", we.Err, "stack", string(we.Stack))
+		}
+	}
+	return pe
+}
