@@ -181,6 +181,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.transactions, "transactions", true,
 		"commit each batch's wakes, changelog and offsets in one Kafka transaction; false: at least once")
 	fs.DurationVar(&cfg.TransactionTimeout, "transaction-timeout", projector.DefaultTransactionTimeout, "how long a transaction may stay open before the broker aborts it")
+	fs.IntVar(&cfg.PoisonAttempts, "poison-attempts", projector.DefaultPoisonAttempts,
+		"how often a record's processing may fail the same way, the record alone, before it is dead-lettered as poison")
 	fs.BoolVar(&cfg.Standby, "standby", false, "keep warm copies of the partitions this instance does not own, for fast failover")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "",
 		"host:port where this instance answers for its runs, published with its group membership so the gateway can route\n"+

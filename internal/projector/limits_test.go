@@ -1,0 +1,86 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/testenv"
+	"github.com/canopy-dev/canopy/pkg/topics"
+)
+
+// TestWakeTopicTooSmallRefusesToStart: a wake topic that takes records
+// smaller than the largest wake the projection builds is refused at start,
+// with what to change, rather than failing its first large wake later.
+func TestWakeTopicTooSmallRefusesToStart(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		e := newEnvOn(t, b, 1)
+		setWakeLimit(t, e, 200_000)
+		cfg := e.config(t.TempDir())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p, err := New(ctx, cfg)
+		if err == nil {
+			p.closeClients()
+			p.db.Close()
+			t.Fatal("a projector started with wake topics of 200,000 bytes and wakes of up to 524,288")
+		}
+		if !errors.Is(err, ErrRecordLimits) {
+			t.Fatalf("err %v, want ErrRecordLimits", err)
+		}
+		for _, want := range []string{e.names.Wakes() + " takes 200000", e.names.PriorityWakes() + " takes 200000", "max.message.bytes to 528384", "-max-wake-bytes"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+
+		// Wakes of at most what the topics take: it starts.
+		cfg.Projection.MaxWakeBytes = 150_000
+		_, stop := e.start(cfg)
+		stop()
+	})
+}
+
+// TestWakeAboveProducerDefault: a topic whose max.message.bytes is raised
+// takes wakes larger than franz-go's default batch size (1,000,012 bytes),
+// which the projector's producers no longer impose.
+func TestWakeAboveProducerDefault(t *testing.T) {
+	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
+		e := newEnvOn(t, b, 1)
+		setWakeLimit(t, e, 4_000_000)
+		cfg := e.config(t.TempDir())
+		t0 := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
+		cfg.Now = func() time.Time { return t0 }
+		cfg.Projection.Limits.MaxNodes = 4000
+		cfg.Projection.Limits.MaxBytes = 1_500_000
+		cfg.Projection.MaxWakeBytes = 2_000_000
+		p, stop := e.start(cfg)
+		const run = "run-wide"
+		evs := poisonEvents(run, t0, 0)[:2]
+		for i := range 3000 {
+			evs = append(evs, testEvent(fmt.Sprintf("ev-n%d", i), run, noisyID(fmt.Sprint(i)), t0.Add(time.Millisecond),
+				&topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
+		}
+		evs = append(evs, poisonEvents(run, t0, 0)[2])
+		e.produce(e.names.AgentEvents(), evs...)
+		testenv.WaitFor(t, 60*time.Second, until(p, "the wide run's wake", func() bool { return p.Stats.Wakes.Load() >= 1 }))
+		var size int
+		e.reader(e.names.Wakes()).until(30*time.Second, "the wide run's wake", func(r *kgo.Record) bool {
+			size = len(r.Value)
+			return true
+		})
+		if size <= 1_000_012 {
+			t.Errorf("the wake is %d bytes: not above franz-go's default, as the test means", size)
+		}
+		stop()
+		if n := p.Stats.DeadLettered.Load() + p.Stats.Rewinds.Load(); n != 0 {
+			t.Errorf("%d dead letters and rewinds: the large wake was refused", n)
+		}
+	})
+}
