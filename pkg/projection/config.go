@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // Config is the projection's behaviour. The zero value of a field means its
@@ -60,6 +61,18 @@ type Config struct {
 	// recognised by the committed offsets instead, however old. The ids
 	// are state, persisted with the history entries. Default 1024.
 	DedupeWindow int
+	// MaxWakeBytes bounds the encoded size of every wake. A run's triggers
+	// that would make a larger wake are split, in their order, over
+	// several wakes (docs/CONTRACT.md "Wake size"); the triggers are
+	// budgeted against what is left of it beside a snapshot at
+	// Limits.MaxBytes and the widest wake envelope, so it must hold those
+	// and the widest trigger a valid event can raise. Default 524,288:
+	// well below the largest record a Kafka producer (1,000,012 bytes)
+	// and a broker (1,048,588 bytes) accept by default.
+	MaxWakeBytes int
+	// MaxWakeTriggers bounds the triggers of one wake: more are split over
+	// several wakes, as for MaxWakeBytes. Default 256.
+	MaxWakeTriggers int
 }
 
 // Defaults of Config.
@@ -71,6 +84,8 @@ const (
 	DefaultMaxHotNodesPerRun = 4096
 	DefaultHistorySize       = 256
 	DefaultDedupeWindow      = 1024
+	DefaultMaxWakeBytes      = 512 << 10
+	DefaultMaxWakeTriggers   = 256
 )
 
 // MaxDedupeWindow bounds Config.DedupeWindow: the ids are kept in memory
@@ -81,6 +96,17 @@ const MaxDedupeWindow = 1_000_000
 // run, in memory, in its journal and in the changelog. It is also the largest history
 // page any projection can serve (MaxPage).
 const MaxHistorySize = 100_000
+
+// wakeOverhead is what a wake may take beside its snapshot, at the least:
+// the widest envelope and one trigger at its widest.
+func wakeOverhead() int { return topics.MaxWakeEnvelopeJSONBytes() + topics.MaxTriggerJSONBytes() }
+
+// triggerBudget is the bytes a wake's triggers (and the commas between
+// them) may take: MaxWakeBytes less a snapshot at its budget and the
+// widest envelope. Validate made it hold one trigger at its widest.
+func (c *Config) triggerBudget() int {
+	return c.MaxWakeBytes - c.Limits.MaxBytes - topics.MaxWakeEnvelopeJSONBytes()
+}
 
 // ErrInvalidConfig is wrapped by Config.Validate's error.
 var ErrInvalidConfig = errors.New("projection: invalid config")
@@ -109,6 +135,12 @@ func (c Config) WithDefaults() Config {
 	if c.DedupeWindow == 0 {
 		c.DedupeWindow = DefaultDedupeWindow
 	}
+	if c.MaxWakeBytes == 0 {
+		c.MaxWakeBytes = DefaultMaxWakeBytes
+	}
+	if c.MaxWakeTriggers == 0 {
+		c.MaxWakeTriggers = DefaultMaxWakeTriggers
+	}
 	return c
 }
 
@@ -117,6 +149,20 @@ func (c Config) Validate() error {
 	var errs []string
 	if err := c.Limits.Validate(); err != nil {
 		errs = append(errs, err.Error())
+	} else if c.MaxWakeBytes >= 0 {
+		d := c.WithDefaults()
+		if need := d.Limits.MaxBytes + wakeOverhead(); d.MaxWakeBytes < need {
+			errs = append(errs, fmt.Sprintf("max wake bytes %d: a wake must hold a snapshot at the max snapshot bytes (%d), "+
+				"the widest wake envelope (%d) and the widest trigger (%d): raise the max wake bytes (-max-wake-bytes) to at least %d, "+
+				"or lower the max snapshot bytes (-max-snapshot-bytes)",
+				d.MaxWakeBytes, d.Limits.MaxBytes, topics.MaxWakeEnvelopeJSONBytes(), topics.MaxTriggerJSONBytes(), need))
+		}
+	}
+	if c.MaxWakeBytes < 0 {
+		errs = append(errs, fmt.Sprintf("max wake bytes %d: must not be negative (0: the default, %d)", c.MaxWakeBytes, DefaultMaxWakeBytes))
+	}
+	if c.MaxWakeTriggers < 0 {
+		errs = append(errs, fmt.Sprintf("max wake triggers %d: must not be negative (0: the default, %d)", c.MaxWakeTriggers, DefaultMaxWakeTriggers))
 	}
 	if c.ProgressInterval < 0 {
 		errs = append(errs, fmt.Sprintf("progress interval %v: must not be negative", c.ProgressInterval))
