@@ -25,6 +25,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -917,10 +918,22 @@ func wakesOf(t testing.TB, cfg projection.Config, evs []*topics.Event) [][]byte 
 
 func TestWakeFromProjection(t *testing.T) {
 	s := newSchemas(t)
+	parts := 0 // parts of split wakes, in "split"
+	defer func() {
+		if !t.Failed() && parts == 0 {
+			t.Error("no split wake was exercised")
+		}
+	}()
 	evs := decodedExamples(t)
 	root := &topics.Event{ID: "01JM0000000000000000000000", Source: "/agents/conductor-1", Type: topics.TypeNodeCreated,
 		Time: t0.Add(-time.Second), RunID: "run-demo-1", AgentID: "conductor-1", SchemaVersion: 1, SessionID: "session-demo-1",
 		Data: &topics.NodeCreated{Role: topics.RoleConductor, Capability: "orchestrate"}}
+	// A chain created leaf-first: its root's creation raises six guard
+	// triggers at once, split one a wake.
+	var chain []*topics.Event
+	for _, ev := range (workload.Burst{RunID: "run-split", Nodes: 10, Start: t0.Add(time.Hour).Std()}).LeafFirstChain() {
+		chain = append(chain, &ev)
+	}
 	configs := []struct {
 		name string
 		cfg  projection.Config
@@ -940,6 +953,14 @@ func TestWakeFromProjection(t *testing.T) {
 					t.Error("not truncated")
 				}
 			}},
+		{"split", projection.Config{MaxWakeTriggers: 1}, append(slices.Clone(evs), chain...), func(t *testing.T, w *topics.Wake) {
+			if len(w.Triggers) != 1 {
+				t.Errorf("%d triggers in a wake of at most 1", len(w.Triggers))
+			}
+			if w.Part != nil {
+				parts++
+			}
+		}},
 	}
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
@@ -1008,6 +1029,11 @@ func TestInvalidWakesRefused(t *testing.T) {
 			delete(snap(m)["truncation_meta"].(map[string]any)["omitted_by_status"].(map[string]any), "unknown")
 		}},
 		{"schema_version 2", func(m map[string]any) { m["schema_version"] = 2 }},
+		{"part number 0", func(m map[string]any) { m["part"] = map[string]any{"number": 0, "count": 2} }},
+		{"part of one", func(m map[string]any) { m["part"] = map[string]any{"number": 1, "count": 1} }},
+		{"part without count", func(m map[string]any) { m["part"] = map[string]any{"number": 1} }},
+		{"part unknown field", func(m map[string]any) { m["part"] = map[string]any{"number": 1, "count": 2, "of": 2} }},
+		{"part null", func(m map[string]any) { m["part"] = nil }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -78,7 +78,7 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		opts replay.Options
 	)
 	format := fs.String("format", "json", "output: json (the wakes exactly as published) or summary (one line per wake, for people)")
-	fs.IntVar(&opts.Batch, "batch", 1, "input lines per processing batch; a run's triggers in one batch are coalesced into one wake")
+	fs.IntVar(&opts.Batch, "batch", 1, "input lines per processing batch; a run's triggers in one batch are coalesced into one wake (split over several when they do not fit one)")
 	addProjectionFlags(fs, &opts.Projection)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: projector replay [flags] < events.jsonl\n\n")
@@ -141,4 +141,8 @@ func addProjectionFlags(fs *flag.FlagSet, c *projection.Config) {
 	fs.DurationVar(&c.ForwardGrace, "forward-grace", projection.DefaultForwardGrace, "time after a completion before the watchdog reports done_but_not_forwarded")
 	fs.IntVar(&c.DedupeWindow, "dedupe-window", projection.DefaultDedupeWindow,
 		"applied event ids each run keeps: an event sent again with one of them is a duplicate (state: give every instance the same)")
+	fs.IntVar(&c.MaxWakeBytes, "max-wake-bytes", projection.DefaultMaxWakeBytes,
+		"max encoded wake size in bytes: a run's triggers that do not fit one wake are split over several (give every instance the same)")
+	fs.IntVar(&c.MaxWakeTriggers, "max-wake-triggers", projection.DefaultMaxWakeTriggers,
+		"max triggers in one wake: more are split over several wakes (give every instance the same)")
 }

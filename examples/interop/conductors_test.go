@@ -255,7 +255,8 @@ func testConductorBehaviour(t *testing.T, b *brokertest.Broker, c conductorUnder
 // copy of the first wake of that lane replay computes for
 // examples/small-run.jsonl (a normal one with a result trigger), with a
 // wake id of its own (a ULID, as the projector's) and run run-a or run-b
-// (the first two, run-a: a partition's order is known).
+// (the first two, run-a: a partition's order is known). The third normal
+// one is part 2 of 3 of a split wake.
 func behaviourWakes(t *testing.T, root string, names topics.Names, lane topics.Lane, n int) []*kgo.Record {
 	t.Helper()
 	in, err := os.ReadFile(filepath.Join(root, "examples/small-run.jsonl"))
@@ -288,6 +289,11 @@ func behaviourWakes(t *testing.T, root string, names topics.Names, lane topics.L
 	for i := range n {
 		w, _ := topics.DecodeWake(tmpl)
 		w.WakeID, w.RunID = ulid.Make().String(), []string{"run-a", "run-b"}[max(0, i-1)%2]
+		if lane == topics.LaneNormal && i == 2 {
+			// A part of a split wake: a wake like any other to a conductor
+			// (docs/CONTRACT.md "Wake size"), which must not refuse part.
+			w.Part = &topics.WakePart{Number: 2, Count: 3}
+		}
 		v, err := topics.Marshal(w)
 		if err != nil {
 			t.Fatal(err)

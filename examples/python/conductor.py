@@ -68,12 +68,17 @@ def main():
                    "partition": msg.partition(), "offset": msg.offset(), "nodes_included": len(s["nodes"]),
                    "nodes_omitted": s["truncation_meta"]["omitted_count_total"], "truncated": s["truncated"],
                    "stale": age > a.stale_after_ms, "age_ms": age, "bytes": len(msg.value())}
+            # A run's triggers that do not fit one wake come as consecutive parts, each a wake:
+            # part = {"number": n, "count": c}, absent when the wake was not split.
+            part = f" part={w['part']['number']}/{w['part']['count']}" if w.get("part") else ""
+            if part:
+                log.update(part=w["part"]["number"], parts=w["part"]["count"])
             print(json.dumps(log), file=sys.stderr)  # metadata only, never node contents
             if a.print_wakes:
                 print(msg.value().decode(), flush=True)
             else:
                 kinds = " ".join(f"{t['kind']}:{t['agent_id']}" for t in w["triggers"])
-                print(f"{'WAKE!' if w['lane'] == 'priority' else 'wake '} {w['run_id']} seq={s['as_of_event_seq']} "
+                print(f"{'WAKE!' if w['lane'] == 'priority' else 'wake '} {w['run_id']} seq={s['as_of_event_seq']}{part} "
                       f"[{kinds}] nodes={s['summary']['node_count_included']}/{s['summary']['node_count_total']}", flush=True)
             # ... a real conductor plans and delegates here, then acknowledges:
             time.sleep(a.work_ms / 1000)

@@ -68,6 +68,9 @@ class Turns {
 
 type Wake = {
   wake_id: string; run_id: string; lane: string; triggers: { kind: string; agent_id: string }[];
+  // A run's triggers that do not fit one wake come as consecutive parts, each a wake; absent when
+  // the wake was not split.
+  part?: { number: number; count: number };
   agent_tree_snapshot: {
     snapshot_id: string; as_of_event_seq: number; generated_at: string; snapshot_age_ms: number; root_agent_id?: string | null;
     nodes: unknown[]; truncated: boolean; truncation_meta: { omitted_count_total: number };
@@ -113,9 +116,11 @@ async function main(argv: string[]): Promise<void> {
         console.error(JSON.stringify({ event: "conductor.wake.received", wake_id: w.wake_id, run_id: w.run_id, lane: w.lane,
           snapshot_id: s.snapshot_id, as_of_event_seq: s.as_of_event_seq, topic, partition, offset: Number(message.offset),
           nodes_included: s.nodes.length, nodes_omitted: s.truncation_meta.omitted_count_total, truncated: s.truncated,
-          stale: age > staleAfterMs, age_ms: age, bytes: raw.length })); // metadata only, never node contents
+          stale: age > staleAfterMs, age_ms: age, bytes: raw.length,
+          ...(w.part ? { part: w.part.number, parts: w.part.count } : {}) })); // metadata only, never node contents
+        const part = w.part ? ` part=${w.part.number}/${w.part.count}` : "";
         if (printWakes) console.log(raw.toString());
-        else console.log(`${w.lane === "priority" ? "WAKE!" : "wake "} ${w.run_id} seq=${s.as_of_event_seq} ` +
+        else console.log(`${w.lane === "priority" ? "WAKE!" : "wake "} ${w.run_id} seq=${s.as_of_event_seq}${part} ` +
           `[${w.triggers.map((t) => `${t.kind}:${t.agent_id}`).join(" ")}] nodes=${s.summary.node_count_included}/${s.summary.node_count_total}`);
         // ... a real conductor plans and delegates here, then acknowledges:
         if (workMs > 0) await new Promise((r) => setTimeout(r, workMs));

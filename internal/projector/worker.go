@@ -518,11 +518,6 @@ func (w *worker) applyHumanBatch(b batch) {
 	}
 }
 
-// maxTriggersPerWake makes a commit end early once one run has gathered this
-// many triggers, so that a coalesced wake stays far below Kafka's message
-// size limit (a chunk can add up to Config.Chunk more).
-const maxTriggersPerWake = 256
-
 // processAgent applies agent records, chunk by chunk, and commits them. While
 // more fetched batches wait it goes on applying them into the same commit, up
 // to Config.MaxBatch records: under a backlog each run's triggers coalesce
@@ -579,7 +574,10 @@ func (w *worker) processAgent(b batch) (ok bool) {
 			if human && !w.publishPriority() {
 				return false
 			}
-			if w.consumed >= w.p.cfg.MaxBatch || w.pending.Most() >= maxTriggersPerWake {
+			// A commit ends early once one run has gathered a wake's worth
+			// of triggers (a chunk can add up to Config.Chunk more, which
+			// the projection splits over more wakes).
+			if w.consumed >= w.p.cfg.MaxBatch || w.pending.Most() >= w.p.cfg.Projection.MaxWakeTriggers {
 				if !w.flush() {
 					return false
 				}

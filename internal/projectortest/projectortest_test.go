@@ -270,6 +270,31 @@ func TestCheckWakesRebatched(t *testing.T) {
 	}
 }
 
+// TestCheckWakesSplit: one event whose triggers are split over parts of one
+// wake (the root of a chain created leaf-first) is in each part, and that
+// is no problem (TestCheckWakesRebatched: in two wakes that are not parts of
+// one, it is).
+func TestCheckWakesSplit(t *testing.T) {
+	evs := append(events(1), workload.Burst{RunID: "pt-chain", Nodes: 600, Start: time.Date(2026, 3, 1, 11, 0, 0, 0, time.UTC)}.LeafFirstChain()...)
+	b := newBroker(t)
+	wakes := wakeRecords(t, b.k.Names, evs, 1)
+	split := 0
+	for _, r := range wakes {
+		if w, err := topics.DecodeWake(r.Value); err == nil && w.Part != nil {
+			split++
+		}
+	}
+	if split < 2 {
+		t.Fatalf("%d parts of split wakes, want the chain's guards split", split)
+	}
+	b.produce(t, true, wakes...)
+	rec := &recorder{TB: t}
+	CheckWakes(b.ctx, rec, b.k, reference(t, evs))
+	if got := rec.text(); got != "" {
+		t.Errorf("problems reported with an event's triggers in the parts of one wake:\n%s", got)
+	}
+}
+
 func TestCheckDeadLetter(t *testing.T) {
 	b := newBroker(t)
 	b.produce(t, true, &kgo.Record{Topic: b.k.Names.DeadLetter(), Partition: 0, Value: []byte("{}"),

@@ -1,6 +1,7 @@
-// Package ids derives canopy's deterministic ids: the wake id, the ids of a
-// wake's snapshots, the id of a conductor's acknowledgement and the id of an
-// input sent with an Idempotency-Key. Each is a ULID (the contract's
+// Package ids derives canopy's deterministic ids: the wake id (of a whole
+// wake, or of each part of a split one), the ids of a wake's snapshots, the
+// id of a conductor's acknowledgement and the id of an input sent with an
+// Idempotency-Key. Each is a ULID (the contract's
 // convention) that the same inputs give on every instance and every replay,
 // which is what lets a consumer drop duplicates by id. They are part of the
 // contract: changing how any of them is derived changes ids already in
@@ -39,8 +40,29 @@ func Derive(ms uint64, parts ...string) ulid.ULID {
 // triggers. Two wakes with one id therefore have the same triggers and the
 // same state behind their snapshots.
 func Wake(run string, seq int64, trigs []topics.Trigger) ulid.ULID {
+	ms, parts := wakeParts(make([]string, 0, 2+len(trigs)), run, seq, trigs)
+	return Derive(ms, parts...)
+}
+
+// WakePart is the deterministic id of part number of count (from 1) of a
+// wake split because its triggers did not fit one (docs/CONTRACT.md "Wake
+// size"): the triggers are the part's. Like Wake, a ULID whose time is the
+// newest of its triggers', with entropy from a hash of what Wake hashes and
+// the part's number and count, so that no part has the id of another part,
+// or of a wake that was not split.
+func WakePart(run string, seq int64, trigs []topics.Trigger, number, count int) ulid.ULID {
+	parts := make([]string, 0, 3+len(trigs))
+	// First, before the run id: a wake's first part is its run id, which
+	// holds no control character, so no wake's parts begin like this.
+	parts = append(parts, "\x00part "+strconv.Itoa(number)+"/"+strconv.Itoa(count))
+	ms, parts := wakeParts(parts, run, seq, trigs)
+	return Derive(ms, parts...)
+}
+
+// wakeParts appends to parts what a wake id hashes of the run, the seq and
+// the triggers, and returns the newest trigger's time.
+func wakeParts(parts []string, run string, seq int64, trigs []topics.Trigger) (uint64, []string) {
 	var ms int64
-	parts := make([]string, 0, 2+len(trigs))
 	parts = append(parts, run, strconv.FormatInt(seq, 10))
 	for _, t := range trigs {
 		ms = max(ms, t.At.UnixMilli())
@@ -56,7 +78,7 @@ func Wake(run string, seq int64, trigs []topics.Trigger) ulid.ULID {
 		}
 		parts = append(parts, string(t.Kind)+"\x1f"+ev+"\x1f"+t.AgentID+"\x1f"+corr+"\x1f"+detail+"\x1f"+t.At.String())
 	}
-	return Derive(uint64(max(ms, 0)), parts...)
+	return uint64(max(ms, 0)), parts
 }
 
 // Ack is the id of the conductor.wake_received event that source sends to

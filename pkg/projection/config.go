@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // Config is the projection's behaviour. The zero value of a field means its
@@ -96,6 +97,17 @@ const MaxDedupeWindow = 1_000_000
 // page any projection can serve (MaxPage).
 const MaxHistorySize = 100_000
 
+// wakeOverhead is what a wake may take beside its snapshot, at the least:
+// the widest envelope and one trigger at its widest.
+func wakeOverhead() int { return topics.MaxWakeEnvelopeJSONBytes() + topics.MaxTriggerJSONBytes() }
+
+// triggerBudget is the bytes a wake's triggers (and the commas between
+// them) may take: MaxWakeBytes less a snapshot at its budget and the
+// widest envelope. Validate made it hold one trigger at its widest.
+func (c *Config) triggerBudget() int {
+	return c.MaxWakeBytes - c.Limits.MaxBytes - topics.MaxWakeEnvelopeJSONBytes()
+}
+
 // ErrInvalidConfig is wrapped by Config.Validate's error.
 var ErrInvalidConfig = errors.New("projection: invalid config")
 
@@ -137,6 +149,20 @@ func (c Config) Validate() error {
 	var errs []string
 	if err := c.Limits.Validate(); err != nil {
 		errs = append(errs, err.Error())
+	} else if c.MaxWakeBytes >= 0 {
+		d := c.WithDefaults()
+		if need := d.Limits.MaxBytes + wakeOverhead(); d.MaxWakeBytes < need {
+			errs = append(errs, fmt.Sprintf("max wake bytes %d: a wake must hold a snapshot at the max snapshot bytes (%d), "+
+				"the widest wake envelope (%d) and the widest trigger (%d): raise the max wake bytes (-max-wake-bytes) to at least %d, "+
+				"or lower the max snapshot bytes (-max-snapshot-bytes)",
+				d.MaxWakeBytes, d.Limits.MaxBytes, topics.MaxWakeEnvelopeJSONBytes(), topics.MaxTriggerJSONBytes(), need))
+		}
+	}
+	if c.MaxWakeBytes < 0 {
+		errs = append(errs, fmt.Sprintf("max wake bytes %d: must not be negative (0: the default, %d)", c.MaxWakeBytes, DefaultMaxWakeBytes))
+	}
+	if c.MaxWakeTriggers < 0 {
+		errs = append(errs, fmt.Sprintf("max wake triggers %d: must not be negative (0: the default, %d)", c.MaxWakeTriggers, DefaultMaxWakeTriggers))
 	}
 	if c.ProgressInterval < 0 {
 		errs = append(errs, fmt.Sprintf("progress interval %v: must not be negative", c.ProgressInterval))

@@ -15,15 +15,17 @@ import (
 // projection: every 8 bytes make one event (its type, agent, parent,
 // correlation id, time step — forwards, backwards or tied — and payload
 // values), and lines that start with '{' are decoded as raw events. After
-// each batch it checks the indexes against a scan and every wake against the
-// snapshot bounds.
+// each batch it checks the indexes against a scan, every wake against the
+// snapshot bounds, and the split of the triggers over wakes of at most
+// three (checkParts).
 func FuzzApply(f *testing.F) {
 	f.Add([]byte("\x00\x01\x02\x03\x04\x05\x06\x07\x10\x11\x12\x13\x14\x15\x16\x17"))
 	f.Add(bytes.Repeat([]byte("\x05\x02\x01\x00\x03\x09\xff\x80"), 40))
 	f.Add([]byte(`{"specversion":"1.0","id":"a","source":"s","type":"signal.failed","time":"2026-02-14T10:00:00Z","runid":"r","agentid":"x","schemaversion":1,"data":{"error_code":"e"}}` + "\n\x01\x02\x03\x04\x05\x06\x07\x08"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		limits := snapshot.Limits{MaxNodes: 8, MaxBytes: 4096, MaxCorrelationHandles: 3, MaxStringLength: 16}
 		p, err := New(Config{MaxDepth: 2, ProgressInterval: 3 * time.Second, ForwardGrace: 5 * time.Second,
-			Limits: snapshot.Limits{MaxNodes: 8, MaxBytes: 4096, MaxCorrelationHandles: 3, MaxStringLength: 16}})
+			Limits: limits, MaxWakeTriggers: 3, MaxWakeBytes: limits.MaxBytes + wakeOverhead()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,11 +34,16 @@ func FuzzApply(f *testing.F) {
 		var pending Pending
 		seq := 0
 		check := func() {
+			want := map[string][]topics.Trigger{}
+			for _, run := range pending.order {
+				want[run] = append([]topics.Trigger(nil), pending.trigs[run]...)
+			}
 			built, err := p.Wakes(&pending, time.Time{}, topics.Time{})
 			pending.Reset()
 			if err != nil {
 				t.Fatal(err)
 			}
+			checkParts(t, p.cfg, built, want, map[string]bool{})
 			for _, b := range built {
 				checkWake(t, b, p.cfg.Limits)
 			}

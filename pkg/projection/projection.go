@@ -55,6 +55,8 @@ type Projection struct {
 	expired  Changes
 	limbo    map[string]limbo
 	expiries int64
+	// measure is the buffer split encodes triggers into to measure them.
+	measure []byte
 }
 
 // New returns an empty projection held in memory only.
@@ -432,7 +434,8 @@ func (b *Pending) Merge(o *Pending) {
 func (b *Pending) Len() int { return len(b.order) }
 
 // Most is the largest number of triggers pending for one run: a caller that
-// gathers triggers over many events bounds the size of a wake with it.
+// gathers triggers over many events bounds with it how many a run's wakes
+// hold (however many, Wakes splits them into wakes within the bounds).
 func (b *Pending) Most() int { return b.most }
 
 // Reset empties b for the next batch.
@@ -451,51 +454,118 @@ type Built struct {
 	Build time.Duration
 }
 
-// Wakes builds one wake per run of b: priority-lane wakes first, then normal
-// ones, each in the order their runs were first triggered. source is the time
-// up to which the projection reflects its input (zero: each run's clock);
-// now is the wall clock for generated_at and staleness (zero: each run's
-// clock, which makes the whole wake a pure function of the input, as replay
-// wants).
+// Wakes builds the wakes of b: one per run, or, for a run whose triggers
+// do not fit one wake (Config.MaxWakeTriggers, Config.MaxWakeBytes),
+// several consecutive parts of them (split). Priority-lane wakes come
+// first, then normal ones, each in the order their runs were first
+// triggered. source is the time up to which the projection reflects its
+// input (zero: each run's clock); now is the wall clock for generated_at
+// and staleness (zero: each run's clock, which makes the whole wake a pure
+// function of the input, as replay wants).
 func (p *Projection) Wakes(b *Pending, now time.Time, source topics.Time) ([]Built, error) {
 	return p.WakesBetween(b, now, source, nil)
 }
 
 // WakesBetween is Wakes that calls between, when not nil, after each wake it
-// builds, so that its caller can attend to something more urgent between
-// two (the projector applies human input there and publishes its wake on
-// the priority path, while a large commit's wakes are built). between may
-// apply events and build other wakes, but must leave b alone; a wake built
-// after it reflects what it applied.
+// builds (each part of a split one too), so that its caller can attend to
+// something more urgent between two (the projector applies human input
+// there and publishes its wake on the priority path, while a large
+// commit's wakes are built). between may apply events and build other
+// wakes, but must leave b alone; a wake built after it reflects what it
+// applied.
 func (p *Projection) WakesBetween(b *Pending, now time.Time, source topics.Time, between func()) ([]Built, error) {
 	out := make([]Built, 0, len(b.order))
 	for _, lane := range []topics.Lane{topics.LanePriority, topics.LaneNormal} {
 		for _, id := range b.order {
 			trigs := b.trigs[id]
+			// Every part goes on the lane the whole would take: the parts
+			// of a run are consecutive in one partition of one topic.
 			if laneOf(trigs) != lane {
 				continue
 			}
-			began := time.Now() // monotonic, for Built.Build only
-			r := p.runs[id]
-			if r == nil {
-				// A run with triggers pending stays in memory (evict and
-				// expire skip it): this is a bug, reported, not a panic.
-				return out, fmt.Errorf("projection: run %q has triggers pending but is not in memory", id)
-			}
-			w, info, err := p.wake(r, lane, trigs, now, source)
-			if err == nil {
-				err = p.settle(r)
-			}
-			if err != nil {
-				return out, err
-			}
-			out = append(out, Built{w, info, time.Since(began)})
-			if between != nil {
-				between()
+			parts := p.split(trigs)
+			for i, part := range parts {
+				began := time.Now() // monotonic, for Built.Build only
+				r := p.runs[id]
+				if r == nil {
+					// A run with triggers pending stays in memory (evict and
+					// expire skip it): this is a bug, reported, not a panic.
+					return out, fmt.Errorf("projection: run %q has triggers pending but is not in memory", id)
+				}
+				var n *topics.WakePart
+				if len(parts) > 1 {
+					n = &topics.WakePart{Number: i + 1, Count: len(parts)}
+				}
+				w, info, err := p.wake(r, lane, part, n, now, source)
+				if err == nil {
+					err = p.settle(r)
+				}
+				if err != nil {
+					return out, err
+				}
+				out = append(out, Built{w, info, time.Since(began)})
+				if between != nil {
+					between()
+				}
 			}
 		}
 	}
 	return out, nil
+}
+
+// split cuts a run's triggers, in their order, into consecutive parts that
+// each make a wake within the bounds (docs/CONTRACT.md "Wake size"): at most
+// Config.MaxWakeTriggers triggers, whose encodings (with their ids cut at
+// Limits.MaxStringLength, as a wake carries them, and the commas between)
+// fit Config.triggerBudget, what Config.MaxWakeBytes leaves beside a
+// snapshot at its byte budget and the widest envelope, and which name at
+// most topics.MaxAckAgents agents in acknowledged triggers, so that one
+// acknowledgement covers each part. A wake's snapshot never takes more
+// than its budget, its ids are never cut longer than at MaxStringLength,
+// and its envelope never takes more than the widest: so every part fits,
+// and where the parts are cut depends only on the triggers and the
+// config, never on the snapshot built. Most runs have one part: trigs
+// itself.
+func (p *Projection) split(trigs []topics.Trigger) [][]topics.Trigger {
+	most, budget := p.cfg.MaxWakeTriggers, p.cfg.triggerBudget()
+	widest := topics.MaxTriggerJSONBytes()
+	if len(trigs) <= min(most, topics.MaxAckAgents) && len(trigs)*(widest+1) <= budget {
+		return [][]topics.Trigger{trigs} // they fit even at their widest
+	}
+	cut := cutTriggers(trigs, p.cfg.Limits.MaxStringLength)
+	var parts [][]topics.Trigger
+	start, used := 0, 0
+	// acked are the agents the part's acknowledgement names: one
+	// conductor.wake_received names at most topics.MaxAckAgents.
+	acked := map[string]struct{}{}
+	for i := range cut {
+		enc, err := cut[i].AppendJSON(p.measure[:0])
+		p.measure = enc[:0]
+		size := len(enc)
+		if err != nil {
+			// A time encoding/json refuses: the wake will not encode
+			// either, and says so. Counted at the widest meanwhile.
+			size = widest
+		}
+		ack := false
+		if cut[i].Kind.Acknowledged() {
+			_, named := acked[cut[i].AgentID]
+			ack = !named
+		}
+		if i > start && (i-start == most || used+1+size > budget || ack && len(acked) == topics.MaxAckAgents) {
+			parts = append(parts, trigs[start:i])
+			start, used = i, 0
+			clear(acked)
+		}
+		if i > start {
+			used++ // the comma before it
+		}
+		used += size
+		if ack {
+			acked[cut[i].AgentID] = struct{}{}
+		}
+	}
+	return append(parts, trigs[start:])
 }
 
 func laneOf(trigs []topics.Trigger) topics.Lane {
@@ -507,9 +577,15 @@ func laneOf(trigs []topics.Trigger) topics.Lane {
 	return topics.LaneNormal
 }
 
-func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now time.Time, source topics.Time) (_ *topics.Wake, _ snapshot.Info, err error) {
+// wake builds the wake of triggers of r: part, when not nil, says which
+// part of a split it is, and gives it its own id. A panic while building
+// it is returned as a WakeError.
+func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, part *topics.WakePart, now time.Time, source topics.Time) (_ *topics.Wake, _ snapshot.Info, err error) {
 	defer recoverWake(r.id, &err)
 	id := WakeID(r.id, r.seq, trigs)
+	if part != nil {
+		id = ids.WakePart(r.id, r.seq, trigs, part.Number, part.Count)
+	}
 	w := snapshot.Wake{
 		SnapshotID: ids.Derive(id.Time(), "snapshot", id.String()).String(),
 		Seq:        r.seq,
@@ -534,6 +610,7 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, now 
 		SchemaVersion:     topics.WakeSchemaVersion,
 		RunID:             r.id,
 		Lane:              lane,
+		Part:              part,
 		Triggers:          cutTriggers(trigs, info.Cut),
 		AgentTreeSnapshot: *s,
 	}, info, nil

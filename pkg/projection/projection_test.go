@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +31,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	snapshot [run=R] [max-nodes=N] [agents=a,b] [corr=c]
 //	                     prints a snapshot's inclusion order and counters
 //	config max-depth=N progress-interval=D forward-grace=D history-size=N
-//	                     starts a new projection with that config
+//	       max-wake-bytes=N max-wake-triggers=N max-snapshot-bytes=N max-nodes=N
+//	                     starts a new projection with that config (or
+//	                     prints why Validate refuses it)
+//	burst chain|leases|results [nodes=N] [owner-length=N]
+//	                     applies a workload.Burst run's events in one batch:
+//	                     a chain created leaf-first, N leases falling due
+//	                     together, or N results; prints its wakes with their triggers
+//	                     summarised (count, first, last, bytes), and of
+//	                     many wakes the first three and the last two
 //	read-model [run=R] [stale] [only=field,field]
 //	                     prints the run's read model (or only some of its
 //	                     top-level fields) as JSON, built at the run's clock
@@ -46,11 +55,18 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	lookup [run=R]       prints whether the run is live, unknown or expired
 //	keys [run=R]         prints the run's keys in the store (after commit)
 //
+// Every wake printed is checked (checkParts): each run's triggers are in
+// its wakes exactly once and in order, every wake is within the wake
+// bounds, split wakes are numbered, and no two wakes have one id. A split
+// wake prints its part and id, and, unless summarised, its snapshot's nodes.
+//
 // Rewrite the expected output with: go test ./pkg/projection -rewrite
 func TestDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		h := &harness{t: t}
-		h.reset(Config{})
+		if err := h.reset(Config{}); err != nil {
+			t.Fatal(err)
+		}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return h.run(t, d)
 		})
@@ -61,17 +77,20 @@ type harness struct {
 	t   *testing.T
 	p   *Projection
 	seq int
+	// ids are the wake ids printed so far: no two wakes may share one.
+	ids map[string]bool
 }
 
-func (h *harness) reset(c Config) {
+func (h *harness) reset(c Config) error {
 	p, err := New(c)
 	if c.Retention > 0 { // retention needs a store
 		p, err = Open(c, newMemStorage())
 	}
 	if err != nil {
-		panic(err)
+		return err
 	}
-	h.p = p
+	h.p, h.ids = p, map[string]bool{}
+	return nil
 }
 
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
@@ -104,8 +123,54 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if v := arg("retention", ""); v != "" {
 			c.Retention, _ = time.ParseDuration(v)
 		}
-		h.reset(c)
+		if v := arg("max-wake-bytes", ""); v != "" {
+			c.MaxWakeBytes, _ = strconv.Atoi(v)
+		}
+		if v := arg("max-wake-triggers", ""); v != "" {
+			c.MaxWakeTriggers, _ = strconv.Atoi(v)
+		}
+		if v := arg("max-snapshot-bytes", ""); v != "" {
+			c.Limits.MaxBytes, _ = strconv.Atoi(v)
+		}
+		if v := arg("max-nodes", ""); v != "" {
+			c.Limits.MaxNodes, _ = strconv.Atoi(v)
+		}
+		if err := h.reset(c); err != nil {
+			return err.Error()
+		}
 		return "ok"
+	case "burst":
+		b := workload.Burst{RunID: "run-1", Seed: 31}
+		if v := arg("nodes", ""); v != "" {
+			b.Nodes, _ = strconv.Atoi(v)
+		}
+		if v := arg("owner-length", ""); v != "" {
+			n, _ := strconv.Atoi(v)
+			b.Owner = strings.Repeat("o", n)
+		}
+		var events []topics.Event
+		switch {
+		case d.HasArg("chain"):
+			events = b.LeafFirstChain()
+		case d.HasArg("leases"):
+			events, _ = b.LeasesDueTogether()
+		case d.HasArg("results"):
+			events = b.Results()
+		default:
+			t.Fatalf("%s: burst chain or burst leases", d.Pos)
+		}
+		var pending Pending
+		for i := range events {
+			trigs, _, err := h.p.ApplyEvent(&events[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending.Add(events[i].RunID, trigs)
+		}
+		var out strings.Builder
+		fmt.Fprintf(&out, "%d events, %d triggers\n", len(events), pending.Most())
+		h.flushWith(t, &out, &pending, true)
+		return out.String()
 	case "apply":
 		batch, _ := strconv.Atoi(arg("batch", "1"))
 		var out strings.Builder
@@ -272,28 +337,51 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 }
 
 func (h *harness) flush(t *testing.T, out *strings.Builder, pending *Pending) {
+	h.flushWith(t, out, pending, false)
+}
+
+// flushWith builds and prints pending's wakes, each trigger on a line of
+// its own, or, summarised, only how many, the first and the last, and the
+// wake's size.
+func (h *harness) flushWith(t *testing.T, out *strings.Builder, pending *Pending, summarise bool) {
+	want := map[string][]topics.Trigger{}
+	for _, run := range pending.order {
+		want[run] = slices.Clone(pending.trigs[run])
+	}
 	built, err := h.p.Wakes(pending, time.Time{}, topics.Time{})
 	pending.Reset()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range built {
+	checkParts(t, h.p.cfg, built, want, h.ids)
+	for i, b := range built {
+		// Summarised, the first three wakes and the last two of many.
+		if summarise && len(built) > 6 && i >= 3 && i < len(built)-2 {
+			if i == 3 {
+				fmt.Fprintf(out, "... %d more wakes alike\n", len(built)-5)
+			}
+			continue
+		}
 		w := b.Wake
 		// The snapshot's encoding the builder kept, spliced into the wake,
 		// gives the bytes Marshal does.
-		want, err := topics.Marshal(w)
+		enc, err := topics.Marshal(w)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := topics.AppendWakeJSON(nil, w, b.Info.Encoded); err != nil || string(got) != string(want) {
-			t.Fatalf("the wake with its snapshot's kept encoding is not Marshal's (%v):\n%s\n%s", err, got, want)
+		if got, err := topics.AppendWakeJSON(nil, w, b.Info.Encoded); err != nil || string(got) != string(enc) {
+			t.Fatalf("the wake with its snapshot's kept encoding is not Marshal's (%v):\n%s\n%s", err, got, enc)
 		}
 		s := &w.AgentTreeSnapshot
-		fmt.Fprintf(out, "wake %s seq=%d nodes=%d/%d\n", w.Lane, s.AsOfEventSeq, s.Summary.NodeCountIncluded, s.Summary.NodeCountTotal)
-		for _, tr := range w.Triggers {
-			fmt.Fprintf(out, "  %s %s", tr.Kind, tr.AgentID)
+		fmt.Fprintf(out, "wake %s seq=%d nodes=%d/%d", w.Lane, s.AsOfEventSeq, s.Summary.NodeCountIncluded, s.Summary.NodeCountTotal)
+		if w.Part != nil {
+			fmt.Fprintf(out, " part=%d/%d id=%s", w.Part.Number, w.Part.Count, w.WakeID)
+		}
+		out.WriteString("\n")
+		trigger := func(tr topics.Trigger) {
+			fmt.Fprintf(out, "%s %s", tr.Kind, tr.AgentID)
 			if tr.Detail != nil {
-				fmt.Fprintf(out, " (%s)", *tr.Detail)
+				fmt.Fprintf(out, " (%s)", clip(*tr.Detail))
 			}
 			fmt.Fprintf(out, " @%s", clock(tr.At))
 			if tr.EventID == nil {
@@ -302,7 +390,108 @@ func (h *harness) flush(t *testing.T, out *strings.Builder, pending *Pending) {
 			if tr.Input != nil {
 				fmt.Fprintf(out, " input=%q", tr.Input.Text)
 			}
+		}
+		if summarise {
+			fmt.Fprintf(out, "  %d triggers in %d bytes: ", len(w.Triggers), len(enc))
+			trigger(w.Triggers[0])
+			out.WriteString(" ... ")
+			trigger(w.Triggers[len(w.Triggers)-1])
 			out.WriteString("\n")
+			continue
+		}
+		for _, tr := range w.Triggers {
+			out.WriteString("  ")
+			trigger(tr)
+			out.WriteString("\n")
+		}
+		if w.Part != nil {
+			out.WriteString("  snapshot:")
+			for _, n := range s.Nodes {
+				fmt.Fprintf(out, " %s", n.AgentID)
+			}
+			out.WriteString("\n")
+		}
+	}
+}
+
+// clip shortens a long detail (a long lease owner) for printing.
+func clip(s string) string {
+	if len(s) > 24 {
+		return fmt.Sprintf("%s...(%d)", s[:8], len(s))
+	}
+	return s
+}
+
+// checkParts checks built, the wakes of the triggers want (by run): each
+// run's triggers are those of its wakes, in order, each once (as the wakes
+// carry them: ids cut at the snapshot's cut); a run's wakes are
+// consecutive, numbered 1 to count when there are several and not
+// numbered when there is one; every wake encodes within cfg.MaxWakeBytes,
+// holds at most cfg.MaxWakeTriggers triggers and names at most
+// topics.MaxAckAgents agents in acknowledged triggers; and no wake has an id
+// in ids (or another of built's), to which their ids are added.
+func checkParts(t *testing.T, cfg Config, built []Built, want map[string][]topics.Trigger, ids map[string]bool) {
+	t.Helper()
+	var runs []string
+	byRun := map[string][]Built{}
+	for _, b := range built {
+		run := b.Wake.RunID
+		if len(runs) == 0 || runs[len(runs)-1] != run {
+			if _, ok := byRun[run]; ok {
+				t.Errorf("run %s: its wakes are not consecutive", run)
+			}
+			runs = append(runs, run)
+		}
+		byRun[run] = append(byRun[run], b)
+	}
+	for run, parts := range byRun {
+		pos := 0
+		for i, b := range parts {
+			w := b.Wake
+			switch {
+			case len(parts) == 1 && w.Part != nil:
+				t.Errorf("run %s: its only wake has part %+v", run, *w.Part)
+			case len(parts) > 1 && (w.Part == nil || *w.Part != topics.WakePart{Number: i + 1, Count: len(parts)}):
+				t.Errorf("run %s: wake %d of %d has part %+v", run, i+1, len(parts), w.Part)
+			}
+			if w.Lane != parts[0].Wake.Lane {
+				t.Errorf("run %s: part %d is on lane %s, part 1 on %s", run, i+1, w.Lane, parts[0].Wake.Lane)
+			}
+			enc, err := topics.AppendWakeJSON(nil, w, b.Info.Encoded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(enc) > cfg.MaxWakeBytes || len(w.Triggers) > cfg.MaxWakeTriggers || len(w.Triggers) == 0 {
+				t.Errorf("run %s: wake %d of %d: %d bytes and %d triggers, want at most %d and 1 to %d",
+					run, i+1, len(parts), len(enc), len(w.Triggers), cfg.MaxWakeBytes, cfg.MaxWakeTriggers)
+			}
+			acked := map[string]bool{}
+			for _, tr := range w.Triggers {
+				if tr.Kind.Acknowledged() {
+					acked[tr.AgentID] = true
+				}
+			}
+			if len(acked) > topics.MaxAckAgents {
+				t.Errorf("run %s: wake %d of %d names %d agents in acknowledged triggers, more than one acknowledgement holds (%d)",
+					run, i+1, len(parts), len(acked), topics.MaxAckAgents)
+			}
+			end := min(pos+len(w.Triggers), len(want[run]))
+			if exp := cutTriggers(want[run][pos:end], b.Info.Cut); !reflect.DeepEqual(w.Triggers, exp) {
+				t.Errorf("run %s: wake %d of %d holds triggers %d to %d other than those raised", run, i+1, len(parts), pos, pos+len(w.Triggers))
+			}
+			pos += len(w.Triggers)
+			if ids[w.WakeID] {
+				t.Errorf("run %s: wake %d of %d has the id %s of another wake", run, i+1, len(parts), w.WakeID)
+			}
+			ids[w.WakeID] = true
+		}
+		if pos != len(want[run]) {
+			t.Errorf("run %s: its wakes hold %d triggers, %d were raised", run, pos, len(want[run]))
+		}
+	}
+	for run := range want {
+		if _, ok := byRun[run]; !ok {
+			t.Errorf("run %s: no wake for its %d triggers", run, len(want[run]))
 		}
 	}
 }

@@ -19,10 +19,26 @@ type Wake struct {
 	SchemaVersion int    `json:"schema_version"`
 	RunID         string `json:"run_id"`
 	Lane          Lane   `json:"lane"`
+	// Part is set only on a wake that is one of several a run's triggers
+	// were split over, because one wake would have held more of them than
+	// the projector's bounds allow (docs/CONTRACT.md "Wake size"). Each
+	// part is a wake of its own: its own id, its triggers and a snapshot
+	// built for them.
+	Part *WakePart `json:"part,omitempty"`
 	// Triggers say why the conductor is woken, in the order they happened.
 	Triggers []Trigger `json:"triggers"`
 	// AgentTreeSnapshot is the bounded state of the run's tree (seed 000).
 	AgentTreeSnapshot AgentTreeSnapshot `json:"agent_tree_snapshot"`
+}
+
+// WakePart numbers one wake of a split: the parts of one run's triggers
+// are numbered 1 to Count, in trigger order, and published consecutively on
+// one lane and partition.
+type WakePart struct {
+	// Number is the part's, from 1.
+	Number int `json:"number"`
+	// Count is how many parts the triggers were split over, at least 2.
+	Count int `json:"count"`
 }
 
 // Trigger is one reason for a wake.
@@ -73,6 +89,9 @@ func DecodeWake(b []byte) (*Wake, error) {
 	}
 	if w.Lane != LaneNormal && w.Lane != LanePriority {
 		ps.add("lane", "want normal|priority, got "+quote(string(w.Lane)))
+	}
+	if p := w.Part; p != nil && (p.Count < 2 || p.Number < 1 || p.Number > p.Count) {
+		ps.add("part", fmt.Sprintf("want 1 <= number <= count and count >= 2, got number %d of count %d", p.Number, p.Count))
 	}
 	for i, t := range w.Triggers {
 		if !oneOf(t.Kind, TriggerKinds) {

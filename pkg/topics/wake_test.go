@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ func fullWake() *topics.Wake {
 		SchemaVersion: topics.WakeSchemaVersion,
 		RunID:         "run-1",
 		Lane:          topics.LanePriority,
+		Part:          &topics.WakePart{Number: 2, Count: 3},
 		Triggers: []topics.Trigger{
 			{Kind: topics.TriggerHumanInput, EventID: ptr("01JM0000000000000000000016"), AgentID: "human", CorrelationID: ptr("corr-1"), At: at,
 				Detail: ptr("steer"), Input: &topics.TriggerInput{InputKind: "steer", Text: "Focus <on> 2025 & \"figures\"\n", ContentRef: "blob://in-1"}},
@@ -196,6 +198,17 @@ func TestDecodeWakeInvalid(t *testing.T) {
 		{"schema_version 2 with unknown field", edit(func(m map[string]any) { m["schema_version"] = 2; m["new_thing"] = 1 }), topics.ErrInvalidEvent,
 			[]string{`unknown field "new_thing"`}},
 		{"schema_version string", edit(func(m map[string]any) { m["schema_version"] = "1" }), topics.ErrInvalidEvent, []string{"schema_version"}},
+		{"part number 0", edit(func(m map[string]any) { m["part"] = map[string]any{"number": 0, "count": 3} }), topics.ErrInvalidEvent,
+			[]string{"part: want 1 <= number <= count and count >= 2, got number 0 of count 3"}},
+		{"part number over count", edit(func(m map[string]any) { m["part"] = map[string]any{"number": 4, "count": 3} }), topics.ErrInvalidEvent,
+			[]string{"part: want 1 <= number <= count and count >= 2, got number 4 of count 3"}},
+		{"part of one", edit(func(m map[string]any) { m["part"] = map[string]any{"number": 1, "count": 1} }), topics.ErrInvalidEvent,
+			[]string{"part: want 1 <= number <= count and count >= 2, got number 1 of count 1"}},
+		{"part negative", edit(func(m map[string]any) { m["part"] = map[string]any{"number": -1, "count": -1} }), topics.ErrInvalidEvent, []string{"part: "}},
+		{"part without count", edit(func(m map[string]any) { m["part"] = map[string]any{"number": 1} }), topics.ErrInvalidEvent, []string{"got number 1 of count 0"}},
+		{"part unknown field", edit(func(m map[string]any) { m["part"] = map[string]any{"number": 1, "count": 2, "of": 2} }), topics.ErrInvalidEvent,
+			[]string{`unknown field "of"`}},
+		{"part string", edit(func(m map[string]any) { m["part"] = "1/2" }), topics.ErrInvalidEvent, []string{"part"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,6 +230,31 @@ func TestDecodeWakeInvalid(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeWakeParts: a wake without part (not split) and every part of a
+// split decode, with part as sent.
+func TestDecodeWakeParts(t *testing.T) {
+	w := fullWake()
+	w.Part = nil
+	b, _ := topics.Marshal(w)
+	if bytes.Contains(b, []byte(`"part"`)) {
+		t.Errorf("a wake that was not split has a part: %s", b)
+	}
+	if got, err := topics.DecodeWake(b); err != nil || got.Part != nil {
+		t.Errorf("a wake that was not split: %+v, %v", got, err)
+	}
+	for _, p := range []topics.WakePart{{Number: 1, Count: 2}, {Number: 2, Count: 2}, {Number: 7, Count: 79}} {
+		w.Part = &p
+		b, _ := topics.Marshal(w)
+		if want := fmt.Sprintf(`"lane":"priority","part":{"number":%d,"count":%d},"triggers":[`, p.Number, p.Count); !bytes.Contains(b, []byte(want)) {
+			t.Errorf("part %+v is not encoded as %s: %s", p, want, b)
+		}
+		got, err := topics.DecodeWake(b)
+		if err != nil || got.Part == nil || *got.Part != p {
+			t.Errorf("part %+v: %+v, %v", p, got, err)
+		}
 	}
 }
 

@@ -75,6 +75,20 @@ func AppendSnapshotJSON(dst []byte, s *AgentTreeSnapshot, appendNode func(dst []
 	return appendReflect(dst, s)
 }
 
+// AppendJSON appends the JSON encoding of t to dst: exactly the bytes
+// Marshal(t) returns. The projection measures each trigger with it to
+// split a run's triggers over wakes of bounded size. On error dst is
+// returned unchanged with Marshal's error.
+func (t *Trigger) AppendJSON(dst []byte) ([]byte, error) {
+	if t == nil {
+		return append(dst, "null"...), nil
+	}
+	if out, ok := t.appendJSON(dst); ok {
+		return out, nil
+	}
+	return appendReflect(dst, t)
+}
+
 // AppendJSON appends the JSON encoding of d to dst: exactly the bytes
 // Marshal(d) returns. The snapshot builder sizes every candidate digest with
 // it. On error dst is returned unchanged with Marshal's error.
@@ -137,6 +151,10 @@ func marshalFast(v any) (b []byte, ok bool) {
 		return pooled(x, (*Time).appendJSON)
 	case Time:
 		return pooled(&x, (*Time).appendJSON)
+	case *WakePart:
+		return pooled(x, infallible((*WakePart).appendJSON))
+	case WakePart:
+		return pooled(&x, infallible((*WakePart).appendJSON))
 	case *TriggerInput:
 		return pooled(x, infallible((*TriggerInput).appendJSON))
 	case TriggerInput:
@@ -222,6 +240,10 @@ func (w *Wake) appendJSONWith(dst, snap []byte) ([]byte, bool) {
 	dst = appendJSONString(dst, w.RunID)
 	dst = append(dst, `,"lane":`...)
 	dst = appendJSONString(dst, string(w.Lane))
+	if w.Part != nil { // omitempty
+		dst = append(dst, `,"part":`...)
+		dst = w.Part.appendJSON(dst)
+	}
 	dst = append(dst, `,"triggers":`...)
 	if w.Triggers == nil {
 		dst = append(dst, "null"...)
@@ -244,6 +266,14 @@ func (w *Wake) appendJSONWith(dst, snap []byte) ([]byte, bool) {
 	}
 	dst, ok := w.AgentTreeSnapshot.appendJSON(dst)
 	return append(dst, '}'), ok
+}
+
+func (p *WakePart) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"number":`...)
+	dst = strconv.AppendInt(dst, int64(p.Number), 10)
+	dst = append(dst, `,"count":`...)
+	dst = strconv.AppendInt(dst, int64(p.Count), 10)
+	return append(dst, '}')
 }
 
 func (t *Trigger) appendJSON(dst []byte) ([]byte, bool) {

@@ -27,7 +27,7 @@ func referenceJSON(v any) ([]byte, error) {
 
 // fastTypes are the types Marshal encodes without reflection.
 var fastTypes = []reflect.Type{
-	reflect.TypeFor[Wake](), reflect.TypeFor[Trigger](), reflect.TypeFor[TriggerInput](),
+	reflect.TypeFor[Wake](), reflect.TypeFor[WakePart](), reflect.TypeFor[Trigger](), reflect.TypeFor[TriggerInput](),
 	reflect.TypeFor[AgentTreeSnapshot](), reflect.TypeFor[Scope](), reflect.TypeFor[NodeDigest](),
 	reflect.TypeFor[Summary](), reflect.TypeFor[StatusCounts](), reflect.TypeFor[TruncationMeta](),
 	reflect.TypeFor[Time](),
@@ -77,6 +77,8 @@ func sameAsReference(t *testing.T, v any) {
 	case *AgentTreeSnapshot:
 		app, aerr = x.AppendJSON(prefix)
 	case *NodeDigest:
+		app, aerr = x.AppendJSON(prefix)
+	case *Trigger:
 		app, aerr = x.AppendJSON(prefix)
 	default:
 		return
@@ -132,6 +134,11 @@ func checkAll(t *testing.T, w *Wake) {
 	sameAsReference(t, s)
 	sameAsReference(t, *s)
 	sameAsReference(t, (*AgentTreeSnapshot)(nil))
+	if w.Part != nil {
+		sameAsReference(t, w.Part)
+		sameAsReference(t, *w.Part)
+	}
+	sameAsReference(t, (*WakePart)(nil))
 	for i := range w.Triggers {
 		sameAsReference(t, &w.Triggers[i])
 		sameAsReference(t, w.Triggers[i])
@@ -345,6 +352,8 @@ func TestAppendJSONEdges(t *testing.T) {
 	sameAsReference(t, &AgentTreeSnapshot{Nodes: []NodeDigest{}, Summary: Summary{ActiveCorrelationHandles: []string{}}})
 	sameAsReference(t, &Wake{})
 	sameAsReference(t, &Wake{Triggers: []Trigger{}})
+	sameAsReference(t, &Wake{Part: &WakePart{}, Triggers: []Trigger{}})
+	sameAsReference(t, &Wake{Part: &WakePart{Number: math.MaxInt, Count: math.MinInt}})
 	sameAsReference(t, &Wake{Triggers: []Trigger{{Input: &TriggerInput{}}, {Input: &TriggerInput{Text: "t", ContentRef: "c"}}}})
 	rem := int64(math.MinInt64)
 	sameAsReference(t, &NodeDigest{LeaseRemainingMs: &rem, OpenRequestCount: math.MaxInt})

@@ -9,7 +9,8 @@ import (
 
 // Line summarises a wake on one line, for logs and terminals: when it was
 // received (if r has a receipt time), its lane (WAKE! for the priority
-// lane), id, run and seq, its triggers, and the snapshot's counts, with its
+// lane), id, run and seq, its part (part=n/c) when it is one of a split
+// wake, its triggers, and the snapshot's counts, with its
 // truncation and, when stale, its age. A stale mark uses r's staleness at
 // receipt when r has a receipt time, else the snapshot's own. It is how the
 // example conductor, `make run` and `projector replay -format summary` print
@@ -24,7 +25,11 @@ func Line(w *topics.Wake, r Received) string {
 	if w.Lane == topics.LanePriority {
 		lane = "WAKE!"
 	}
-	fmt.Fprintf(&b, "%s %s run=%s seq=%d triggers=[", lane, w.WakeID, w.RunID, s.AsOfEventSeq)
+	fmt.Fprintf(&b, "%s %s run=%s seq=%d ", lane, w.WakeID, w.RunID, s.AsOfEventSeq)
+	if w.Part != nil {
+		fmt.Fprintf(&b, "part=%d/%d ", w.Part.Number, w.Part.Count)
+	}
+	b.WriteString("triggers=[")
 	for i, t := range w.Triggers {
 		if i > 0 {
 			b.WriteString(", ")

@@ -9,8 +9,8 @@ import (
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
 
-// TestLine: the one-line summary says the lane, the triggers and the
-// snapshot's counts; with a receipt it starts with the receipt time and
+// TestLine: the one-line summary says the lane, the part of a split wake,
+// the triggers and the snapshot's counts; with a receipt it starts with the receipt time and
 // marks staleness as recomputed at receipt, not as generated.
 func TestLine(t *testing.T) {
 	detail, input := "steer", &topics.TriggerInput{InputKind: "steer", Text: "stop and " + strings.Repeat("x", 100)}
@@ -26,6 +26,11 @@ func TestLine(t *testing.T) {
 	if got != want {
 		t.Fatalf("Line =\n%s\nwant\n%s", got, want)
 	}
+	w.Part = &topics.WakePart{Number: 2, Count: 79}
+	if got := wake.Line(w, wake.Received{}); got != strings.Replace(want, " seq=42 triggers=[", " seq=42 part=2/79 triggers=[", 1) {
+		t.Fatalf("Line of a part =\n%s", got)
+	}
+	w.Part = nil
 	r := wake.Received{ReceivedAt: time.Date(2026, 2, 14, 10, 40, 1, 250e6, time.UTC), Stale: true, AgeMs: 12000}
 	if got := wake.Line(w, r); !strings.HasPrefix(got, "10:40:01.250 WAKE! 01W") || !strings.HasSuffix(got, " STALE(age=12000ms)") {
 		t.Fatalf("Line with a receipt = %s", got)

@@ -63,7 +63,12 @@ type Received struct {
 	Partition int32
 	Offset    int64
 	// AsOfEventSeq is the number of the run's events the snapshot reflects.
-	AsOfEventSeq  int64
+	AsOfEventSeq int64
+	// Part is the wake's part when it is one of several its run's
+	// triggers were split over (docs/CONTRACT.md "Wake size"), nil when it
+	// was not split. Each part is delivered, de-duplicated and
+	// acknowledged as a wake of its own.
+	Part          *topics.WakePart
 	PolicyVersion string
 	// NodesIncluded and NodesOmitted are the snapshot's node counts; Bytes
 	// is the size of the wake record's value.
@@ -136,10 +141,6 @@ type topicPartition struct {
 
 // ErrHandler wraps the error of a Handler that stopped Run.
 var ErrHandler = errors.New("wake: handler failed")
-
-// ackKinds are the triggers whose agents' results or completions a wake
-// delivers: acknowledging them is what the watchdog counts as forwarded.
-var ackKinds = map[topics.TriggerKind]bool{topics.TriggerResult: true, topics.TriggerCompleted: true}
 
 // New validates cfg and creates the consumer's Kafka client. It consumes
 // nothing until Run.
@@ -436,10 +437,14 @@ func (c *Consumer) deliver(ctx context.Context, r *kgo.Record) error {
 	}
 	rec := c.received(w, r)
 	c.Stats.Delivered.Add(1)
-	c.cfg.Logger.Info("wake received", "wake_id", rec.WakeID, "run_id", rec.RunID, "lane", string(rec.Lane),
+	attrs := []any{"wake_id", rec.WakeID, "run_id", rec.RunID, "lane", string(rec.Lane),
 		"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "as_of_event_seq", rec.AsOfEventSeq,
 		"nodes_included", rec.NodesIncluded, "nodes_omitted", rec.NodesOmitted, "truncated", rec.Truncated,
-		"stale", rec.Stale, "age_ms", rec.AgeMs, "bytes", rec.Bytes)
+		"stale", rec.Stale, "age_ms", rec.AgeMs, "bytes", rec.Bytes}
+	if rec.Part != nil {
+		attrs = append(attrs, "part", rec.Part.Number, "parts", rec.Part.Count)
+	}
+	c.cfg.Logger.Info("wake received", attrs...)
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.WakeReceived(ctx, rec)
 	}
@@ -464,7 +469,7 @@ func (c *Consumer) received(w *topics.Wake, r *kgo.Record) Received {
 	s := &w.AgentTreeSnapshot
 	now := c.cfg.Now()
 	rec := Received{WakeID: w.WakeID, SnapshotID: s.SnapshotID, RunID: w.RunID, Lane: w.Lane,
-		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, AsOfEventSeq: s.AsOfEventSeq,
+		Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, AsOfEventSeq: s.AsOfEventSeq, Part: w.Part,
 		PolicyVersion: s.TruncationMeta.PolicyVersion, NodesIncluded: len(s.Nodes),
 		NodesOmitted: s.TruncationMeta.OmittedCountTotal, Bytes: len(r.Value), Truncated: s.Truncated,
 		AgeMs: staleAge(s, now), ReceivedAt: now}
@@ -490,7 +495,9 @@ func staleAge(s *topics.AgentTreeSnapshot, now time.Time) int64 {
 // time at. Its id is derived from the wake id and the source, so
 // acknowledging a redelivered wake again is a duplicate the projector
 // applies once. It names the agents of the wake's result and completion
-// triggers: the nodes whose results it delivered.
+// triggers: the nodes whose results it delivered (a part of a split wake
+// names those of its own triggers, at most topics.MaxAckAgents: a
+// projector splits triggers that would name more).
 func AckEvent(w *topics.Wake, source, fallbackAgent string, at time.Time) *topics.Event {
 	s := &w.AgentTreeSnapshot
 	agent := fallbackAgent
@@ -499,7 +506,7 @@ func AckEvent(w *topics.Wake, source, fallbackAgent string, at time.Time) *topic
 	}
 	var agents []string
 	for _, t := range w.Triggers {
-		if ackKinds[t.Kind] && !contains(agents, t.AgentID) {
+		if t.Kind.Acknowledged() && !contains(agents, t.AgentID) {
 			agents = append(agents, t.AgentID)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/replay"
 	"github.com/canopy-dev/canopy/internal/testenv"
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
@@ -317,4 +319,124 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestSplitWakeParts: a commit of 150 results of 150 agents on one run
+// comes as three parts (no acknowledgement names more than 64 agents):
+// each part is delivered once with its part in Received and in its Line,
+// a part sent again is dropped as a duplicate, and each is acknowledged by
+// one valid conductor.wake_received naming the agents of its own triggers,
+// every agent once over the three.
+func TestSplitWakeParts(t *testing.T) {
+	kc := brokertest.NewKfake(t).Cluster
+	brokers := kc.ListenAddrs()
+	names := topics.Names{Prefix: "wakeparts", Version: 1}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	events := workload.Burst{RunID: "run-results", Nodes: 150}.Results()
+	var in bytes.Buffer
+	for i := range events {
+		enc, err := events[i].MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Write(append(enc, '\n'))
+	}
+	var out bytes.Buffer
+	if _, err := replay.Run(&in, &out, io.Discard, replay.Options{Batch: len(events)}); err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	parts := map[string]*topics.Wake{}
+	for line := range bytes.Lines(out.Bytes()) {
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		w, err := topics.DecodeWake(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts[w.WakeID] = w
+		recs = append(recs, &kgo.Record{Topic: names.WakeTopic(w.Lane), Key: []byte(w.RunID), Value: bytes.Clone(line)})
+	}
+	if len(recs) != 3 {
+		t.Fatalf("replay gave %d wakes, want the 150 results in 3 parts", len(recs))
+	}
+	dup := *recs[1]
+	if err := cl.ProduceSync(ctx, append(recs, &dup)...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	obs := &observed{}
+	var mu sync.Mutex
+	lines := map[string]string{}
+	c, err := wake.New(wake.Config{Brokers: brokers, Names: names, Group: "conductor-parts", Observer: obs, Logger: discard()},
+		func(_ context.Context, w *topics.Wake, r wake.Received) error {
+			mu.Lock()
+			defer mu.Unlock()
+			lines[w.WakeID] = wake.Line(w, r)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return c.Stats.Acked.Load() == 3 && c.Stats.Duplicates.Load() == 1 }, func() string {
+		return fmt.Sprintf("%d of 3 parts acknowledged, %d duplicates dropped", c.Stats.Acked.Load(), c.Stats.Duplicates.Load())
+	}))
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	obs.mu.Lock()
+	for _, r := range obs.got {
+		w := parts[r.WakeID]
+		if r.Part == nil || w.Part == nil || *r.Part != *w.Part {
+			t.Errorf("wake %s: received part %+v, the wake's %+v", r.WakeID, r.Part, w.Part)
+			continue
+		}
+		if want := fmt.Sprintf(" part=%d/3 triggers=[", r.Part.Number); !strings.Contains(lines[r.WakeID], want) {
+			t.Errorf("wake %s: Line %q does not say %q", r.WakeID, lines[r.WakeID], want)
+		}
+	}
+	if len(obs.got) != 3 {
+		t.Errorf("%d wakes received, want the 3 parts", len(obs.got))
+	}
+	obs.mu.Unlock()
+
+	named := map[string]int{}
+	for _, r := range readAll(t, brokers, names.AgentEvents(), 3) {
+		ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+		if err != nil {
+			t.Fatalf("acknowledgement does not decode: %v", err)
+		}
+		data := ev.Data.(*topics.WakeReceived)
+		w := parts[data.WakeID]
+		if w == nil {
+			t.Fatalf("acknowledgement of an unknown wake %s", data.WakeID)
+		}
+		var want []string
+		for _, tr := range w.Triggers {
+			want = append(want, tr.AgentID)
+		}
+		if strings.Join(data.AgentIDs, ",") != strings.Join(want, ",") {
+			t.Errorf("part %d/3 is acknowledged naming %d agents, not its own %d", w.Part.Number, len(data.AgentIDs), len(want))
+		}
+		for _, a := range data.AgentIDs {
+			named[a]++
+		}
+	}
+	for i := 1; i <= 150; i++ {
+		if a := fmt.Sprintf("agent-%05d", i); named[a] != 1 {
+			t.Errorf("%s is named by %d acknowledgements, want 1", a, named[a])
+		}
+	}
 }
