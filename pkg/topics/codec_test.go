@@ -678,13 +678,13 @@ func TestValidate(t *testing.T) {
 		{"type and data disagree", func(e *topics.Event) { e.Type = topics.TypeFailed }, []string{"data.role: unknown field for signal.failed"}},
 		{"missing run id", func(e *topics.Event) { e.RunID = "" }, []string{"runid: required"}},
 		{"bad role", func(e *topics.Event) { e.Data = &topics.NodeCreated{Role: "boss"} }, []string{"data.role: want one of"}},
-		{"invalid UTF-8 agent id", func(e *topics.Event) { e.AgentID = "a\xffb" }, []string{"agentid: not valid UTF-8"}},
-		{"invalid UTF-8 run id", func(e *topics.Event) { e.RunID = "run-\xc3" }, []string{"runid: not valid UTF-8"}},
-		{"invalid UTF-8 source", func(e *topics.Event) { e.Source = "/\xc3" }, []string{"source: not valid UTF-8"}},
-		{"invalid UTF-8 payload id", func(e *topics.Event) { e.Data = &topics.NodeCreated{Role: "worker", TaskID: "\xff"} }, []string{"data.task_id: not valid UTF-8"}},
+		{"invalid UTF-8 agent id", func(e *topics.Event) { e.AgentID = "a\xffb" }, []string{"agentid: invalid_utf8: byte 0xff at offset 1 is not UTF-8"}},
+		{"invalid UTF-8 run id", func(e *topics.Event) { e.RunID = "run-\xc3" }, []string{"runid: invalid_utf8: byte 0xc3 at offset 4"}},
+		{"invalid UTF-8 source", func(e *topics.Event) { e.Source = "/\xc3" }, []string{"source: invalid_utf8: byte 0xc3 at offset 1"}},
+		{"invalid UTF-8 payload id", func(e *topics.Event) { e.Data = &topics.NodeCreated{Role: "worker", TaskID: "\xff"} }, []string{"data.task_id: invalid_utf8: byte 0xff at offset 0"}},
 		{"invalid UTF-8 text", func(e *topics.Event) {
 			e.Type, e.Data = topics.TypeInput, &topics.Input{InputKind: "message", Text: strings.Repeat("é", 10)[:5]}
-		}, []string{"data.text: not valid UTF-8"}},
+		}, []string{"data.text: invalid_utf8: byte 0xc3 at offset 4"}},
 		{"NaN fraction", func(e *topics.Event) {
 			nan := 0.0
 			nan /= nan
@@ -819,7 +819,7 @@ func TestDecodeRecordBinary(t *testing.T) {
 		{name: "no runid and no key", value: value, edits: []hedit{hdel("ce_runid")}, errIs: topics.ErrInvalidEvent,
 			errMsg: []string{"ce_runid: required (or key the record by run id)"}},
 		{name: "key not an id", key: "run\x00\xff", value: value, edits: []hedit{hdel("ce_runid")}, errIs: topics.ErrInvalidEvent,
-			errMsg: []string{"(key): taken as the run id: not valid UTF-8"}},
+			errMsg: []string{"(key): invalid_utf8: byte 0xff at offset 4 is not UTF-8"}},
 		{name: "key too long", key: strings.Repeat("k", 257), value: value, edits: []hedit{hdel("ce_runid")}, errIs: topics.ErrInvalidEvent,
 			errMsg: []string{"(key): taken as the run id: longer than 256 bytes"}},
 		{name: "schemaversion 2", key: testRun, value: value, edits: []hedit{hset("ce_schemaversion", "2")}, errIs: topics.ErrUnsupportedVersion,
@@ -834,8 +834,8 @@ func TestDecodeRecordBinary(t *testing.T) {
 			errMsg: []string{`ce_specversion: want "1.0", got "0.3"`}},
 		{name: "id missing", key: testRun, value: value, edits: []hedit{hdel("ce_id")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_id: required"}},
 		{name: "id empty", key: testRun, value: value, edits: []hedit{hset("ce_id", "")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_id: required"}},
-		{name: "id invalid UTF-8", key: testRun, value: value, edits: []hedit{hset("ce_id", "\xc3")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_id: not valid UTF-8"}},
-		{name: "source invalid UTF-8", key: testRun, value: value, edits: []hedit{hset("ce_source", "/a\xff")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_source: not valid UTF-8"}},
+		{name: "id invalid UTF-8", key: testRun, value: value, edits: []hedit{hset("ce_id", "\xc3")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_id: invalid_utf8: byte 0xc3 at offset 0"}},
+		{name: "source invalid UTF-8", key: testRun, value: value, edits: []hedit{hset("ce_source", "/a\xff")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_source: invalid_utf8: byte 0xff at offset 2"}},
 		{name: "type missing", key: testRun, value: value, edits: []hedit{hdel("ce_type")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_type: required"}},
 		{name: "agentid missing", key: testRun, value: value, edits: []hedit{hdel("ce_agentid")}, errIs: topics.ErrInvalidEvent, errMsg: []string{"ce_agentid: required"}},
 		{name: "time bad", key: testRun, value: value, edits: []hedit{hset("ce_time", "now")}, errIs: topics.ErrInvalidEvent, errMsg: []string{`ce_time: want an RFC 3339 timestamp like 2026-02-14T10:40:00Z, got "now"`}},

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 )
 
 // CurrentSchemaVersion is the event schema version this build reads and
@@ -474,10 +473,10 @@ func (p *Heartbeat) validate(*problems) {}
 func (p *Input) validate(ps *problems) {
 	checkID(ps, "data.input_id", p.InputID, false)
 	checkEnum(ps, "data.input_kind", p.InputKind, InputKinds, true)
-	if len(p.Text) > MaxInputTextLength {
+	if msg := TextProblem(p.Text); msg != "" {
+		ps.add("data.text", msg)
+	} else if len(p.Text) > MaxInputTextLength {
 		ps.add("data.text", fmt.Sprintf("longer than %d bytes", MaxInputTextLength))
-	} else if !utf8.ValidString(p.Text) {
-		ps.add("data.text", "not valid UTF-8")
 	}
 	checkID(ps, "data.content_ref", p.ContentRef, false)
 }
@@ -582,8 +581,7 @@ func plainPath(v string) bool {
 	return true
 }
 
-// checkID enforces the contract for identifiers: valid UTF-8, at most
-// MaxIDLength bytes, no control characters.
+// checkID enforces the contract for identifiers (IDProblem).
 func checkID(ps *problems, field, v string, required bool) {
 	if v == "" {
 		if required {
@@ -591,17 +589,21 @@ func checkID(ps *problems, field, v string, required bool) {
 		}
 		return
 	}
-	if msg := idProblem(v); msg != "" {
+	if msg := IDProblem(v); msg != "" {
 		ps.add(field, msg)
 	}
 }
 
-func idProblem(v string) string {
+// IDProblem says what is wrong with v, not empty, as an identifier of the
+// contract: it must be valid UTF-8 (else a problem starting with
+// CodeInvalidUTF8), at most MaxIDLength bytes, without control
+// characters. It is "" when v is one.
+func IDProblem(v string) string {
+	if msg := TextProblem(v); msg != "" {
+		return msg
+	}
 	if len(v) > MaxIDLength {
 		return fmt.Sprintf("longer than %d bytes", MaxIDLength)
-	}
-	if !utf8.ValidString(v) {
-		return "not valid UTF-8"
 	}
 	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
 		return "contains a control character"
