@@ -26,7 +26,10 @@ import (
 // corpus (pkg/topics/testdata/fuzz), and each example mutated, attribute by
 // attribute and payload field by payload field, to each of a set of values
 // a producer gets wrong (absent, empty, null, other types, out of range, a
-// control character, too long, ...).
+// control character, too long, ...), and every string field with a
+// maxLength set to text of each kind (2-, 3- and 4-byte UTF-8, combining
+// sequences, emoji with modifiers and ZWJ, CJK, ...) at limit-1, limit and
+// limit+1 code points: both count code points.
 //
 // Text that is not UTF-8 is not JSON, and the schemas cannot judge it (a
 // validator's JSON decoder reads U+FFFD): such inputs, the fuzz corpus's
@@ -83,6 +86,41 @@ func TestSchemasAgreeWithDecoder(t *testing.T) {
 				add(fmt.Sprintf("%s: data.%s %s", et, key, m.name), enc)
 			}
 		}
+	}
+	// Non-ASCII strings, of each width and kind, around the limit of every
+	// string field that has one: limit-1, limit and limit+1 code points,
+	// the unit of maxLength and of the decoder.
+	envelope := readJSON(t, filepath.Join(schemaDir(t), envelopeSchema))
+	nonASCII := 0
+	for _, et := range topics.EventTypes() {
+		base := loadExample(t, et)
+		typ := readJSON(t, filepath.Join(schemaDir(t), typeSchema(et)))
+		dataProps, _ := typ["properties"].(map[string]any)["data"].(map[string]any)["properties"].(map[string]any)
+		for _, f := range append(limitedFields(envelope["properties"].(map[string]any), envelope, ""), limitedFields(dataProps, envelope, "data.")...) {
+			for _, v := range limitStrings(f.limit) {
+				doc := clone(t, base)
+				var val any = v.value
+				if f.list {
+					val = []any{"a", v.value}
+				}
+				if name, ok := strings.CutPrefix(f.name, "data."); ok {
+					d, _ := doc["data"].(map[string]any)
+					if d == nil {
+						d = map[string]any{}
+						doc["data"] = d
+					}
+					d[name] = val
+				} else {
+					doc[f.name] = val
+				}
+				enc, _ := json.Marshal(doc)
+				add(fmt.Sprintf("%s: %s %s", et, f.name, v.name), enc)
+				nonASCII++
+			}
+		}
+	}
+	if nonASCII < 5000 {
+		t.Fatalf("only %d non-ASCII inputs: the schemas' limits were not found", nonASCII)
 	}
 	// The example logs.
 	logs, _ := filepath.Glob(filepath.Join(repoRoot(t), "examples", "*.jsonl"))
@@ -366,4 +404,99 @@ func escapedUnit(doc []byte, i int) (rune, bool) {
 	}
 	n, err := strconv.ParseUint(string(doc[i+2:i+6]), 16, 16)
 	return rune(n), err == nil
+}
+
+// limitedField is a string field of a schema with a maximum length, or a
+// list of such strings.
+type limitedField struct {
+	name  string
+	limit int
+	list  bool
+}
+
+// limitedFields are the properties of props (under prefix) whose strings
+// have a maxLength, $ref to the envelope's definitions resolved.
+func limitedFields(props, envelope map[string]any, prefix string) []limitedField {
+	var out []limitedField
+	for _, name := range sortedKeys(props) {
+		if limit, list, ok := maxLength(props[name], envelope); ok {
+			out = append(out, limitedField{prefix + name, limit, list})
+		}
+	}
+	return out
+}
+
+// maxLength finds the maxLength of the strings schema s describes: of s,
+// of what it refers to, of an alternative, or of its items (list).
+func maxLength(s any, envelope map[string]any) (limit int, list, ok bool) {
+	m, _ := s.(map[string]any)
+	if n, ok := m["maxLength"].(float64); ok {
+		return int(n), false, true
+	}
+	if ref, ok := m["$ref"].(string); ok {
+		_, def, _ := strings.Cut(ref, "#/$defs/")
+		return maxLength(envelope["$defs"].(map[string]any)[def], envelope)
+	}
+	for _, alt := range asSlice(m["anyOf"]) {
+		if limit, list, ok := maxLength(alt, envelope); ok {
+			return limit, list, true
+		}
+	}
+	if items, ok := m["items"]; ok {
+		limit, _, ok := maxLength(items, envelope)
+		return limit, true, ok
+	}
+	return 0, false, false
+}
+
+func asSlice(v any) []any { s, _ := v.([]any); return s }
+
+// repertoire are the kinds of text a producer sends, from ASCII to
+// emoji sequences: each is repeated, code point by code point, to a length.
+var repertoire = []struct{ name, unit string }{
+	{"ASCII", "a"},
+	{"2-byte UTF-8", "é"},
+	{"3-byte UTF-8 (CJK)", "工作者"},
+	{"4-byte UTF-8 (emoji)", "😀"},
+	{"a letter and a combining accent", "e\u0301"},
+	{"emoji with a skin tone, ZWJ", "👩🏽\u200d💻"},
+	{"a flag", "🇳🇴"},
+	{"a Devanagari conjunct", "क्ष"},
+	{"Hangul jamo", "\u1100\u1161\u11a8"},
+	{"a mix", "aé工😀"},
+}
+
+// limitStrings are strings of each kind of the repertoire at limit-1,
+// limit and limit+1 code points (a long limit, only some kinds: they are
+// large).
+func limitStrings(limit int) []struct {
+	name  string
+	value string
+} {
+	var out []struct {
+		name  string
+		value string
+	}
+	for i, r := range repertoire {
+		if limit > 1000 && i%3 != 0 {
+			continue
+		}
+		for _, n := range []int{limit - 1, limit, limit + 1} {
+			out = append(out, struct {
+				name  string
+				value string
+			}{fmt.Sprintf("%d code points of %s", n, r.name), ofLength(r.unit, n)})
+		}
+	}
+	return out
+}
+
+// ofLength is unit repeated, code point by code point, to n code points.
+func ofLength(unit string, n int) string {
+	cps := []rune(unit)
+	var b strings.Builder
+	for i := range n {
+		b.WriteRune(cps[i%len(cps)])
+	}
+	return b.String()
 }

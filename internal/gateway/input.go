@@ -29,7 +29,9 @@ import (
 type InputRequest struct {
 	// InputKind is message, interrupt, cancel, steer, approve or reject. Required.
 	InputKind string `json:"input_kind"`
-	// Text is the input's text, at most 16 KiB of UTF-8.
+	// Text is the input's text: UTF-8, at most 16,384 characters (Unicode
+	// code points, topics.MaxInputTextLength), within the body's bound in
+	// bytes (Config.MaxBodyBytes).
 	Text string `json:"text,omitempty"`
 	// ContentRef references larger content stored elsewhere.
 	ContentRef string `json:"content_ref,omitempty"`

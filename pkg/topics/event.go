@@ -22,11 +22,14 @@ const CurrentSchemaVersion = 1
 // SpecVersion is the CloudEvents version of the envelope.
 const SpecVersion = "1.0"
 
-// Contract limits on what producers send.
+// Contract limits on what producers send, in Unicode code points (the unit
+// of JSON Schema's maxLength; TextLength counts them), never in bytes: an
+// identifier of 256 CJK characters (768 bytes) is valid, one of 257 ASCII
+// letters is not.
 const (
-	// MaxIDLength bounds every identifier (ids, keys, owners, kinds), in bytes.
+	// MaxIDLength bounds every identifier (ids, keys, owners, kinds).
 	MaxIDLength = 256
-	// MaxInputTextLength bounds the text of a human input, in bytes.
+	// MaxInputTextLength bounds the text of a human input.
 	MaxInputTextLength = 16 << 10
 )
 
@@ -475,8 +478,8 @@ func (p *Input) validate(ps *problems) {
 	checkEnum(ps, "data.input_kind", p.InputKind, InputKinds, true)
 	if msg := TextProblem(p.Text); msg != "" {
 		ps.add("data.text", msg)
-	} else if len(p.Text) > MaxInputTextLength {
-		ps.add("data.text", fmt.Sprintf("longer than %d bytes", MaxInputTextLength))
+	} else if longerThan(p.Text, MaxInputTextLength) {
+		ps.add("data.text", tooLong(MaxInputTextLength))
 	}
 	checkID(ps, "data.content_ref", p.ContentRef, false)
 }
@@ -596,19 +599,24 @@ func checkID(ps *problems, field, v string, required bool) {
 
 // IDProblem says what is wrong with v, not empty, as an identifier of the
 // contract: it must be valid UTF-8 (else a problem starting with
-// CodeInvalidUTF8), at most MaxIDLength bytes, without control
+// CodeInvalidUTF8), at most MaxIDLength code points, without control
 // characters. It is "" when v is one.
 func IDProblem(v string) string {
 	if msg := TextProblem(v); msg != "" {
 		return msg
 	}
-	if len(v) > MaxIDLength {
-		return fmt.Sprintf("longer than %d bytes", MaxIDLength)
+	if longerThan(v, MaxIDLength) {
+		return tooLong(MaxIDLength)
 	}
 	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
 		return "contains a control character"
 	}
 	return ""
+}
+
+// tooLong is the problem of a string over a limit.
+func tooLong(limit int) string {
+	return fmt.Sprintf("longer than %d characters (Unicode code points)", limit)
 }
 
 const maxListLength = 64

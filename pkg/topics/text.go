@@ -10,7 +10,8 @@ import (
 
 // Text (docs/CONTRACT.md "Text"). Every string of an event, in whichever
 // place it travels (a JSON string of the value, a member's name, a ce_*
-// header, the record key), is valid UTF-8.
+// header, the record key), is valid UTF-8, and every length limit counts
+// Unicode code points, the unit of JSON Schema's maxLength.
 //
 // encoding/json decodes a byte that is not UTF-8, and the escape of half a
 // surrogate pair (\ud800), to U+FFFD without a word: two different inputs
@@ -22,6 +23,17 @@ import (
 // valid UTF-8; the projector's dead-letter reason and the gateway's 400
 // carry it.
 const CodeInvalidUTF8 = "invalid_utf8"
+
+// TextLength is the length of s in the unit of every limit of the
+// contract: Unicode code points (a byte that is not UTF-8 counts as one).
+func TextLength(s string) int { return utf8.RuneCountInString(s) }
+
+// longerThan reports whether s is longer than limit code points. It counts
+// them only when s has more bytes than that: a string of at most limit
+// bytes has at most limit code points.
+func longerThan(s string, limit int) bool {
+	return len(s) > limit && utf8.RuneCountInString(s) > limit
+}
 
 // TextProblem says why s is not valid UTF-8, as a problem that starts
 // with CodeInvalidUTF8 and gives the first offending byte and its offset;

@@ -2,6 +2,7 @@ package topics_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -260,5 +261,87 @@ func TestValidateRefusesInvalidUTF8(t *testing.T) {
 	}
 	if !errors.Is(topics.ErrInvalidUTF8, topics.ErrInvalidEvent) {
 		t.Error("ErrInvalidUTF8 is not in the ErrInvalidEvent family")
+	}
+}
+
+// TestLimitsCountCodePoints: every length limit counts Unicode code points,
+// JSON Schema's maxLength unit, whatever their UTF-8 length: what the
+// schemas take (65 emoji, 100 CJK characters, 16,384 é) the decoder takes,
+// and one code point more it refuses, in both modes.
+func TestLimitsCountCodePoints(t *testing.T) {
+	rep := strings.Repeat
+	ids := []struct {
+		name string
+		id   string
+		ok   bool
+	}{
+		{"65 emoji (260 bytes)", rep("😀", 65), true},
+		{"100 CJK characters (300 bytes)", rep("工", 100), true},
+		{"256 emoji (1024 bytes)", rep("😀", 256), true},
+		{"257 emoji", rep("😀", 257), false},
+		{"256 ASCII", rep("a", 256), true},
+		{"257 ASCII", rep("a", 257), false},
+		{"128 e + combining acute (256 code points)", rep("e\u0301", 128), true},
+		{"128 e + combining acute and one more", rep("e\u0301", 128) + "e", false},
+		{"64 emoji with a skin tone and ZWJ (256 code points)", rep("👩🏽\u200d💻", 64), true},
+		{"and one more code point", rep("👩🏽\u200d💻", 64) + "\u200d", false},
+		{"255 ASCII and one 4-byte character", rep("a", 255) + "😀", true},
+	}
+	for _, c := range ids {
+		t.Run(c.name, func(t *testing.T) {
+			if n := topics.TextLength(c.id); c.ok != (n <= topics.MaxIDLength) {
+				t.Fatalf("TextLength = %d", n)
+			}
+			check := func(how string, ev *topics.Event, err error) {
+				t.Helper()
+				if c.ok {
+					if err != nil {
+						t.Errorf("%s: %v", how, err)
+					} else if ev.AgentID != c.id {
+						t.Errorf("%s: agent id changed", how)
+					}
+					return
+				}
+				checkDecodeErr(t, err, topics.ErrInvalidEvent, "agentid: longer than 256 characters (Unicode code points)")
+			}
+			ev, err := topics.DecodeEvent(structured(t, set("agentid", c.id)))
+			check("structured", ev, err)
+			ev, err = topics.DecodeRecord([]byte(testRun), []byte(`{"role":"worker"}`), hset("ce_agentid", c.id)(binaryHeaders()))
+			check("ce_agentid", ev, err)
+			// The run id taken from the key, and the id of a payload field.
+			ev, err = topics.DecodeRecord([]byte(c.id), []byte(`{"role":"worker"}`), hdel("ce_runid")(binaryHeaders()))
+			if c.ok != (err == nil) || err == nil && ev.RunID != c.id {
+				t.Errorf("key as the run id: %v", err)
+			}
+			ev, err = topics.DecodeEvent(structured(t, data(topics.TypeFailed, `{"error_code":"`+c.id+`"}`)))
+			if c.ok != (err == nil) || err == nil && ev.Data.(*topics.Failed).ErrorCode != c.id {
+				t.Errorf("data.error_code: %v", err)
+			}
+		})
+	}
+
+	text := []struct {
+		name string
+		text string
+		ok   bool
+	}{
+		{"16,384 é (32 KiB)", rep("é", 16384), true},
+		{"16,385 é", rep("é", 16385), false},
+		{"16,384 emoji (64 KiB)", rep("😀", 16384), true},
+		{"16,384 ASCII", rep("x", 16384), true},
+		{"16,385 ASCII", rep("x", 16385), false},
+	}
+	for _, c := range text {
+		t.Run(c.name, func(t *testing.T) {
+			d, _ := json.Marshal(map[string]string{"input_kind": "message", "text": c.text})
+			ev, err := topics.DecodeEvent(structured(t, data(topics.TypeInput, string(d))))
+			if c.ok {
+				if err != nil || ev.Data.(*topics.Input).Text != c.text {
+					t.Fatalf("refused or changed: %v", err)
+				}
+				return
+			}
+			checkDecodeErr(t, err, topics.ErrInvalidEvent, "data.text: longer than 16384 characters (Unicode code points)")
+		})
 	}
 }
