@@ -58,7 +58,9 @@ var snakeHints = map[string]string{
 // CloudEvents spec requires; everything canopy reads is checked strictly.
 //
 // The error, if any, is a *DecodeError wrapping ErrInvalidEvent,
-// ErrUnknownType or ErrUnsupportedVersion.
+// ErrUnknownType or ErrUnsupportedVersion; an ErrInvalidEvent is also an
+// ErrInvalidUTF8 when a string of the value is not valid UTF-8 (then its
+// problems are those alone, docs/CONTRACT.md "Text").
 func DecodeEvent(value []byte) (*Event, error) {
 	attrs, err := decodeObject(value)
 	defer attrs.free()
@@ -114,6 +116,8 @@ func DecodeEvent(value []byte) (*Event, error) {
 // Kafka protocol binding mode: binary (ce_* headers, data in the value) when
 // a ce_specversion header is present, structured otherwise. A non-empty key
 // must equal the event's run id; an event without a runid takes the key's.
+// The key, the value's strings and a binary-mode record's ce_* headers
+// must be valid UTF-8 (ErrInvalidUTF8).
 func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error) {
 	var binary bool
 	for _, h := range headers {
