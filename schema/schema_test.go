@@ -707,12 +707,13 @@ func TestInvalidEventsRefused(t *testing.T) {
 		{name: "runid with a newline", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["runid"] = "run-demo-1\n" }},
 		{name: "data id with a C1 control char", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { dataOf(m)["parent_agent_id"] = "conductor\u00851" }},
 		{name: "listed id with DEL", typ: topics.TypeWakeReceived, mutate: func(m map[string]any) { dataOf(m)["agent_ids"] = []any{"worker\u007f2"} }},
-		{name: "id longer than 256 bytes", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["agentid"] = strings.Repeat("a", 257) }},
+		{name: "id of 257 characters", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["agentid"] = strings.Repeat("a", 257) }},
+		{name: "id of 257 emoji", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["agentid"] = strings.Repeat("😀", 257) }},
 		{name: "empty id", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["id"] = "" }},
 		{name: "empty type", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["type"] = "" }},
 		{name: "empty runid", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["runid"] = "" }},
 		{name: "source with a control char", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["source"] = "/agents/\x1bworker-1" }},
-		{name: "source longer than 256 bytes", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["source"] = "/" + strings.Repeat("a", 256) }},
+		{name: "source of 257 characters", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["source"] = "/" + strings.Repeat("a", 256) }},
 		{name: "wrong specversion", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["specversion"] = "0.3" }},
 		{name: "specversion as a number", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["specversion"] = 1.0 }},
 		{name: "data not an object (string)", typ: topics.TypeNodeCreated, mutate: func(m map[string]any) { m["data"] = "worker" }},
@@ -760,7 +761,8 @@ func TestInvalidEventsRefused(t *testing.T) {
 			}
 			dataOf(m)["agent_ids"] = ids
 		}},
-		{name: "input text over 16 KiB", typ: topics.TypeInput, mutate: func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("x", 16<<10+1) }},
+		{name: "input text of 16,385 characters", typ: topics.TypeInput, mutate: func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("x", 16<<10+1) }},
+		{name: "input text of 16,385 é", typ: topics.TypeInput, mutate: func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("é", 16<<10+1) }},
 		{name: "value is null", raw: `null`},
 		{name: "value is an array", raw: `[]`},
 		{name: "value is a string", raw: `"tree.node_created"`},
@@ -823,7 +825,10 @@ func TestValidVariantsAccepted(t *testing.T) {
 		{"empty progress", topics.TypeProgress, func(m map[string]any) { m["data"] = map[string]any{} }},
 		{"fraction bounds", topics.TypeProgress, func(m map[string]any) { dataOf(m)["fraction"] = 1 }},
 		{"multi-byte ids", topics.TypeNodeCreated, func(m map[string]any) { m["agentid"] = "wörker-ü1"; dataOf(m)["capability"] = "研究" }},
-		{"id of exactly 256 bytes", topics.TypeNodeCreated, func(m map[string]any) { m["agentid"] = strings.Repeat("a", 256) }},
+		{"id of exactly 256 characters", topics.TypeNodeCreated, func(m map[string]any) { m["agentid"] = strings.Repeat("a", 256) }},
+		{"id of 65 emoji (260 bytes)", topics.TypeNodeCreated, func(m map[string]any) { m["agentid"] = strings.Repeat("😀", 65) }},
+		{"id of 100 CJK characters (300 bytes)", topics.TypeNodeCreated, func(m map[string]any) { m["agentid"] = strings.Repeat("工", 100) }},
+		{"id of 256 emoji (1,024 bytes)", topics.TypeNodeCreated, func(m map[string]any) { m["agentid"] = strings.Repeat("😀", 256) }},
 		{"parent hint without artifacts", topics.TypeParentHint, func(m map[string]any) { dataOf(m)["artifact_ids"] = []any{} }},
 		{"parent hint with null artifacts (Go's nil)", topics.TypeParentHint, func(m map[string]any) { dataOf(m)["artifact_ids"] = nil }},
 		{"64 ids", topics.TypeWakeReceived, func(m map[string]any) {
@@ -834,6 +839,7 @@ func TestValidVariantsAccepted(t *testing.T) {
 			dataOf(m)["agent_ids"] = ids
 		}},
 		{"input text of 16 KiB with newlines", topics.TypeInput, func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("line\n", 16<<10/5) }},
+		{"input text of 16,384 é (32 KiB)", topics.TypeInput, func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("é", 16<<10) }},
 	}
 	s := newSchemas(t)
 	for _, c := range cases {

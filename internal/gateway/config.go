@@ -52,8 +52,10 @@ type Config struct {
 	// development. Optional.
 	TokenFile string
 
-	// MaxBodyBytes bounds a request body; larger is 413. Default 128 KiB
-	// (input text is at most 16 KiB, which JSON escaping can inflate 6x).
+	// MaxBodyBytes bounds a request body; larger is 413. Default 256 KiB:
+	// input text is at most 16,384 code points, 64 KiB of UTF-8, which a
+	// client escaping everything but ASCII (\ud83d\ude00 for 😀, 12
+	// bytes) sends as 192 KiB.
 	MaxBodyBytes int64
 	// AllowedHosts, when set, are the only names a request's Host header
 	// may carry (any port; case-insensitive); any other Host is refused
@@ -186,7 +188,7 @@ const (
 	// DefaultProjectorGroup is Config.ProjectorGroup's default.
 	DefaultProjectorGroup = "canopy-projector"
 	// DefaultMaxBodyBytes is Config.MaxBodyBytes's default.
-	DefaultMaxBodyBytes = 128 << 10
+	DefaultMaxBodyBytes = 256 << 10
 	// DefaultRatePerSecond is Config.RatePerSecond's default.
 	DefaultRatePerSecond = 10
 	// DefaultRateBurst is Config.RateBurst's default.

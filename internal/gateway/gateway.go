@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -357,20 +355,13 @@ func (g *Gateway) handle(rt route) http.Handler {
 	})
 }
 
-// idProblem checks an identifier against the contract: 1-256 bytes of UTF-8
-// without control characters.
+// idProblem checks an identifier against the contract (topics.IDProblem),
+// which a path's run id, percent-decoded, may well break.
 func idProblem(v string) string {
-	switch {
-	case v == "":
+	if v == "" {
 		return "required"
-	case len(v) > topics.MaxIDLength:
-		return fmt.Sprintf("longer than %d bytes", topics.MaxIDLength)
-	case !utf8.ValidString(v):
-		return "not valid UTF-8"
-	case strings.IndexFunc(v, unicode.IsControl) >= 0:
-		return "contains a control character"
 	}
-	return ""
+	return topics.IDProblem(v)
 }
 
 // authorize checks that p may touch run: the token names the run, or one of

@@ -74,6 +74,19 @@ func TestRefusals(t *testing.T) {
 		{"bad session", "POST", "/v1/runs/run-1/input", tokAll, `{"input_kind":"message","session_id":"a\u0007b"}`, nil, 400, problem.BadRequest, "session_id: contains a control character"},
 		{"bad key", "POST", "/v1/runs/run-1/input", tokAll, msg, []string{"Idempotency-Key", "has space"}, 400, problem.BadRequest, "Idempotency-Key"},
 		{"bad run", "POST", "/v1/runs/" + strings.Repeat("r", 300) + "/input", tokAll, msg, nil, 400, problem.BadRequest, "run_id"},
+		// Text that is not UTF-8, which encoding/json would read as U+FFFD.
+		{"text not UTF-8", "POST", "/v1/runs/run-1/input", tokAll, "{\"input_kind\":\"message\",\"text\":\"caf\xe9\"}", nil, 400, problem.BadRequest,
+			"text: invalid_utf8: byte 0xe9 at offset 3 is not UTF-8"},
+		{"text with a lone surrogate", "POST", "/v1/runs/run-1/input", tokAll, `{"input_kind":"message","text":"a\ud800"}`, nil, 400, problem.BadRequest,
+			`text: invalid_utf8: \ud800 at offset 1 is an unpaired surrogate`},
+		{"session not UTF-8", "POST", "/v1/runs/run-1/input", tokAll, "{\"input_kind\":\"message\",\"session_id\":\"s\xc0\xaf\"}", nil, 400, problem.BadRequest,
+			"session_id: invalid_utf8: byte 0xc0 at offset 1"},
+		{"name not UTF-8", "POST", "/v1/runs/run-1/input", tokAll, "{\"input_kind\":\"message\",\"te\xffxt\":\"x\"}", nil, 400, problem.BadRequest,
+			"te\uFFFDxt: invalid_utf8: in the member's name: byte 0xff at offset 2"},
+		{"run not UTF-8", "POST", "/v1/runs/run-%FF/input", tokAll, msg, nil, 400, problem.BadRequest, "run_id: invalid_utf8: byte 0xff at offset 4"},
+		{"run overlong", "GET", "/v1/runs/run-%C0%AF/snapshot", tokAll, "", nil, 400, problem.BadRequest, "run_id: invalid_utf8: byte 0xc0 at offset 4"},
+		{"key not UTF-8", "POST", "/v1/runs/run-1/input", tokAll, msg, []string{"Idempotency-Key", "k\xff"}, 400, problem.BadRequest,
+			"Idempotency-Key: invalid_utf8: byte 0xff at offset 1"},
 		{"method", "DELETE", "/v1/runs/run-1/input", tokAll, "", nil, 405, problem.MethodNotAllowed, "POST"},
 		{"no route", "GET", "/v2/whatever", tokAll, "", nil, 404, problem.NotFound, "openapi"},
 		{"bad limit", "GET", "/v1/runs/run-1/history?limit=0", tokAll, "", nil, 400, problem.BadRequest, "limit"},
@@ -333,7 +346,7 @@ func TestProduceTimeoutCarriesTheKey(t *testing.T) {
 	}
 
 	bad := post(t, srv, "run-1", tokRun1, "{\"input_kind\":\"message\",\"text\":\"caf\xe9\"}")
-	if bad.status != 400 || !strings.Contains(bad.problem(t).Detail, "not valid UTF-8") {
+	if bad.status != 400 || !strings.Contains(bad.problem(t).Detail, "text: invalid_utf8") {
 		t.Errorf("a body that is not UTF-8: %d %s", bad.status, bad.body)
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
@@ -30,7 +29,9 @@ import (
 type InputRequest struct {
 	// InputKind is message, interrupt, cancel, steer, approve or reject. Required.
 	InputKind string `json:"input_kind"`
-	// Text is the input's text, at most 16 KiB of UTF-8.
+	// Text is the input's text: UTF-8, at most 16,384 characters (Unicode
+	// code points, topics.MaxInputTextLength), within the body's bound in
+	// bytes (Config.MaxBodyBytes).
 	Text string `json:"text,omitempty"`
 	// ContentRef references larger content stored elsewhere.
 	ContentRef string `json:"content_ref,omitempty"`
@@ -46,6 +47,15 @@ type InputRequest struct {
 // InputRequest's fields, nothing unknown, nothing after it. The error says
 // what is wrong, for a person.
 func DecodeInput(body []byte) (*InputRequest, error) {
+	// encoding/json would turn each byte that is not UTF-8 into U+FFFD and
+	// carry on: the human's text must arrive as sent, or not at all.
+	if ps := topics.TextProblems(body); len(ps) > 0 {
+		parts := make([]string, len(ps))
+		for i, p := range ps {
+			parts[i] = p.String()
+		}
+		return nil, errors.New(strings.Join(parts, "; "))
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var in InputRequest
@@ -133,7 +143,11 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if _, set := r.Header["Idempotency-Key"]; set && !idempotencyKeyRE.MatchString(key) {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "Idempotency-Key: want 1-255 visible ASCII characters"))
+		msg := "want 1-255 visible ASCII characters"
+		if p := topics.TextProblem(key); p != "" {
+			msg = p + "; " + msg
+		}
+		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "Idempotency-Key: %s", msg))
 		return
 	}
 	if r.ContentLength > g.cfg.MaxBodyBytes {
@@ -158,12 +172,6 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 			return
 		}
 		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the body could not be read: %s", bodyReadReason(err)))
-		return
-	}
-	if !utf8.Valid(body) {
-		// encoding/json would turn each bad byte into U+FFFD and carry on:
-		// the human's text must arrive as sent, or not at all.
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the body is not valid UTF-8"))
 		return
 	}
 	in, err := DecodeInput(body)

@@ -2,14 +2,17 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
@@ -247,6 +250,14 @@ func (g *Gateway) history(w http.ResponseWriter, r *http.Request, p *Principal, 
 	g.pagedRead(w, r, p, run, "history", maxHistoryLimit)
 }
 
+// Cursors are base64url (no padding) of what the owner needs to go on
+// (projection.EncodeCursor, EncodeNodesCursor): at most an agent id's UTF-8,
+// 256 code points of up to 4 bytes.
+var (
+	maxCursorLength = base64.RawURLEncoding.EncodedLen(utf8.UTFMax * topics.MaxIDLength)
+	cursorAlphabet  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+)
+
 // pagedRead relays a paged read (history, nodes) of run to its owner: the
 // cursor, passed back as the owner gave it, and the limit, at most max,
 // are checked here so that the owner is not asked in vain.
@@ -254,7 +265,7 @@ func (g *Gateway) pagedRead(w http.ResponseWriter, r *http.Request, p *Principal
 	q := r.URL.Query()
 	out := url.Values{}
 	if c := q.Get("cursor"); c != "" {
-		if len(c) > 1024 || idProblem(c) != "" {
+		if len(c) > maxCursorLength || strings.TrimLeft(c, cursorAlphabet) != "" {
 			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "cursor: pass back a next_cursor as received"))
 			return
 		}

@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -137,6 +139,68 @@ func (s *uiStack) generateUntil(t *testing.T, run string, n int, nodesOnly bool)
 		return seq == int64(len(evs))
 	}))
 	return evs
+}
+
+// TestUINodesLongIDs: ids are bounded in code points, not bytes, so a run
+// id of 100 CJK characters (300 bytes) is served, and a node listing pages
+// through agent ids of up to 256 code points of any width (1,024 bytes of
+// emoji): every next_cursor the owner gives is taken back.
+func TestUINodesLongIDs(t *testing.T) {
+	s := newUIStack(t)
+	run := strings.Repeat("工", 100)
+	at := time.Now().Add(-time.Minute)
+	ev := func(i int, agent string, p topics.Payload) topics.Event {
+		return topics.Event{ID: fmt.Sprintf("ev-%d", i), Source: "/agents/test", Type: p.EventType(), Time: topics.NewTime(at.Add(time.Duration(i) * time.Millisecond)),
+			RunID: run, AgentID: agent, SchemaVersion: topics.CurrentSchemaVersion, SessionID: "s1", Data: p}
+	}
+	agents := []string{
+		strings.Repeat("a", 200),        // a cursor of 267 characters
+		strings.Repeat("😀", 256),        // 1,024 bytes
+		strings.Repeat("工", 256),        // 768 bytes
+		strings.Repeat("e\u0301", 128),  // 256 code points, 128 characters seen
+		strings.Repeat("👩🏽\u200d💻", 64), // 256 code points
+	}
+	evs := []topics.Event{ev(0, "conductor", &topics.NodeCreated{Role: topics.RoleConductor})}
+	for i, a := range agents {
+		evs = append(evs, ev(i+1, a, &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
+	}
+	s.produce(t, evs...)
+	path := s.srv.URL + "/v1/runs/" + url.PathEscape(run)
+	testenv.WaitFor(t, 30*time.Second, testenv.Until("the run is projected", func() bool {
+		r := call(t, "GET", path+"/read-model", tokSession, nil)
+		var m projection.ReadModel
+		return r.status == 200 && json.Unmarshal(r.body, &m) == nil && m.Counts.Nodes == len(evs)
+	}))
+	seen := map[string]bool{}
+	for cursor, pages := "", 0; ; pages++ {
+		if pages > len(evs) {
+			t.Fatal("the listing does not end")
+		}
+		r := call(t, "GET", path+"/nodes?limit=1&cursor="+cursor, tokAll, nil)
+		if r.status != 200 {
+			t.Fatalf("page %d (cursor of %d characters): %d %s", pages, len(cursor), r.status, r.body)
+		}
+		var pg projection.NodesPage
+		if err := json.Unmarshal(r.body, &pg); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range pg.Nodes {
+			seen[n.AgentID] = true
+		}
+		if cursor = pg.NextCursor; cursor == "" {
+			break
+		}
+	}
+	for _, a := range append(agents, "conductor") {
+		if !seen[a] {
+			t.Errorf("node %.20q... not listed", a)
+		}
+	}
+	// One code point more is refused, as the contract says.
+	if r := call(t, "GET", s.srv.URL+"/v1/runs/"+url.PathEscape(strings.Repeat("工", 257))+"/snapshot", tokAll, nil); r.status != 400 ||
+		!strings.Contains(r.problem(t).Detail, "run_id: longer than 256 characters (Unicode code points)") {
+		t.Errorf("a run id of 257 code points: %d %s", r.status, r.body)
+	}
 }
 
 // TestUIPageServed: the live view's page and assets are served without a

@@ -62,11 +62,28 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 		t.Fatalf("could not forge the unknown type: %s", future.Value)
 	}
 
+	// Text that is not UTF-8, which encoding/json would read as U+FFFD:
+	// in a structured-mode value, and in a binary-mode ce_ header.
+	badTextEv := testEvent("ev-bad-utf8", run, "w1", at(8), &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker})
+	badText := rawRecord(t, topic, &badTextEv, partitions)
+	badText.Value = bytes.Replace(badText.Value, []byte(`"agentid":"w1"`), []byte("\"agentid\":\"w1\xff\xfe\""), 1)
+	if !bytes.Contains(badText.Value, []byte("w1\xff\xfe")) {
+		t.Fatalf("could not forge the bytes: %s", badText.Value)
+	}
+	badHeader := &kgo.Record{Topic: topic, Partition: part, Key: []byte(run), Value: []byte(`{"role":"worker","parent_agent_id":"conductor"}`),
+		Headers: []kgo.RecordHeader{{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("ev-bad-utf8-binary")},
+			{Key: "ce_source", Value: []byte("/agents/w1")}, {Key: "ce_type", Value: []byte(topics.TypeNodeCreated)},
+			{Key: "ce_time", Value: []byte("2026-02-14T10:00:09Z")}, {Key: "ce_runid", Value: []byte(run)},
+			{Key: "ce_agentid", Value: []byte("w1\xc0\xaf")}, {Key: "ce_schemaversion", Value: []byte("1")}}}
+
+	bads := []*kgo.Record{notJSON, badRole, wrongKey, future, badText, badHeader}
 	var recs []*kgo.Record
-	for i, bad := range []*kgo.Record{notJSON, badRole, wrongKey, future, nil} {
-		recs = append(recs, rawRecord(t, topic, &good[i], partitions))
-		if bad != nil {
-			recs = append(recs, bad)
+	for i := range max(len(good), len(bads)) {
+		if i < len(good) {
+			recs = append(recs, rawRecord(t, topic, &good[i], partitions))
+		}
+		if i < len(bads) {
+			recs = append(recs, bads[i])
 		}
 	}
 	for _, r := range recs {
@@ -80,20 +97,23 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 	p, _ := e.start(cfg)
 	produced := e.produceRecords(recs...)
 
-	// Dead letters: the three broken records and the one of an unknown type
-	// (a newer producer's, or a typo: never silently gone), in order, with
-	// their reasons and their origin.
+	// Dead letters: the broken records and the one of an unknown type (a
+	// newer producer's, or a typo: never silently gone), in order, with
+	// their reasons and their origin. A reason with a code starts with it.
 	want := []struct {
 		rec    *kgo.Record
 		reason string
+		prefix bool
 	}{
-		{produced[1], "not a JSON object"},
-		{produced[3], "data.role"},
-		{produced[5], "differs from runid"},
-		{produced[7], "unknown_type: "},
+		{produced[1], "not a JSON object", false},
+		{produced[3], "data.role", false},
+		{produced[5], "differs from runid", false},
+		{produced[7], "unknown_type: ", true},
+		{produced[9], "invalid_utf8: topics: invalid event (tree.node_created ev-bad-utf8): agentid: invalid_utf8: byte 0xff at offset 2 is not UTF-8", true},
+		{produced[10], "invalid_utf8: topics: invalid event (tree.node_created ev-bad-utf8-binary): ce_agentid: invalid_utf8: byte 0xc0 at offset 2 is not UTF-8", true},
 	}
 	var dead []*kgo.Record
-	e.reader(e.names.DeadLetter()).until(30*time.Second, "four dead letters", func(r *kgo.Record) bool {
+	e.reader(e.names.DeadLetter()).until(30*time.Second, "six dead letters", func(r *kgo.Record) bool {
 		dead = append(dead, r)
 		return len(dead) == len(want)
 	})
@@ -109,8 +129,8 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 			}
 			return v
 		}
-		if r := hdr(topics.HeaderDeadLetterReason); !strings.Contains(r, w.reason) {
-			t.Errorf("dead letter %d: reason %q does not say %q", i, r, w.reason)
+		if r := hdr(topics.HeaderDeadLetterReason); !strings.Contains(r, w.reason) || w.prefix && !strings.HasPrefix(r, w.reason) {
+			t.Errorf("dead letter %d: reason %q does not say %q (at its start: %v)", i, r, w.reason, w.prefix)
 		}
 		if v := hdr(topics.HeaderDeadLetterTopic); v != topic {
 			t.Errorf("dead letter %d: topic header %q, want %q", i, v, topic)
@@ -125,8 +145,8 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 
 	// The partition goes on: a good event produced after the bad ones is
 	// applied and wakes too.
-	late := testEvent("ev-5", run, "agent-1", at(8), &topics.NodeStatus{Status: topics.StatusRunning})
-	late2 := testEvent("ev-6", run, "agent-1", at(9), topics.NewResult(topics.TypeResult, topics.Result{ResultKind: "json"}))
+	late := testEvent("ev-5", run, "agent-1", at(10), &topics.NodeStatus{Status: topics.StatusRunning})
+	late2 := testEvent("ev-6", run, "agent-1", at(11), topics.NewResult(topics.TypeResult, topics.Result{ResultKind: "json"}))
 	e.produce(topic, late, late2)
 	good = append(good, late, late2)
 
@@ -158,9 +178,18 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 	}
 	st := &p.Stats
 	testenv.WaitFor(t, 10*time.Second, until(p, "all records counted", func() bool { return st.Records.Load() == int64(len(recs)+2) }))
-	if st.Applied.Load() != int64(len(good)) || st.DeadLettered.Load() != 4 || st.UnknownType.Load() != 1 ||
+	if st.Applied.Load() != int64(len(good)) || st.DeadLettered.Load() != 6 || st.UnknownType.Load() != 1 ||
 		st.Duplicates.Load() != 0 || st.Rerouted.Load() != 0 {
-		t.Fatalf("%s; want %d applied, 4 dead-lettered (1 of an unknown type)", statsString(st), len(good))
+		t.Fatalf("%s; want %d applied, 6 dead-lettered (1 of an unknown type)", statsString(st), len(good))
+	}
+	// No node came of the text that is not UTF-8, under any spelling: the
+	// run has the conductor and agent-1 only.
+	snap, err := p.Snapshot(t.Context(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Summary.NodeCountTotal != 2 {
+		t.Errorf("%d nodes, want 2 (conductor, agent-1): %+v", snap.Summary.NodeCountTotal, snap.Nodes)
 	}
 }
 

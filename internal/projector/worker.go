@@ -677,6 +677,13 @@ func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
 		w.deadLetter(r, DeadLetterUnknownType+": "+err.Error())
 		w.count(r.Topic, "", OutcomeUnknownType)
 		return
+	case errors.Is(err, topics.ErrInvalidUTF8):
+		// Text that is not UTF-8: the reason's code first, as for an
+		// unknown type, so that a producer's encoding bug is told from
+		// its other mistakes at a glance.
+		w.deadLetter(r, DeadLetterInvalidUTF8+": "+err.Error())
+		w.count(r.Topic, "", OutcomeDeadLettered)
+		return
 	case err != nil:
 		w.deadLetter(r, err.Error())
 		w.count(r.Topic, "", OutcomeDeadLettered)
@@ -1108,6 +1115,11 @@ func (w *worker) commit(j *commitJob) {
 // DeadLetterUnknownType starts the dead-letter reason of a record whose
 // event type this build does not know.
 const DeadLetterUnknownType = "unknown_type"
+
+// DeadLetterInvalidUTF8 starts the dead-letter reason of a record with
+// text that is not valid UTF-8 (topics.ErrInvalidUTF8); the rest names
+// each field.
+const DeadLetterInvalidUTF8 = topics.CodeInvalidUTF8
 
 // DeadLetterRunExpired starts the dead-letter reason of an event for a run
 // that expired (projection.Config.Retention): its state is gone.

@@ -96,7 +96,7 @@ func DecodeNodesCursor(c string) (string, error) {
 		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || len(b) == 0 || len(b) > topics.MaxIDLength {
+	if err != nil || len(b) == 0 || topics.IDProblem(string(b)) != "" {
 		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
 	}
 	return string(b), nil

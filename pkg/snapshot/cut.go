@@ -5,14 +5,17 @@ import (
 	"encoding/hex"
 	"unicode/utf8"
 
-	"github.com/rivo/uniseg"
+	"github.com/clipperhouse/uax29/v2/graphemes"
 )
 
 // The string cuts (docs/CONTRACT.md "Cuts"). A snapshot's strings are
 // bounded by Limits.MaxStringLength characters (Unicode code points). A
 // longer string is cut, and always between two grapheme clusters, so that
 // no character a reader sees (an emoji with its modifiers, a letter with
-// its combining accent) is split. An id is cut so that it stays an id:
+// its combining accent, a Devanagari conjunct such as क्ष) is split. The
+// clusters are those of Unicode 17's UAX #29, rule GB9c for Indic
+// conjuncts included (github.com/clipperhouse/uax29, which runs Unicode's
+// own GraphemeBreakTest). An id is cut so that it stays an id:
 // distinct ids stay distinct, and anyone holding the whole id can compute
 // its cut and match it.
 
@@ -26,14 +29,13 @@ func CutText(s string, limit int) (string, bool) {
 		return s, false
 	}
 	end, n := 0, 0
-	g := uniseg.NewGraphemes(s)
+	g := graphemes.FromString(s)
 	for g.Next() {
-		from, to := g.Positions()
-		c := utf8.RuneCountInString(s[from:to])
+		c := utf8.RuneCountInString(g.Value())
 		if n+c > limit {
 			break
 		}
-		end, n = to, n+c
+		end, n = g.End(), n+c
 	}
 	return s[:end], true
 }

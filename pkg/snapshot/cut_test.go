@@ -62,3 +62,47 @@ func tail(s string) string {
 	r := []rune(s)
 	return string(r[max(0, len(r)-6):])
 }
+
+// TestCutKeepsIndicConjuncts: a Devanagari conjunct (a consonant, virama
+// and consonant: क्ष, न्ह, त्र, and क्ष्म, two viramas) is one grapheme
+// cluster under Unicode 15.1's rule GB9c, and a cut at any bound that falls
+// inside one leaves it out whole, as it does an accented letter.
+func TestCutKeepsIndicConjuncts(t *testing.T) {
+	for _, conj := range []string{"क्ष", "न्ह", "त्र", "क्ष्म", "ज्ञ", "स्\u200dत"} {
+		n := utf8.RuneCountInString(conj)
+		prefix := strings.Repeat("a", 10)
+		s := prefix + conj + "ा" + "b" // with a vowel sign after, as in क्षा
+		for bound := 11; bound < 10+n+1; bound++ {
+			got, cut := snapshot.CutText(s, bound)
+			if !cut || got != prefix {
+				t.Errorf("CutText(%q, %d) = %q: want the conjunct and its vowel sign left out whole, %q", s, bound, got, prefix)
+			}
+		}
+		if got, _ := snapshot.CutText(s, 10+n+1); got != prefix+conj+"ा" {
+			t.Errorf("CutText(%q, %d) = %q, want the whole syllable", s, 10+n+1, got)
+		}
+		// An id is cut the same way before its hash: its prefix of at
+		// most 151 code points ends inside the conjunct, so without it.
+		id := strings.Repeat("x", 149) + conj + strings.Repeat("y", 20)
+		want := strings.Repeat("x", 149) + "~" + fmt.Sprintf("%x", sha256.Sum256([]byte(id)))[:8]
+		if got, _ := snapshot.CutID(id, 160); got != want {
+			t.Errorf("CutID(…%q…, 160) = …%q, want …%q", conj, got[145:], want[145:])
+		}
+	}
+}
+
+// BenchmarkCutText is the cost of cutting a text at a bound inside it: an
+// ASCII one, and one of mixed scripts and emoji sequences.
+func BenchmarkCutText(b *testing.B) {
+	for _, c := range []struct{ name, s string }{
+		{"ascii", strings.Repeat("worker-", 40)},
+		{"mixed", strings.Repeat("wörker 工作者 क्षत्रिय 👩🏽\u200d💻 e\u0301 🇳🇴 ", 10)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				snapshot.CutText(c.s, 160)
+			}
+		})
+	}
+}

@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/rivo/uniseg"
+	uax29 "github.com/clipperhouse/uax29/v2/graphemes"
 
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -100,9 +100,9 @@ func refCutText(s string, n int) string {
 // graphemes splits s into its grapheme clusters.
 func graphemes(s string) []string {
 	var out []string
-	g := uniseg.NewGraphemes(s)
+	g := uax29.FromString(s)
 	for g.Next() {
-		out = append(out, g.Str())
+		out = append(out, g.Value())
 	}
 	return out
 }

@@ -58,7 +58,9 @@ var snakeHints = map[string]string{
 // CloudEvents spec requires; everything canopy reads is checked strictly.
 //
 // The error, if any, is a *DecodeError wrapping ErrInvalidEvent,
-// ErrUnknownType or ErrUnsupportedVersion.
+// ErrUnknownType or ErrUnsupportedVersion; an ErrInvalidEvent is also an
+// ErrInvalidUTF8 when a string of the value is not valid UTF-8 (then its
+// problems are those alone, docs/CONTRACT.md "Text").
 func DecodeEvent(value []byte) (*Event, error) {
 	attrs, err := decodeObject(value)
 	defer attrs.free()
@@ -67,6 +69,10 @@ func DecodeEvent(value []byte) (*Event, error) {
 	}
 	if attrs == nil {
 		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: null"}}}
+	}
+	var ps problems
+	if !valueTextProblems(value, "", &ps) {
+		return nil, textError(ps, textAttr(attrs, attrID), textAttr(attrs, attrType))
 	}
 	// get returns an attribute as the string a ce_* header would carry:
 	// strings unquoted, and a JSON number (schemaversion is an Integer
@@ -93,7 +99,6 @@ func DecodeEvent(value []byte) (*Event, error) {
 	if raw, ok := attrs.get(attrData); ok && string(raw) != "null" {
 		data = raw
 	}
-	var ps problems
 	if _, ok := attrs.get(attrDataBase64); ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
 	}
@@ -111,6 +116,8 @@ func DecodeEvent(value []byte) (*Event, error) {
 // Kafka protocol binding mode: binary (ce_* headers, data in the value) when
 // a ce_specversion header is present, structured otherwise. A non-empty key
 // must equal the event's run id; an event without a runid takes the key's.
+// The key, the value's strings and a binary-mode record's ce_* headers
+// must be valid UTF-8 (ErrInvalidUTF8).
 func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error) {
 	var binary bool
 	for _, h := range headers {
@@ -121,6 +128,9 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 	}
 	if !binary {
 		ev, err := DecodeEvent(value)
+		if p := textProblem(key); p != "" {
+			return nil, keyTextError(ev, err, p)
+		}
 		return checkKey(ev, err, key)
 	}
 	get := func(name string) (string, bool, string) {
@@ -131,6 +141,15 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 		}
 		return "", false, ""
 	}
+	var data []byte
+	if len(bytes.TrimSpace(value)) > 0 {
+		data = value
+	}
+	if ps := binaryTextProblems(key, data, headers); len(ps) > 0 {
+		id, _, _ := get(attrID)
+		typ, _, _ := get(attrType)
+		return nil, textError(ps, validText(id), validText(typ))
+	}
 	var ps problems
 	for _, h := range headers {
 		if h.Key == HeaderContentType {
@@ -140,12 +159,74 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 			}
 		}
 	}
-	var data []byte
-	if len(bytes.TrimSpace(value)) > 0 {
-		data = value
-	}
 	ev, err := decode(get, data, "ce_", ps)
 	return checkKey(ev, err, key)
+}
+
+// textError is the error of a record with text that is not UTF-8: those
+// problems only (anything else would be read through U+FFFD), with the id
+// and type for the log line when they are text.
+func textError(ps problems, id, typ string) *DecodeError {
+	return &DecodeError{kind: ErrInvalidEvent, EventID: id, Type: typ, Problems: ps}
+}
+
+// textAttr is the value of a string attribute when it is text, else "".
+func textAttr(attrs members, name string) string {
+	raw, ok := attrs.get(name)
+	if !ok || len(raw) < 2 || raw[0] != '"' || jsonStringProblem(raw) != "" {
+		return ""
+	}
+	s, _ := unquote(raw)
+	return s
+}
+
+func validText(s string) string {
+	if !utf8.ValidString(s) {
+		return ""
+	}
+	return s
+}
+
+// binaryTextProblems are the problems of text of a binary-mode record:
+// its key, the names and values of its ce_* headers (the event's
+// attributes, extensions included) and its data.
+func binaryTextProblems(key, data []byte, headers []kgo.RecordHeader) problems {
+	var ps problems
+	if p := textProblem(key); p != "" {
+		ps.add("(key)", p)
+	}
+	for _, h := range headers {
+		if !strings.HasPrefix(h.Key, "ce_") {
+			continue
+		}
+		name := h.Key
+		if p := TextProblem(name); p != "" {
+			name = strings.ToValidUTF8(name, "\uFFFD")
+			ps.add(name, CodeInvalidUTF8+": in the header's name"+strings.TrimPrefix(p, CodeInvalidUTF8))
+		}
+		if p := textProblem(h.Value); p != "" {
+			ps.add(name, p)
+		}
+	}
+	valueTextProblems(data, "data", &ps)
+	return ps
+}
+
+// keyTextError is the error of a structured-mode record whose key is not
+// text: that problem, and the value's problems of text if it has any.
+func keyTextError(ev *Event, err error, p string) *DecodeError {
+	de := textError(problems{{"(key)", p}}, "", "")
+	var vde *DecodeError
+	switch {
+	case errors.As(err, &vde):
+		de.EventID, de.Type = vde.EventID, vde.Type
+		if errors.Is(vde, ErrInvalidUTF8) {
+			de.Problems = append(de.Problems, vde.Problems...)
+		}
+	case ev != nil:
+		de.EventID, de.Type = ev.ID, string(ev.Type)
+	}
+	return de
 }
 
 func checkKey(ev *Event, err error, key []byte) (*Event, error) {
@@ -160,7 +241,7 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 		return ev, nil
 	}
 	if ev.RunID == "" {
-		if msg := idProblem(string(key)); msg != "" {
+		if msg := IDProblem(string(key)); msg != "" {
 			return nil, &DecodeError{kind: ErrInvalidEvent, EventID: ev.ID, Type: string(ev.Type),
 				Problems: []Problem{{"(key)", "taken as the run id: " + msg}}}
 		}
@@ -439,13 +520,15 @@ func (ms members) names(keep func(string) bool) []string {
 }
 
 // unquote returns the value of a JSON string token, and false if raw is
-// not a string. raw must be valid JSON.
+// not a string. raw must be valid JSON. Its text is not checked here: the
+// decoder refuses a value with a string that is not UTF-8
+// (valueTextProblems) before it uses what unquote returns.
 func unquote(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
-	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner), true // nothing to unescape or replace
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner), true // nothing to unescape
 	}
 	var s string
 	err := json.Unmarshal(raw, &s)

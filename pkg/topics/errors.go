@@ -2,6 +2,7 @@ package topics
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -15,6 +16,11 @@ var (
 	ErrUnknownType = errors.New("topics: unknown event type")
 	// ErrUnsupportedVersion: a schemaversion newer than this build speaks.
 	ErrUnsupportedVersion = errors.New("topics: unsupported schema version")
+	// ErrInvalidUTF8: an invalid event (it wraps ErrInvalidEvent) that has
+	// a string, a ce_* header or a record key that is not valid UTF-8
+	// (docs/CONTRACT.md "Text"). A DecodeError is one when a problem's text
+	// starts with CodeInvalidUTF8.
+	ErrInvalidUTF8 = fmt.Errorf("%w: text is not valid UTF-8 (%s)", ErrInvalidEvent, CodeInvalidUTF8)
 )
 
 // Problem is one thing wrong with a message: the field, in JSON path form
@@ -63,6 +69,20 @@ func (e *DecodeError) Error() string {
 
 // Unwrap returns the sentinel this error is an instance of.
 func (e *DecodeError) Unwrap() error { return e.kind }
+
+// Is reports whether e is an ErrInvalidUTF8: invalid, for (among others)
+// a problem of text.
+func (e *DecodeError) Is(target error) bool {
+	if target != ErrInvalidUTF8 || e.kind != ErrInvalidEvent {
+		return false
+	}
+	for _, p := range e.Problems {
+		if strings.HasPrefix(p.Problem, CodeInvalidUTF8) {
+			return true
+		}
+	}
+	return false
+}
 
 // problems accumulates Problems during validation.
 type problems []Problem

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 )
 
 // CurrentSchemaVersion is the event schema version this build reads and
@@ -23,11 +22,14 @@ const CurrentSchemaVersion = 1
 // SpecVersion is the CloudEvents version of the envelope.
 const SpecVersion = "1.0"
 
-// Contract limits on what producers send.
+// Contract limits on what producers send, in Unicode code points (the unit
+// of JSON Schema's maxLength; TextLength counts them), never in bytes: an
+// identifier of 256 CJK characters (768 bytes) is valid, one of 257 ASCII
+// letters is not.
 const (
-	// MaxIDLength bounds every identifier (ids, keys, owners, kinds), in bytes.
+	// MaxIDLength bounds every identifier (ids, keys, owners, kinds).
 	MaxIDLength = 256
-	// MaxInputTextLength bounds the text of a human input, in bytes.
+	// MaxInputTextLength bounds the text of a human input.
 	MaxInputTextLength = 16 << 10
 )
 
@@ -474,10 +476,10 @@ func (p *Heartbeat) validate(*problems) {}
 func (p *Input) validate(ps *problems) {
 	checkID(ps, "data.input_id", p.InputID, false)
 	checkEnum(ps, "data.input_kind", p.InputKind, InputKinds, true)
-	if len(p.Text) > MaxInputTextLength {
-		ps.add("data.text", fmt.Sprintf("longer than %d bytes", MaxInputTextLength))
-	} else if !utf8.ValidString(p.Text) {
-		ps.add("data.text", "not valid UTF-8")
+	if msg := TextProblem(p.Text); msg != "" {
+		ps.add("data.text", msg)
+	} else if longerThan(p.Text, MaxInputTextLength) {
+		ps.add("data.text", tooLong(MaxInputTextLength))
 	}
 	checkID(ps, "data.content_ref", p.ContentRef, false)
 }
@@ -582,8 +584,7 @@ func plainPath(v string) bool {
 	return true
 }
 
-// checkID enforces the contract for identifiers: valid UTF-8, at most
-// MaxIDLength bytes, no control characters.
+// checkID enforces the contract for identifiers (IDProblem).
 func checkID(ps *problems, field, v string, required bool) {
 	if v == "" {
 		if required {
@@ -591,22 +592,31 @@ func checkID(ps *problems, field, v string, required bool) {
 		}
 		return
 	}
-	if msg := idProblem(v); msg != "" {
+	if msg := IDProblem(v); msg != "" {
 		ps.add(field, msg)
 	}
 }
 
-func idProblem(v string) string {
-	if len(v) > MaxIDLength {
-		return fmt.Sprintf("longer than %d bytes", MaxIDLength)
+// IDProblem says what is wrong with v, not empty, as an identifier of the
+// contract: it must be valid UTF-8 (else a problem starting with
+// CodeInvalidUTF8), at most MaxIDLength code points, without control
+// characters. It is "" when v is one.
+func IDProblem(v string) string {
+	if msg := TextProblem(v); msg != "" {
+		return msg
 	}
-	if !utf8.ValidString(v) {
-		return "not valid UTF-8"
+	if longerThan(v, MaxIDLength) {
+		return tooLong(MaxIDLength)
 	}
 	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
 		return "contains a control character"
 	}
 	return ""
+}
+
+// tooLong is the problem of a string over a limit.
+func tooLong(limit int) string {
+	return fmt.Sprintf("longer than %d characters (Unicode code points)", limit)
 }
 
 const maxListLength = 64
