@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -83,4 +84,35 @@ func TestWakeAboveProducerDefault(t *testing.T) {
 			t.Errorf("%d dead letters and rewinds: the large wake was refused", n)
 		}
 	})
+}
+
+// TestDeadLetterRecordFits: a dead letter stays within what the
+// dead-letter topic takes (its value left out, and its size said, when it
+// would not) and its reason header is valid UTF-8 however long the reason.
+func TestDeadLetterRecordFits(t *testing.T) {
+	names := topics.DefaultNames()
+	w := &worker{p: &Projector{cfg: Config{Names: names}, limits: map[string]int{names.DeadLetter(): 10_000}}}
+	reason := "poison: " + strings.Repeat("é", 600) // 1,208 bytes: clipped inside a character at 1,024
+	small := w.deadLetterRecord([]byte("run-1"), []byte(`{"id":"e1"}`), nil, reason, "t", 3, 42)
+	got, _ := topics.Header(small.Headers, topics.HeaderDeadLetterReason)
+	if !utf8.ValidString(got) || len(got) > 1024 || !strings.HasPrefix(reason, got) {
+		t.Errorf("reason header of %d bytes, valid UTF-8 %v: want a prefix of the reason of at most 1,024 bytes, whole characters", len(got), utf8.ValidString(got))
+	}
+	if string(small.Value) != `{"id":"e1"}` {
+		t.Errorf("a small record's value %q was not kept", small.Value)
+	}
+	if _, ok := topics.Header(small.Headers, topics.HeaderDeadLetterValueOmitted); ok {
+		t.Error("a small record's value is said to be omitted")
+	}
+
+	big := w.deadLetterRecord([]byte("run-1"), make([]byte, 20_000), nil, "poison: too large", "t", 3, 42)
+	if big.Value != nil {
+		t.Errorf("a %d-byte value was kept in a dead letter for a topic of 10,000 bytes", len(big.Value))
+	}
+	if v, _ := topics.Header(big.Headers, topics.HeaderDeadLetterValueOmitted); v != "20000" {
+		t.Errorf("omitted value header %q, want 20000", v)
+	}
+	if n := recordSize(big.Key, big.Value, big.Headers); n > 10_000 {
+		t.Errorf("the dead letter is %d bytes, over the topic's 10,000", n)
+	}
 }

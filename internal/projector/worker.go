@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/codes"
@@ -1139,7 +1140,13 @@ func (w *worker) deadLetter(r *kgo.Record, reason string) {
 // its offset, and a dead letter the broker refuses would be poison itself.
 func (w *worker) deadLetterRecord(key, value []byte, headers []kgo.RecordHeader, reason, topic string, partition int32, offset int64) *kgo.Record {
 	if len(reason) > 1024 {
-		reason = reason[:1024]
+		// At a character's start: a header of half a character would be
+		// the invalid UTF-8 canopy refuses in what it reads.
+		n := 1024
+		for n > 0 && !utf8.RuneStart(reason[n]) {
+			n--
+		}
+		reason = reason[:n]
 	}
 	h := append([]kgo.RecordHeader(nil), headers...)
 	h = append(h, kgo.RecordHeader{Key: topics.HeaderDeadLetterReason, Value: []byte(reason)})
