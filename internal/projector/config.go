@@ -127,6 +127,14 @@ type Config struct {
 	// the instance to be ready (Ready, /readyz): restored and caught up.
 	// Default 10000.
 	ReadyLag int64
+	// StalledAfter is how long records of an owned partition may wait,
+	// fetched by this process, without a commit moving the partition's
+	// offsets past them, before the partition counts as stalled
+	// (PartitionStall: /readyz, canopy_projector_partitions_stalled). A
+	// Server's instances share the clock: the instance that replaces a
+	// failed one fetches the same records again, and they go on waiting.
+	// Default 60s.
+	StalledAfter time.Duration
 	// Hooks receive what the projector does, for metrics and telemetry;
 	// default NopHooks.
 	Hooks Hooks
@@ -139,6 +147,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the wall clock; default time.Now. Tests inject one.
 	Now func() time.Time
+
+	// progress, when set (by NewServer), is where the instance tracks the
+	// records its partitions wait on, shared with the instances the
+	// Server runs before and after it; else the instance keeps its own.
+	progress *progress
 }
 
 // ErrConfig is wrapped by Validate's error.
@@ -196,6 +209,9 @@ func (c Config) withDefaults() Config {
 	if c.ReadyLag == 0 {
 		c.ReadyLag = DefaultReadyLag
 	}
+	if c.StalledAfter == 0 {
+		c.StalledAfter = DefaultStalledAfter
+	}
 	if c.Hooks == nil {
 		c.Hooks = NopHooks{}
 	}
@@ -235,6 +251,8 @@ const (
 	DefaultTransactionTimeout = 60 * time.Second
 	// DefaultReadyLag is Config.ReadyLag's default.
 	DefaultReadyLag = 10000
+	// DefaultStalledAfter is Config.StalledAfter's default.
+	DefaultStalledAfter = 60 * time.Second
 	// DefaultRetention is projector run's default Projection.Retention,
 	// where the projection's own default keeps runs for ever.
 	DefaultRetention = 7 * 24 * time.Hour
@@ -332,6 +350,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReadyLag < 0 {
 		errs = append(errs, fmt.Sprintf("ready lag %d: want 0 (default 10000) or more", c.ReadyLag))
+	}
+	if c.StalledAfter < 0 {
+		errs = append(errs, fmt.Sprintf("stalled after %v: want 0 (default 60s) or more", c.StalledAfter))
 	}
 	if c.AdvertiseAddr != "" && !strings.Contains(c.AdvertiseAddr, ":") {
 		errs = append(errs, fmt.Sprintf("advertise address %q: want host:port", c.AdvertiseAddr))
