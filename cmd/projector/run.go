@@ -160,6 +160,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	cfg := &f.cfg
 	fs.StringVar(&cfg.Group, "group", projector.DefaultGroup, "consumer group of the projector instances")
 	fs.Int64Var(&cfg.ReadyLag, "ready-lag", projector.DefaultReadyLag, "records a partition may be behind its input for /readyz to say ready")
+	fs.DurationVar(&cfg.StalledAfter, "stalled-after", projector.DefaultStalledAfter,
+		"how long fetched records of an owned partition may wait with no commit moving past them before it counts as stalled\n"+
+			"(/readyz says so, canopy_projector_partitions_stalled counts it); restarts of the instance do not reset the clock")
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group instance id, e.g. the pod name")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the projector's Pebble state")
 	fs.IntVar(&cfg.Chunk, "chunk", projector.DefaultChunk, "agent records applied between looks at the human input lane")

@@ -158,6 +158,18 @@ var All = []Dashboard{
 			{Title: "Stale snapshots", Unit: "percentunit",
 				Question: "What share of wakes carry a snapshot built while the projection was behind?",
 				Queries:  []Query{q(`sum(rate(canopy_snapshot_stale_total[RATE])) / sum(rate(canopy_projector_wakes_published_total[RATE]))`, "stale share")}},
+			{Title: "Restarts and failed commits", Unit: "short",
+				Question: "Is a projector process in a restart loop? (its instance failed and was replaced, and commits failed, per instance per window: CanopyProjectorRestartLoop, CanopyCommitsFailing)",
+				Queries: []Query{
+					q(`sum by (instance) (increase(canopy_projector_instance_restarts_total[RATE]))`, "{{instance}} restarts"),
+					q(`sum by (instance) (increase(canopy_projector_commits_total{result="failed"}[RATE]))`, "{{instance}} failed commits"),
+				}},
+			{Title: "Stalled partitions", Unit: "short",
+				Question: "Does a partition make no progress while its records wait? (partitions whose fetched records have waited longer than -stalled-after, 60 s, with no commit past them, restarts included: CanopyPartitionStalled; /readyz names them)",
+				Queries:  []Query{q(`max by (instance) (canopy_projector_partitions_stalled)`, "{{instance}}")}},
+			{Title: "Poison records", Unit: "short",
+				Question: "Did a record fail the same way again and again until it was dead-lettered so that its partition could go on? (per window: CanopyPoisonRecords; the dead-letter topic's headers say why)",
+				Queries:  []Query{q(`sum(increase(canopy_projector_poison_records_total[RATE]))`, "poison records")}},
 		},
 	},
 	{

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"sigs.k8s.io/yaml"
 
@@ -50,9 +52,11 @@ func TestRulesFileChecks(t *testing.T) {
 // scraping its /metrics with canopy's rules loaded, one storing classic
 // histograms and one native ones. It adds what the demo does not do: a
 // second projector instance that joins the group and leaves again (a
-// rebalance each way and restores with records to read), an undecodable
-// record (a dead letter), a record in the wrong partition (a reroute) and
-// requests through the gateway; the demo's runs are big enough to truncate
+// rebalance each way and restores with records to read) and whose
+// transactional producers are fenced meanwhile (failed commits, and a
+// restart of its instance by its projector.Server), an undecodable record
+// (a dead letter), a record in the wrong partition (a reroute) and requests
+// through the gateway; the demo's runs are big enough to truncate
 // snapshots. Then every query of every dashboard panel and every recording
 // rule behind the alerts must return real data on both servers: finite
 // values, not all zero unless the query is on the allow-list below, and a
@@ -154,9 +158,10 @@ scrape_configs:
 	produceBadRecords(t, ctx, kafkaAddr)
 	// Scale out and back: the second instance takes partitions over
 	// (revoked from dev's projector, restored from the changelog), commits
-	// some batches, and leaves; dev's projector takes them back and
-	// restores what the second committed.
+	// some batches, fails and is restarted, and leaves; dev's projector
+	// takes them back and restores what the second committed.
 	second.join(t, ctx)
+	second.restart(t, ctx)
 	second.leave(t)
 
 	queries := panelQueries(t, window, ".*")
@@ -256,7 +261,7 @@ const devPartitions = 4
 // above zero: a series that is always present and always 0 proves nothing.
 var allowedZero = map[string]string{
 	"canopy-overview / Consumer lag / A":                "the projector keeps up with the demo: caught-up partitions have no lag",
-	"canopy-overview / Errors / C":                      "failed commits: nothing makes a commit fail",
+	"canopy-overview / Errors / C":                      "failed commits: a rate, and the second instance's fenced commits are seconds long",
 	"canopy-overview / Errors / D":                      "failed restores: nothing makes a restore fail",
 	"canopy-overview / Stale snapshots / A":             "the projector keeps up with the demo: no snapshot is stale",
 	"canopy-snapshots / Stale snapshots / A":            "as the overview's: no snapshot is stale",
@@ -267,6 +272,12 @@ var allowedZero = map[string]string{
 	"rule canopy:projector_restores_failed:increase15m": "as failed restores",
 	"canopy-scale-out / Rebalances / C":                 "group stalls: the demo's group never stalls (internal/projector TestStalledGroupRejoinsFresh makes one; pkg/telemetry TestGroupStallsCount counts it)",
 	"rule canopy:projector_group_stalls:increase15m":    "as the group stalls of the Rebalances panel",
+	// The second instance's restart makes restarts and failed commits
+	// real data on its series; dev's own stay 0, which is data too.
+	"canopy-overview / Stalled partitions / A":         "a gauge: no partition's records wait 60s here (internal/projector TestStalledPartition and TestRestartLoopIsSeen make some stall)",
+	"rule canopy:projector_partitions_stalled:max":     "as the Stalled partitions panel",
+	"canopy-overview / Poison records / A":             "no record here fails the same way repeatedly (projectormetrics TestRestartsAndPoisonCount counts one)",
+	"rule canopy:projector_poison_records:increase10m": "as the Poison records panel",
 }
 
 // check evaluates expr now: "" when it returned real data, else what is
@@ -400,8 +411,9 @@ func produceBadRecords(t *testing.T, ctx context.Context, kafkaAddr string) {
 	}
 }
 
-// instance is a second projector instance in dev's group, with its own
-// state and its own /metrics.
+// instance is a second projector process in dev's group, a
+// projector.Server as `projector run` runs one, with its own state and its
+// own /metrics.
 type instance struct {
 	dir         string
 	kafkaAddr   string
@@ -410,6 +422,7 @@ type instance struct {
 	srv         *httptest.Server
 	metricsAddr string
 	logs        *testenv.Buffer
+	server      *projector.Server
 	stop        func() error
 }
 
@@ -441,24 +454,96 @@ func (in *instance) join(t *testing.T, ctx context.Context) {
 	cfg := projector.Config{Brokers: []string{in.kafkaAddr}, Names: topics.DefaultNames(), DataDir: in.dir, Group: devGroup,
 		Logger: slog.New(slog.NewTextHandler(in.logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Hooks: in.metrics,
 		KafkaHooks: telemetry.KafkaHooks(in.reg)}
-	p, err := projector.New(ctx, cfg)
-	if err != nil {
+	var err error
+	if in.server, err = projector.NewServer(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if err := projectormetrics.RegisterGauges(in.reg, p); err != nil {
+	if err := projectormetrics.RegisterGauges(in.reg, in.server); err != nil {
 		t.Fatal(err)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
+	go func() { done <- in.server.Run(pctx) }()
 	in.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { in.stop() })
 	testenv.WaitFor(t, 90*time.Second, func() error {
-		if len(p.Owned()) == 0 || p.Stats.Commits.Load() < 5 {
-			return fmt.Errorf("the second projector owns %v and committed %d batches, want partitions and 5", p.Owned(), p.Stats.Commits.Load())
+		if owned, commits := in.server.Owned(), in.counter(t, "canopy_projector_commits_total", "committed"); len(owned) == 0 || commits < 5 {
+			return fmt.Errorf("the second projector owns %v and committed %g batches, want partitions and 5", owned, commits)
 		}
 		return nil
 	})
+}
+
+// restart fences the transactional producers of the partitions the
+// instance owns, as another owner of them would, and gives each a record:
+// its commits fail, and its Server replaces the instance with a fresh one.
+// It returns once that one owns partitions and commits again.
+func (in *instance) restart(t *testing.T, ctx context.Context) {
+	t.Helper()
+	owned := in.server.Owned()
+	commits := in.counter(t, "canopy_projector_commits_total", "committed")
+	var recs []*kgo.Record
+	for _, part := range owned {
+		fence, err := kgo.NewClient(kgo.SeedBrokers(in.kafkaAddr), kgo.TransactionalID(fmt.Sprintf("%s-%d", devGroup, part)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = fence.ProducerID(ctx)
+		fence.Close()
+		if err != nil {
+			t.Fatalf("fencing partition %d's producer: %v", part, err)
+		}
+		run := ""
+		for i := 0; run == ""; i++ {
+			if r := fmt.Sprintf("run-fenced-%d", i); topics.Partition([]byte(r), devPartitions) == part {
+				run = r
+			}
+		}
+		ev := workload.Generate(workload.Spec{RunID: run, Nodes: 1, Seed: 2})[0]
+		rec, err := topics.EventRecord(topics.DefaultNames().AgentEvents(), &ev, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Partition = part
+		recs = append(recs, rec)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(in.kafkaAddr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 90*time.Second, func() error {
+		restarts, failed := in.counter(t, "canopy_projector_instance_restarts_total", ""), in.counter(t, "canopy_projector_commits_total", "failed")
+		if now := in.counter(t, "canopy_projector_commits_total", "committed"); restarts < 1 || failed < 1 || len(in.server.Owned()) == 0 || now < commits+5 {
+			return fmt.Errorf("the second projector fenced on %v: %g restarts, %g failed commits, owns %v, %g commits since; want a restart, a failure, partitions and 5",
+				owned, restarts, failed, in.server.Owned(), now-commits)
+		}
+		return nil
+	})
+}
+
+// counter is the instance's counter name, of the series whose result label
+// is result ("" for a counter without labels).
+func (in *instance) counter(t *testing.T, name, result string) float64 {
+	t.Helper()
+	fams, err := in.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if result == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "result" && l.GetValue() == result }) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // leave stops the instance: it leaves the group, and its partitions go

@@ -131,6 +131,14 @@ type Config struct {
 	// same way, the record alone, before it is dead-lettered as poison
 	// (poison.go); default 3.
 	PoisonAttempts int
+	// StalledAfter is how long records of an owned partition may wait,
+	// fetched by this process, without a commit moving the partition's
+	// offsets past them, before the partition counts as stalled
+	// (PartitionStall: /readyz, canopy_projector_partitions_stalled). A
+	// Server's instances share the clock: the instance that replaces a
+	// failed one fetches the same records again, and they go on waiting.
+	// Default 60s.
+	StalledAfter time.Duration
 	// Hooks receive what the projector does, for metrics and telemetry;
 	// default NopHooks.
 	Hooks Hooks
@@ -146,6 +154,11 @@ type Config struct {
 
 	// faults are set by this package's tests only (faults.go).
 	faults *faults
+
+	// progress, when set (by NewServer), is where the instance tracks the
+	// records its partitions wait on, shared with the instances the
+	// Server runs before and after it; else the instance keeps its own.
+	progress *progress
 }
 
 // ErrConfig is wrapped by Validate's error.
@@ -206,6 +219,9 @@ func (c Config) withDefaults() Config {
 	if c.PoisonAttempts == 0 {
 		c.PoisonAttempts = DefaultPoisonAttempts
 	}
+	if c.StalledAfter == 0 {
+		c.StalledAfter = DefaultStalledAfter
+	}
 	if c.Hooks == nil {
 		c.Hooks = NopHooks{}
 	}
@@ -245,6 +261,8 @@ const (
 	DefaultTransactionTimeout = 60 * time.Second
 	// DefaultReadyLag is Config.ReadyLag's default.
 	DefaultReadyLag = 10000
+	// DefaultStalledAfter is Config.StalledAfter's default.
+	DefaultStalledAfter = 60 * time.Second
 	// DefaultRetention is projector run's default Projection.Retention,
 	// where the projection's own default keeps runs for ever.
 	DefaultRetention = 7 * 24 * time.Hour
@@ -345,6 +363,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReadyLag < 0 {
 		errs = append(errs, fmt.Sprintf("ready lag %d: want 0 (default 10000) or more", c.ReadyLag))
+	}
+	if c.StalledAfter < 0 {
+		errs = append(errs, fmt.Sprintf("stalled after %v: want 0 (default 60s) or more", c.StalledAfter))
 	}
 	if c.AdvertiseAddr != "" && !strings.Contains(c.AdvertiseAddr, ":") {
 		errs = append(errs, fmt.Sprintf("advertise address %q: want host:port", c.AdvertiseAddr))

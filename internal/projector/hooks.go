@@ -41,6 +41,10 @@ type Hooks interface {
 	// published its wake succeeded: how long it spent in each stage of the
 	// priority path.
 	PriorityCommitted(partition int32, stages PriorityStages)
+	// Restarting reports, from a Server, that its instance stopped on err
+	// (or could not start) and that a new one starts after backoff. A
+	// restart loop calls it again and again.
+	Restarting(err error, backoff time.Duration)
 }
 
 // PriorityStage is a stage of the priority path, the way of a human input
@@ -147,6 +151,9 @@ func (NopHooks) GroupStalled(time.Duration) {}
 
 // PriorityCommitted does nothing.
 func (NopHooks) PriorityCommitted(int32, PriorityStages) {}
+
+// Restarting does nothing.
+func (NopHooks) Restarting(error, time.Duration) {}
 
 // KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
 // projector's Kafka clients, named by role: "group", "human", "producer",
@@ -293,6 +300,11 @@ func (t tee) GroupStalled(stalled time.Duration) {
 func (t tee) PriorityCommitted(partition int32, stages PriorityStages) {
 	t.stats.PriorityCommitted(partition, stages)
 	t.next.PriorityCommitted(partition, stages)
+}
+
+func (t tee) Restarting(err error, backoff time.Duration) {
+	t.stats.Restarting(err, backoff)
+	t.next.Restarting(err, backoff)
 }
 
 var (

@@ -222,6 +222,7 @@ func (w *worker) rewind() bool {
 		j.end()
 		switch {
 		case j.err == nil:
+			w.p.progressed(w.part, w.prepared) // j's offsets: nothing was prepared after it
 			w.reported(j)
 			ps.blind = 0
 		case !poisonable(j.err):

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,8 @@ type Stats struct {
 	NopHooks
 	// Records counts the records consumed (Hooks.Consumed), Applied and
 	// the rest them by outcome; DeadLettered counts every record sent to
-	// the dead-letter topic, UnknownType and RunExpired ones included.
+	// the dead-letter topic, UnknownType, RunExpired and poison ones
+	// included.
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
 	// Poison counts the records dead-lettered as poison (poison.go), and
 	// Rewinds the times a partition rewound to apply again what was not
@@ -109,13 +111,20 @@ type Projector struct {
 	workers map[int32]*worker
 	// closing is set, under mu, once shutdown has stopped the workers: a
 	// rebalance after that must not start a worker on a closing database.
+	// stopped are the partitions it stopped, in order (held).
 	closing bool
+	stopped []int32
 	failed  chan error // a worker that cannot go on reports here
+	// progress tracks the records the partitions wait on (progress.go),
+	// shared with the other instances of a Server.
+	progress *progress
 	// ready is closed once New has set every field: the group client starts
 	// joining as soon as it is created, and its callbacks wait for this.
 	ready chan struct{}
-	// running is true while Run consumes, for Ready.
-	running atomic.Bool
+	// running is true while Run consumes, for Ready; joined once the group
+	// first gave this instance an assignment (empty or not), for a
+	// Server's held.
+	running, joined atomic.Bool
 	// lost is set when the group client lost its session at generation
 	// lostGen, until a later generation (watchGroup).
 	lost    atomic.Bool
@@ -145,7 +154,10 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
 	}
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), progress: cfg.progress}
+	if p.progress == nil {
+		p.progress = newProgress()
+	}
 	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
 	p.hooks = tee{&p.Stats, cfg.Hooks}
 
@@ -384,7 +396,11 @@ func (p *Projector) pollHuman(ctx context.Context) {
 }
 
 func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
-	fetched := time.Now()
+	fetched, now := time.Now(), p.cfg.Now()
+	topic := 0
+	if human {
+		topic = 1
+	}
 	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 		if len(fp.Records) == 0 {
 			return
@@ -395,6 +411,13 @@ func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
 		if w == nil {
 			return // revoked meanwhile: the next owner reads them from its offsets
 		}
+		select {
+		case <-w.ready:
+			p.tookOver(w) // once per worker; adjustOffsets did for the agent lane
+		default:
+		}
+		// Before the worker can commit them.
+		p.progress.fetched(fp.Partition, topic, fp.Records[0].Offset, fp.Records[len(fp.Records)-1].Offset+1, fp.HighWatermark, now)
 		w.enqueue(batch{records: fp.Records, highWatermark: fp.HighWatermark, fetched: fetched}, human)
 	})
 }
@@ -404,6 +427,7 @@ func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
 // the group's heartbeats go on, while others are restored.
 func (p *Projector) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	<-p.ready
+	p.joined.Store(true)
 	parts := assigned[p.cfg.Names.AgentEvents()]
 	for _, part := range parts {
 		if err := p.startWorker(part); err != nil {
@@ -439,6 +463,7 @@ func (p *Projector) adjustOffsets(ctx context.Context, offs map[string]map[int32
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		p.tookOver(w)
 		if next, ok := w.start[topic]; ok {
 			offs[topic][part] = kgo.NewOffset().At(next).WithEpoch(-1)
 		} else {
@@ -455,6 +480,14 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	parts := revoked[p.cfg.Names.AgentEvents()]
 	if len(parts) == 0 {
 		return
+	}
+	p.mu.Lock()
+	closing := p.closing
+	p.mu.Unlock()
+	if !closing {
+		// They leave the process; at shutdown (the group client's last
+		// revocation) they stay the Server's until its next instance.
+		p.progress.released(parts)
 	}
 	for _, part := range parts {
 		p.mu.Lock()
@@ -500,6 +533,7 @@ func (p *Projector) startWorker(part int32) error {
 func (p *Projector) stopAll() {
 	p.mu.Lock()
 	p.closing = true
+	p.stopped = slices.Sorted(maps.Keys(p.workers))
 	ws := make([]*worker, 0, len(p.workers))
 	for part, w := range p.workers {
 		ws = append(ws, w)

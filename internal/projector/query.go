@@ -188,8 +188,11 @@ func (p *Projector) History(ctx context.Context, run, cursor string, limit int) 
 
 // Ready reports whether the instance is ready (the readiness probe): it
 // runs, is a member of the group, has restored every partition assigned to
-// it, and each is within Config.ReadyLag records of its input; an instance
-// with none assigned is ready to take some over. why says what it is doing.
+// it, none is stalled (Stalled: records waiting longer than
+// Config.StalledAfter without progress), and each is within Config.ReadyLag
+// records of its input; an instance with none assigned is ready to take
+// some over. why says what it is doing, or which partitions are stalled and
+// for how long.
 func (p *Projector) Ready() (ok bool, why string) {
 	select {
 	case <-p.ready:
@@ -211,6 +214,9 @@ func (p *Projector) Ready() (ok bool, why string) {
 	owned := len(p.Owned())
 	if owned < assigned {
 		return false, fmt.Sprintf("restoring %d of its %d partitions", assigned-owned, assigned)
+	}
+	if stalls := p.Stalled(); len(stalls) > 0 {
+		return false, fmt.Sprintf("stalled: %s without progress while records wait (stalled after %v)", stallText(stalls), p.cfg.StalledAfter)
 	}
 	for _, l := range p.Lag() {
 		if l.Records > p.cfg.ReadyLag {

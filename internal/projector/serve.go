@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,13 @@ var ErrNoInstance = errors.New("projector: no projector instance is running in t
 // twice. Its reads (Snapshot, Ready, Owned, Counters, ...) answer for the
 // instance running now, so that the query endpoint (NewQueryServer) and the
 // metrics read through the Server and never see an instance replaced.
+//
+// A restart loop is not hidden: each failure is reported to
+// Hooks.Restarting; Ready says, until the next instance runs, when and why
+// the last one failed, how many failed lately and when the next starts;
+// and Lag and Stalled go on answering for the partitions the failed
+// instance had, which the instances share the progress of (see
+// Config.StalledAfter).
 type Server struct {
 	cfg Config
 	// started, when set (tests), is called with each instance before it
@@ -32,14 +40,32 @@ type Server struct {
 	started func(*Projector)
 
 	// mu guards cur and restoredBefore together, so that Counters never
-	// sees a replaced instance's restored records twice or not at all.
+	// sees a replaced instance's restored records twice or not at all;
+	// and the failures.
 	mu  sync.Mutex
 	cur *Projector
 	// restoredBefore counts the changelog records restored by the
 	// instances replaced, so that Counters' RestoredRecords never goes
 	// back.
 	restoredBefore int64
+	// failures are when instances failed within failureWindow, oldest
+	// first; last is the latest failure, and down says that no instance
+	// has run since (set by a failure, cleared by the next swap). kept
+	// are the partitions the failed instance had (Projector.held).
+	failures []time.Time
+	last     *failure
+	down     bool
+	kept     []int32
 }
+
+// failure is an instance's failure and when the next instance is due.
+type failure struct {
+	err      error
+	at, next time.Time
+}
+
+// failureWindow is the window Ready counts failures in.
+const failureWindow = 10 * time.Minute
 
 // NewServer validates cfg and returns a Server that has started no
 // instance yet: its reads answer ErrNoInstance until Run starts one.
@@ -53,6 +79,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Projection.Memory == nil {
 		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
 	}
+	// And one record of what the partitions wait on, so that a stall goes
+	// on across restarts.
+	cfg.progress = newProgress()
 	return &Server{cfg: cfg}, nil
 }
 
@@ -91,7 +120,10 @@ func (s *Server) Run(ctx context.Context) error {
 		if time.Since(began) > time.Minute {
 			backoff = minBackoff // it ran a while: this is a new trouble
 		}
-		s.cfg.Logger.Error("projector failed; starting a new instance from the committed state", "err", err, "in", backoff)
+		n := s.failed(err, backoff)
+		s.cfg.Hooks.Restarting(err, backoff)
+		s.cfg.Logger.Error("projector failed; starting a new instance from the committed state", "err", err, "in", backoff,
+			"failures_in_10m", n)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -129,6 +161,44 @@ func (s *Server) swap(p *Projector) {
 		s.restoredBefore += s.cur.Stats.RestoredRecords.Load()
 	}
 	s.cur = p
+	s.down = false
+}
+
+// failed records an instance's failure (or a start that failed), the next
+// due after backoff, and returns how many there were within
+// failureWindow.
+func (s *Server) failed(err error, backoff time.Duration) int {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = append(recent(s.failures, now), now)
+	s.last, s.down = &failure{err: err, at: now, next: now.Add(backoff)}, true
+	if s.cur != nil {
+		s.kept = s.cur.held() // it has stopped: what it had when it did
+	}
+	return len(s.failures)
+}
+
+// recent is the failures within failureWindow before now.
+func recent(failures []time.Time, now time.Time) []time.Time {
+	i := 0
+	for i < len(failures) && now.Sub(failures[i]) >= failureWindow {
+		i++
+	}
+	return failures[i:]
+}
+
+// held is the instance that answers for the Server's partitions and those
+// partitions: the current instance's once the group has given it an
+// assignment; before (nil), those the last instance had when it failed.
+func (s *Server) held() (*Projector, []int32) {
+	s.mu.Lock()
+	cur, down, kept := s.cur, s.down, s.kept
+	s.mu.Unlock()
+	if cur != nil && !down && cur.joined.Load() {
+		return cur, cur.held()
+	}
+	return nil, kept
 }
 
 // current is the instance running now, nil if none.
@@ -139,12 +209,47 @@ func (s *Server) current() *Projector {
 }
 
 // Ready says whether the current instance is ready (Projector.Ready).
+// While none runs because the last one failed, it says when and why it
+// failed, how many failed within the last 10 minutes, when the next starts,
+// and which partitions are stalled; and an instance that is not ready yet
+// after a failure says that it replaces one that failed.
 func (s *Server) Ready() (ok bool, why string) {
-	p := s.current()
-	if p == nil {
-		return false, "no projector instance is running"
+	now := s.cfg.Now()
+	s.mu.Lock()
+	cur, down, last := s.cur, s.down, s.last
+	s.failures = recent(s.failures, now)
+	n := len(s.failures)
+	s.mu.Unlock()
+	if down {
+		var b strings.Builder
+		at := last.at.UTC().Format(time.RFC3339)
+		if wait := last.next.Sub(now); wait > 0 {
+			fmt.Fprintf(&b, "not running: restarting after a failure at %s (%d in the last 10m, next start in %v", at, n, wait.Round(100*time.Millisecond))
+		} else {
+			fmt.Fprintf(&b, "not running: starting a new instance after a failure at %s (%d in the last 10m", at, n)
+		}
+		if stalls := s.Stalled(); len(stalls) > 0 {
+			fmt.Fprintf(&b, "; stalled: %s", stallText(stalls))
+		}
+		fmt.Fprintf(&b, "): %v", last.err)
+		return false, b.String()
 	}
-	return p.Ready()
+	if cur == nil {
+		return false, "starting: no projector instance has started yet"
+	}
+	ok, why = cur.Ready()
+	if !ok && n > 0 {
+		why += fmt.Sprintf(" (it replaces an instance that failed at %s, %d failures in the last 10m: %v)",
+			last.at.UTC().Format(time.RFC3339), n, last.err)
+	}
+	return ok, why
+}
+
+// Stalled returns the Server's stalled partitions (Projector.Stalled): the
+// current instance's, or while none runs those the failed instance had.
+func (s *Server) Stalled() []PartitionStall {
+	_, parts := s.held()
+	return s.cfg.progress.stalled(parts, s.cfg.Now(), s.cfg.StalledAfter)
 }
 
 // Snapshot returns run's snapshot from the current instance
@@ -206,12 +311,38 @@ func (s *Server) Owned() []int32 {
 	return nil
 }
 
-// Lag returns the current instance's lag (Projector.Lag).
+// Lag returns the current instance's lag (Projector.Lag). A partition it
+// has not fetched yet (it is restoring), and every partition the failed
+// instance had while no instance runs, reports what this process last knew:
+// the high watermark of its last fetch minus the offset the next owner
+// resumes from (the oldest record fetched and not committed), so that the
+// lag of a partition that a restart loop keeps from committing neither
+// disappears nor reads 0 between instances.
 func (s *Server) Lag() []PartitionLag {
-	if p := s.current(); p != nil {
-		return p.Lag()
+	cur, parts := s.held()
+	type key struct {
+		part  int32
+		topic string
 	}
-	return nil
+	live := map[key]int64{}
+	if cur != nil {
+		for _, l := range cur.Lag() {
+			live[key{l.Partition, l.Topic}] = l.Records
+		}
+	}
+	var out []PartitionLag
+	for _, part := range parts {
+		for i, topic := range []string{s.cfg.Names.AgentEvents(), s.cfg.Names.HumanInput()} {
+			n, ok := live[key{part, topic}]
+			if !ok {
+				n = s.cfg.progress.kept(part, i)
+			}
+			if n >= 0 {
+				out = append(out, PartitionLag{Topic: topic, Partition: part, Records: n})
+			}
+		}
+	}
+	return out
 }
 
 // Memory returns the figures of the budget of runs in memory, which every

@@ -1023,6 +1023,7 @@ func (w *worker) settle() bool {
 		return false
 	}
 	w.poison.blind = 0
+	w.p.progressed(w.part, w.prepared) // w.prepared is j's offsets until the next publish
 	w.reported(j)
 	return true
 }

@@ -44,6 +44,8 @@ type ProjectorMetrics struct {
 	restores       *prometheus.CounterVec
 	restoreTime    prometheus.Histogram
 	groupStalls    prometheus.Counter
+	restarts       prometheus.Counter
+	poison         prometheus.Counter
 	priorityStages *prometheus.HistogramVec
 	stageObs       [projector.NumPriorityStages]prometheus.Observer // priorityStages' series, by stage
 }
@@ -55,7 +57,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 	m := &ProjectorMetrics{
 		events: events,
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "records_consumed_total",
-			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired."},
+			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired, poison."},
 			[]string{"topic", "type", "outcome"}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "dead_letters_total",
 			Help: "Records sent to the dead-letter topic because they could not be projected (their headers say why)."}),
@@ -99,6 +101,12 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		groupStalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "group_stalls_total",
 			Help: "Times the consumer group gave this process's instance no assignment for the stall timeout while the brokers answered, " +
 				"so that the instance stopped and a fresh one rejoined as a new member."}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "instance_restarts_total",
+			Help: "Times this process's projector instance stopped on a failure (or could not start) and a new one was started " +
+				"after a backoff (0.5 s doubling to 30 s): a restart loop climbs by one at each."}),
+		poison: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "poison_records_total",
+			Help: "Records dead-lettered because processing them failed the same way a bounded number of times " +
+				"(records_consumed_total's outcome poison, counted from 0 so that the first one shows in increase())."}),
 		priorityStages: prometheus.NewHistogramVec(telemetry.HistogramOpts(sub, "priority_stage_seconds",
 			"Time a human input record spent in each stage of the priority path, observed once the commit that published its wake succeeded: "+
 				"fetch (from its timestamp, the gateway's produce, to the fetch returning it), queued (until its partition's worker took it up), "+
@@ -128,7 +136,8 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.priorityStages)
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.restarts, m.poison,
+		m.priorityStages)
 	return m, err
 }
 
@@ -142,6 +151,7 @@ type Source interface {
 	MemoryLimit() int64
 	PebbleMetrics() *pebble.Metrics
 	Counters() (c projector.Counters, running bool)
+	Stalled() []projector.PartitionStall
 }
 
 var (
@@ -150,8 +160,9 @@ var (
 )
 
 // RegisterGauges registers on reg the metrics read from src at scrape
-// time: partitions owned and restoring, consumer lag, the memory budget,
-// Pebble's figures, restored records, expiries and the priority gate.
+// time: partitions owned, restoring and stalled, consumer lag, the memory
+// budget, Pebble's figures, restored records, expiries and the priority
+// gate.
 func RegisterGauges(reg prometheus.Registerer, src Source) error {
 	return telemetry.Register(reg, gauges{src})
 }
@@ -164,6 +175,8 @@ func (m *ProjectorMetrics) Consumed(topic string, typ topics.EventType, outcome 
 		m.deadLetters.Inc()
 	case projector.OutcomeRerouted:
 		m.reroutes.Inc()
+	case projector.OutcomePoison:
+		m.poison.Inc()
 	}
 }
 
@@ -248,6 +261,9 @@ func (m *ProjectorMetrics) Restored(_ int32, res changelog.Result, err error) {
 // GroupStalled counts a stalled group.
 func (m *ProjectorMetrics) GroupStalled(time.Duration) { m.groupStalls.Inc() }
 
+// Restarting counts a restart of the instance.
+func (m *ProjectorMetrics) Restarting(error, time.Duration) { m.restarts.Inc() }
+
 // gauges reads, at scrape time, what only the running instance knows.
 type gauges struct{ src Source }
 
@@ -260,8 +276,13 @@ var (
 		"Changelog records written to Pebble by restores, counted after each batch written (20,000 records), "+
 			"so that it moves while a restore runs.", nil, nil)
 	descLag = prometheus.NewDesc(telemetry.Namespace+"_projector_consumer_lag_records",
-		"Records of an input topic's partition not yet applied: high watermark minus next offset, as of the last fetch.",
+		"Records of an input topic's partition not yet applied: high watermark minus next offset, as of the last fetch. "+
+			"While no instance runs (a restart), the partitions the failed instance had keep their series: high watermark "+
+			"of the last fetch minus the offset the next instance resumes from.",
 		[]string{"topic", "partition"}, nil)
+	descStalled = prometheus.NewDesc(telemetry.Namespace+"_projector_partitions_stalled",
+		"Partitions this process owns (or owned when its instance failed, until the next one runs) whose fetched records "+
+			"have waited longer than -stalled-after (60s) with no commit moving past them; restarts do not reset the clock.", nil, nil)
 	descCompactions = prometheus.NewDesc(telemetry.Namespace+"_pebble_compactions_total",
 		"Pebble compactions since the store was opened.", nil, nil)
 	descFlushes = prometheus.NewDesc(telemetry.Namespace+"_pebble_flushes_total",
@@ -303,7 +324,7 @@ var (
 )
 
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descCompactions, descFlushes, descDisk,
+	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descStalled, descCompactions, descFlushes, descDisk,
 		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes,
 		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descExpired, descGatePauses, descGatePaused} {
 		ch <- d
@@ -315,6 +336,12 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	// Read live: restores advance it after every batch they write.
 	c, running := p.Counters()
 	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(c.RestoredRecords))
+	// Lag and stalls also between instances: a Server answers for the
+	// partitions its failed instance had.
+	ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, float64(len(p.Stalled())))
+	for _, l := range p.Lag() {
+		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
+	}
 	if !running {
 		return
 	}
@@ -332,9 +359,6 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.Expired))
 	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(c.GatePauses))
 	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, c.GatePaused.Seconds())
-	for _, l := range p.Lag() {
-		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
-	}
 	pm := p.PebbleMetrics()
 	if pm == nil {
 		return

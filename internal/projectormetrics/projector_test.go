@@ -389,3 +389,47 @@ func TestGroupStallsCount(t *testing.T) {
 		t.Errorf("group_stalls_total = %g after one stall, want 1", got)
 	}
 }
+
+// TestRestartsAndPoisonCount: a Server's Restarting hook (a restart loop:
+// internal/projector's TestRestartLoopIsSeen) and a consumed record whose
+// outcome is poison are what the CanopyProjectorRestartLoop and
+// CanopyPoisonRecords alerts count, from series present at 0 before the
+// first, so that increase() sees the first one; a poison record is not a
+// dead letter of the contract's (dead_letters_total). The stalled
+// partitions gauge is present while a Server has no instance yet.
+func TestRestartsAndPoisonCount(t *testing.T) {
+	reg := telemetry.NewRegistry()
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := projector.NewServer(projector.Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := projectormetrics.RegisterGauges(reg, srv); err != nil {
+		t.Fatal(err)
+	}
+	fams := gather(t, reg)
+	for _, name := range []string{"canopy_projector_instance_restarts_total", "canopy_projector_poison_records_total", "canopy_projector_partitions_stalled"} {
+		if got := value(fams, name); got != 0 {
+			t.Errorf("%s = %g before anything happened, want 0 (and the series present)", name, got)
+		}
+	}
+	pm.Restarting(fmt.Errorf("projector: partition 0: committing the transaction: fenced"), time.Second)
+	pm.Restarting(fmt.Errorf("projector: partition 0: committing the transaction: fenced"), 2*time.Second)
+	pm.Consumed("canopy.agent-events.v1", "agent.started", projector.OutcomePoison)
+	fams = gather(t, reg)
+	if got := value(fams, "canopy_projector_instance_restarts_total"); got != 2 {
+		t.Errorf("instance_restarts_total = %g after two restarts, want 2", got)
+	}
+	if got := value(fams, "canopy_projector_poison_records_total"); got != 1 {
+		t.Errorf("poison_records_total = %g after one poison record, want 1", got)
+	}
+	if got := value(fams, "canopy_projector_records_consumed_total", "outcome", "poison"); got != 1 {
+		t.Errorf("records_consumed_total{outcome=poison} = %g, want 1", got)
+	}
+	if got := value(fams, "canopy_projector_dead_letters_total"); got != 0 {
+		t.Errorf("dead_letters_total = %g after a poison record, want 0 (counted apart)", got)
+	}
+}
