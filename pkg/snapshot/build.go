@@ -21,6 +21,9 @@ var (
 // now, and its encoded size. It reads at most l.MaxNodes candidates from each
 // of t's rankings and never the whole tree.
 //
+// A node or a now that the wire format cannot say (a time outside years
+// 0000-9999) is an error wrapping ErrEncoding, never a panic.
+//
 // When t is a CachingTree, Build reuses the digests and encodings of the
 // nodes that did not change since a build that included them, and keeps
 // those it makes: the bytes are the same either way. The snapshot's nodes
@@ -40,6 +43,9 @@ func Build(t Tree, w Wake, l Limits, now time.Time) (*topics.AgentTreeSnapshot, 
 	defer sc.release()
 	b := &builder{limits: l, cut: l.MaxStringLength, scratch: sc}
 	cands := b.candidates(t, w, cache)
+	if b.err != nil {
+		return nil, Info{}, b.err
+	}
 	stats := t.Stats()
 
 	// The string cut is normally l.MaxStringLength. Only when even the root
@@ -98,8 +104,13 @@ func (b *builder) candidates(t Tree, w Wake, c *Cache) []candidate {
 		} else {
 			seen[n.AgentID] = struct{}{}
 		}
-		cd := candidate{e: b.digest(&n, s)}
-		if cd.e.remAt >= 0 {
+		e, err := b.digest(&n, s)
+		if err != nil {
+			b.err = err
+			return false
+		}
+		cd := candidate{e: e}
+		if e.remAt >= 0 {
 			cd.rem = n.LeaseExpiresAt.Sub(w.At).Milliseconds()
 		}
 		if cd.e.cuts > 0 {
@@ -142,7 +153,7 @@ type builder struct {
 	limits Limits
 	cut    int
 	cuts   int   // strings cut by str so far
-	err    error // a check of the byte accounting failed
+	err    error // a node or the envelope did not encode, or the accounting check failed
 	*scratch
 	// strs and ints back the envelope's and the digests' optional
 	// fields, rather than an allocation each.
@@ -204,7 +215,7 @@ func slabbed[T any](slab *[]T, v T, n int) *T {
 }
 
 // fit builds the snapshot with as many candidates as the byte budget allows.
-// ok is false when not even the envelope with the root fits.
+// ok is false when not even the envelope with the root fits, or b.err is set.
 func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
 	l := b.limits
 	s := &topics.AgentTreeSnapshot{
@@ -258,7 +269,11 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			if n == nil {
 				n = nodeOf(&e.d)
 			}
-			e = b.digest(n, nil)
+			var err error
+			if e, err = b.digest(n, nil); err != nil {
+				b.err = err
+				return s, 0, false
+			}
 		}
 		b.encs[i], b.rems[i] = e, c.rem
 		sums[i+1] = sums[i] + e.size(c.rem)
@@ -295,8 +310,14 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			i++
 		}
 		if i == nbases {
+			env, err := b.envelopeSize(s)
+			if err != nil {
+				// Nothing fits; fit returns the error.
+				b.err = err
+				return math.MaxInt
+			}
 			i = min(nbases, len(bases)-1) // (the handle search tries a dozen at most)
-			bases[i] = envBase{nh, b.envelopeSize(s) - counterWidth(s)}
+			bases[i] = envBase{nh, env - counterWidth(s)}
 			nbases = i + 1
 		}
 		n := bases[i].size + counterWidth(s) + sums[k]
@@ -323,18 +344,26 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 	// drop them from the tail, then give up on this string length.
 	nh := len(handles)
 	if !fits(nh, minNodes) {
-		if !fits(0, minNodes) {
+		if b.err != nil || !fits(0, minNodes) {
 			return s, 0, false
 		}
 		nh = largest(0, nh-1, func(n int) bool { return fits(n, minNodes) })
 	}
 	k := largest(minNodes, len(cands), func(k int) bool { return fits(nh, k) })
 	n := size(nh, k) // leaves s's counters set for nh handles and k nodes
-	if env := b.envelopeSize(s); env+sums[k]+max(k-1, 0) != n {
+	env, err := b.envelopeSize(s)
+	switch {
+	case b.err != nil:
+		return s, 0, false
+	case err != nil:
+		b.err = err
+		return s, 0, false
+	case env+sums[k]+max(k-1, 0) != n:
 		// A field that changes with the node count and that counterWidth
 		// misses: the search may have chosen wrong, and no snapshot is
 		// better than a wrong one (the tests see this).
-		b.err = fmt.Errorf("snapshot: envelope of %d bytes measured as %d: the byte accounting is wrong", env, n-sums[k]-max(k-1, 0))
+		b.err = fmt.Errorf("%w: envelope of %d bytes measured as %d", ErrAccounting, env, n-sums[k]-max(k-1, 0))
+		return s, 0, false
 	}
 	b.encs, b.rems = b.encs[:k], b.rems[:k]
 	s.Nodes = make([]topics.NodeDigest, k)
@@ -350,16 +379,19 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 // digest returns n's digest at the builder's cut and its encoding: the one
 // in slot s when the node has not changed since, else a new one, kept in s
 // for the next build when it can be reused.
-func (b *builder) digest(n *Node, s *slot) *digestEnc {
+func (b *builder) digest(n *Node, s *slot) (*digestEnc, error) {
 	maxKeys := b.limits.MaxDedupeKeys
 	if s != nil && s.e != nil && s.e.matches(n, b.cut, maxKeys) {
-		return s.e
+		return s.e, nil
 	}
-	e := newDigestEnc(n, b.cut, maxKeys, &b.buf)
+	e, err := newDigestEnc(n, b.cut, maxKeys, &b.buf)
+	if err != nil {
+		return nil, err
+	}
 	if s != nil && e.cuts == 0 {
 		s.e = e
 	}
-	return e
+	return e, nil
 }
 
 // account fills the summary's and truncation_meta's counters for a snapshot
@@ -406,16 +438,16 @@ func counterWidth(s *topics.AgentTreeSnapshot) int {
 }
 
 // envelopeSize is the encoded size of s with an empty node list.
-func (b *builder) envelopeSize(s *topics.AgentTreeSnapshot) int {
+func (b *builder) envelopeSize(s *topics.AgentTreeSnapshot) (int, error) {
 	nodes := s.Nodes
 	s.Nodes = []topics.NodeDigest{}
 	var err error
 	b.buf, err = s.AppendJSON(b.buf[:0])
 	s.Nodes = nodes
 	if err != nil {
-		panic(fmt.Sprintf("snapshot: encoding the envelope: %v", err))
+		return 0, fmt.Errorf("%w: the envelope: %w", ErrEncoding, err)
 	}
-	return len(b.buf)
+	return len(b.buf), nil
 }
 
 // finish sets the wall-clock fields and checks the bound on the real bytes.
@@ -439,10 +471,10 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	// rather than encoded again, into a buffer of the size measured.
 	enc, err := topics.AppendSnapshotJSON(make([]byte, 0, measured), s, b.appendNode)
 	if err != nil {
-		return nil, Info{}, fmt.Errorf("snapshot: encoding: %w", err)
+		return nil, Info{}, fmt.Errorf("%w: %w", ErrEncoding, err)
 	}
 	if len(enc) > b.limits.MaxBytes || len(enc) > measured {
-		return nil, Info{}, fmt.Errorf("snapshot: encoded %d bytes, measured %d, budget %d: the byte accounting is wrong", len(enc), measured, b.limits.MaxBytes)
+		return nil, Info{}, fmt.Errorf("%w: encoded %d bytes, measured %d, budget %d", ErrAccounting, len(enc), measured, b.limits.MaxBytes)
 	}
 	return s, Info{
 		Bytes:         len(enc),

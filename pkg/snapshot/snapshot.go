@@ -147,8 +147,19 @@ const (
 	MinBytes = 2048
 )
 
-// ErrInvalidLimits is wrapped by Limits.Validate's error.
-var ErrInvalidLimits = errors.New("snapshot: invalid limits")
+// Errors of Build, which wraps them.
+var (
+	// ErrInvalidLimits is wrapped by Limits.Validate's error.
+	ErrInvalidLimits = errors.New("snapshot: invalid limits")
+	// ErrEncoding: a node or the envelope holds a value the wire format
+	// cannot say (a time outside years 0000-9999). The same tree fails the
+	// same way at every build.
+	ErrEncoding = errors.New("snapshot: cannot encode")
+	// ErrAccounting: the builder's check of its own byte accounting failed,
+	// a defect of the builder rather than of the tree. No snapshot is
+	// better than one that may exceed its budget or depend on the clock.
+	ErrAccounting = errors.New("snapshot: the byte accounting is wrong")
+)
 
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {
