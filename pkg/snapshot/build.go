@@ -9,18 +9,47 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// widest are the wall-clock values of the widest encoding: the byte budget is
-// measured with them so that the real values can only make the snapshot
-// smaller. A Time always encodes to the same width.
+// widest are the widest encodings of the fields that may differ between two
+// builds of one tree and wake: generated_at and snapshot_age_ms, which depend
+// on the wall clock (as does stale, measured as false, the longer of its two
+// values), and lease_remaining_ms, which depends on the wake's logical time.
+// The byte budget is measured with them, so that the real values can only
+// make the snapshot smaller, and the nodes it holds, their order and
+// truncation_meta are the same at any clock. A Time always encodes to the
+// same width.
 var (
-	widestGeneratedAt = topics.NewTime(time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC))
+	widestGeneratedAt = topics.NewTime(lastTime)
 	widestAgeMs       = int64(math.MaxInt64)
+	// widestRemainingMs is the widest lease_remaining_ms: a lease that
+	// expired at the first instant a Time encodes, at the last (16
+	// characters, where an int64 takes 20).
+	widestRemainingMs = -maxRemainingMs
 )
+
+// The first and last instants a topics.Time encodes (RFC 3339, years
+// 0000-9999, milliseconds), and the most milliseconds between two of them.
+var (
+	firstTime      = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastTime       = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	maxRemainingMs = lastTime.UnixMilli() - firstTime.UnixMilli()
+)
+
+// remainingMs is lease_remaining_ms: the milliseconds from the wake's
+// logical time at to the lease's expiry, exact between any two times a
+// snapshot can say (a time.Duration would stop at 292 years). A clock
+// outside them, which no event time sets, is clamped, so that no value is
+// wider than widestRemainingMs.
+func remainingMs(expires, at topics.Time) int64 {
+	return min(max(expires.UnixMilli()-at.UnixMilli(), -maxRemainingMs), maxRemainingMs)
+}
 
 // Build returns the snapshot of t for wake w under limits l, generated at
 // now, and its encoded size. It reads at most l.MaxNodes candidates from each
 // of t's rankings and never the whole tree.
 //
+// Which nodes fit the byte budget does not depend on now nor on w.At: the
+// wall-clock fields and every lease_remaining_ms are counted at their widest
+// encoding, so two builds of one tree and wake differ in those fields only.
 // A node or a now that the wire format cannot say (a time outside years
 // 0000-9999) is an error wrapping ErrEncoding, never a panic.
 //
@@ -111,7 +140,7 @@ func (b *builder) candidates(t Tree, w Wake, c *Cache) []candidate {
 		}
 		cd := candidate{e: e}
 		if e.remAt >= 0 {
-			cd.rem = n.LeaseExpiresAt.Sub(w.At).Milliseconds()
+			cd.rem = remainingMs(n.LeaseExpiresAt, w.At)
 		}
 		if cd.e.cuts > 0 {
 			cd.node = new(Node)
@@ -173,7 +202,8 @@ type scratch struct {
 	// encs are the candidates' digests at the builder's cut and rems their
 	// lease remaining times (when they have a lease): the snapshot's nodes
 	// are the first len(s.Nodes). sums[k] and cutSums[k] are the encoded
-	// size and the strings cut of the first k.
+	// size, each lease_remaining_ms at its widest, and the strings cut of
+	// the first k.
 	encs          []*digestEnc
 	rems          []int64
 	sums, cutSums []int
@@ -214,8 +244,10 @@ func slabbed[T any](slab *[]T, v T, n int) *T {
 	return &(*slab)[len(*slab)-1]
 }
 
-// fit builds the snapshot with as many candidates as the byte budget allows.
-// ok is false when not even the envelope with the root fits, or b.err is set.
+// fit builds the snapshot with as many candidates as the byte budget allows,
+// and returns it with its size at the widest values (widestGeneratedAt,
+// ...). ok is false when not even the envelope with the root fits, or b.err
+// is set.
 func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
 	l := b.limits
 	s := &topics.AgentTreeSnapshot{
@@ -276,7 +308,9 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			}
 		}
 		b.encs[i], b.rems[i] = e, c.rem
-		sums[i+1] = sums[i] + e.size(c.rem)
+		// At its widest lease_remaining_ms, not c.rem: the wake's time
+		// must not decide what fits.
+		sums[i+1] = sums[i] + e.size(widestRemainingMs)
 		cutSums[i+1] = cutSums[i] + e.cuts
 	}
 

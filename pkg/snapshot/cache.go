@@ -161,7 +161,9 @@ type digestEnc struct {
 	keys  [DefaultMaxDedupeKeys]string
 }
 
-// size is the length of the digest's encoding with lease remaining rem.
+// size is the length of the digest's encoding with lease remaining rem. The
+// builder's budget takes it at widestRemainingMs, the encoding at the wake's
+// value, which can only be shorter.
 func (e *digestEnc) size(rem int64) int {
 	if e.remAt < 0 {
 		return len(e.enc)

@@ -13,8 +13,10 @@
 //
 // Determinism: for the same tree, wake and limits the snapshot is the same
 // bytes, except generated_at, snapshot_age_ms and stale, which depend on the
-// wall clock. The byte budget is measured with those three at their widest,
-// so the wall clock can never change which nodes are included.
+// wall clock, and each node's lease_remaining_ms, which depends on the wake's
+// logical time (Wake.At: replay -now builds one wake id at many). The byte
+// budget is measured with those four at their widest, so neither clock can
+// ever change which nodes are included.
 package snapshot
 
 import (
