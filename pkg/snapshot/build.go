@@ -9,17 +9,49 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// widest are the wall-clock values of the widest encoding: the byte budget is
-// measured with them so that the real values can only make the snapshot
-// smaller. A Time always encodes to the same width.
+// widest are the widest encodings of the fields that may differ between two
+// builds of one tree and wake: generated_at and snapshot_age_ms, which depend
+// on the wall clock (as does stale, measured as false, the longer of its two
+// values), and lease_remaining_ms, which depends on the wake's logical time.
+// The byte budget is measured with them, so that the real values can only
+// make the snapshot smaller, and the nodes it holds, their order and
+// truncation_meta are the same at any clock. A Time always encodes to the
+// same width.
 var (
-	widestGeneratedAt = topics.NewTime(time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC))
+	widestGeneratedAt = topics.NewTime(lastTime)
 	widestAgeMs       = int64(math.MaxInt64)
+	// widestRemainingMs is the widest lease_remaining_ms: a lease that
+	// expired at the first instant a Time encodes, at the last (16
+	// characters, where an int64 takes 20).
+	widestRemainingMs = -maxRemainingMs
 )
+
+// The first and last instants a topics.Time encodes (RFC 3339, years
+// 0000-9999, milliseconds), and the most milliseconds between two of them.
+var (
+	firstTime      = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastTime       = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	maxRemainingMs = lastTime.UnixMilli() - firstTime.UnixMilli()
+)
+
+// remainingMs is lease_remaining_ms: the milliseconds from the wake's
+// logical time at to the lease's expiry, exact between any two times a
+// snapshot can say (a time.Duration would stop at 292 years). A clock
+// outside them, which no event time sets, is clamped, so that no value is
+// wider than widestRemainingMs.
+func remainingMs(expires, at topics.Time) int64 {
+	return min(max(expires.UnixMilli()-at.UnixMilli(), -maxRemainingMs), maxRemainingMs)
+}
 
 // Build returns the snapshot of t for wake w under limits l, generated at
 // now, and its encoded size. It reads at most l.MaxNodes candidates from each
 // of t's rankings and never the whole tree.
+//
+// Which nodes fit the byte budget does not depend on now nor on w.At: the
+// wall-clock fields and every lease_remaining_ms are counted at their widest
+// encoding, so two builds of one tree and wake differ in those fields only.
+// A node or a now that the wire format cannot say (a time outside years
+// 0000-9999) is an error wrapping ErrEncoding, never a panic.
 //
 // When t is a CachingTree, Build reuses the digests and encodings of the
 // nodes that did not change since a build that included them, and keeps
@@ -40,6 +72,9 @@ func Build(t Tree, w Wake, l Limits, now time.Time) (*topics.AgentTreeSnapshot, 
 	defer sc.release()
 	b := &builder{limits: l, cut: l.MaxStringLength, scratch: sc}
 	cands := b.candidates(t, w, cache)
+	if b.err != nil {
+		return nil, Info{}, b.err
+	}
 	stats := t.Stats()
 
 	// The string cut is normally l.MaxStringLength. Only when even the root
@@ -98,9 +133,14 @@ func (b *builder) candidates(t Tree, w Wake, c *Cache) []candidate {
 		} else {
 			seen[n.AgentID] = struct{}{}
 		}
-		cd := candidate{e: b.digest(&n, s)}
-		if cd.e.remAt >= 0 {
-			cd.rem = n.LeaseExpiresAt.Sub(w.At).Milliseconds()
+		e, err := b.digest(&n, s)
+		if err != nil {
+			b.err = err
+			return false
+		}
+		cd := candidate{e: e}
+		if e.remAt >= 0 {
+			cd.rem = remainingMs(n.LeaseExpiresAt, w.At)
 		}
 		if cd.e.cuts > 0 {
 			cd.node = new(Node)
@@ -142,7 +182,7 @@ type builder struct {
 	limits Limits
 	cut    int
 	cuts   int   // strings cut by str so far
-	err    error // a check of the byte accounting failed
+	err    error // a node or the envelope did not encode, or the accounting check failed
 	*scratch
 	// strs and ints back the envelope's and the digests' optional
 	// fields, rather than an allocation each.
@@ -162,7 +202,8 @@ type scratch struct {
 	// encs are the candidates' digests at the builder's cut and rems their
 	// lease remaining times (when they have a lease): the snapshot's nodes
 	// are the first len(s.Nodes). sums[k] and cutSums[k] are the encoded
-	// size and the strings cut of the first k.
+	// size, each lease_remaining_ms at its widest, and the strings cut of
+	// the first k.
 	encs          []*digestEnc
 	rems          []int64
 	sums, cutSums []int
@@ -203,8 +244,10 @@ func slabbed[T any](slab *[]T, v T, n int) *T {
 	return &(*slab)[len(*slab)-1]
 }
 
-// fit builds the snapshot with as many candidates as the byte budget allows.
-// ok is false when not even the envelope with the root fits.
+// fit builds the snapshot with as many candidates as the byte budget allows,
+// and returns it with its size at the widest values (widestGeneratedAt,
+// ...). ok is false when not even the envelope with the root fits, or b.err
+// is set.
 func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
 	l := b.limits
 	s := &topics.AgentTreeSnapshot{
@@ -258,10 +301,16 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			if n == nil {
 				n = nodeOf(&e.d)
 			}
-			e = b.digest(n, nil)
+			var err error
+			if e, err = b.digest(n, nil); err != nil {
+				b.err = err
+				return s, 0, false
+			}
 		}
 		b.encs[i], b.rems[i] = e, c.rem
-		sums[i+1] = sums[i] + e.size(c.rem)
+		// At its widest lease_remaining_ms, not c.rem: the wake's time
+		// must not decide what fits.
+		sums[i+1] = sums[i] + e.size(widestRemainingMs)
 		cutSums[i+1] = cutSums[i] + e.cuts
 	}
 
@@ -295,8 +344,14 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			i++
 		}
 		if i == nbases {
+			env, err := b.envelopeSize(s)
+			if err != nil {
+				// Nothing fits; fit returns the error.
+				b.err = err
+				return math.MaxInt
+			}
 			i = min(nbases, len(bases)-1) // (the handle search tries a dozen at most)
-			bases[i] = envBase{nh, b.envelopeSize(s) - counterWidth(s)}
+			bases[i] = envBase{nh, env - counterWidth(s)}
 			nbases = i + 1
 		}
 		n := bases[i].size + counterWidth(s) + sums[k]
@@ -323,18 +378,26 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 	// drop them from the tail, then give up on this string length.
 	nh := len(handles)
 	if !fits(nh, minNodes) {
-		if !fits(0, minNodes) {
+		if b.err != nil || !fits(0, minNodes) {
 			return s, 0, false
 		}
 		nh = largest(0, nh-1, func(n int) bool { return fits(n, minNodes) })
 	}
 	k := largest(minNodes, len(cands), func(k int) bool { return fits(nh, k) })
 	n := size(nh, k) // leaves s's counters set for nh handles and k nodes
-	if env := b.envelopeSize(s); env+sums[k]+max(k-1, 0) != n {
+	env, err := b.envelopeSize(s)
+	switch {
+	case b.err != nil:
+		return s, 0, false
+	case err != nil:
+		b.err = err
+		return s, 0, false
+	case env+sums[k]+max(k-1, 0) != n:
 		// A field that changes with the node count and that counterWidth
 		// misses: the search may have chosen wrong, and no snapshot is
 		// better than a wrong one (the tests see this).
-		b.err = fmt.Errorf("snapshot: envelope of %d bytes measured as %d: the byte accounting is wrong", env, n-sums[k]-max(k-1, 0))
+		b.err = fmt.Errorf("%w: envelope of %d bytes measured as %d", ErrAccounting, env, n-sums[k]-max(k-1, 0))
+		return s, 0, false
 	}
 	b.encs, b.rems = b.encs[:k], b.rems[:k]
 	s.Nodes = make([]topics.NodeDigest, k)
@@ -350,16 +413,19 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 // digest returns n's digest at the builder's cut and its encoding: the one
 // in slot s when the node has not changed since, else a new one, kept in s
 // for the next build when it can be reused.
-func (b *builder) digest(n *Node, s *slot) *digestEnc {
+func (b *builder) digest(n *Node, s *slot) (*digestEnc, error) {
 	maxKeys := b.limits.MaxDedupeKeys
 	if s != nil && s.e != nil && s.e.matches(n, b.cut, maxKeys) {
-		return s.e
+		return s.e, nil
 	}
-	e := newDigestEnc(n, b.cut, maxKeys, &b.buf)
+	e, err := newDigestEnc(n, b.cut, maxKeys, &b.buf)
+	if err != nil {
+		return nil, err
+	}
 	if s != nil && e.cuts == 0 {
 		s.e = e
 	}
-	return e
+	return e, nil
 }
 
 // account fills the summary's and truncation_meta's counters for a snapshot
@@ -406,16 +472,16 @@ func counterWidth(s *topics.AgentTreeSnapshot) int {
 }
 
 // envelopeSize is the encoded size of s with an empty node list.
-func (b *builder) envelopeSize(s *topics.AgentTreeSnapshot) int {
+func (b *builder) envelopeSize(s *topics.AgentTreeSnapshot) (int, error) {
 	nodes := s.Nodes
 	s.Nodes = []topics.NodeDigest{}
 	var err error
 	b.buf, err = s.AppendJSON(b.buf[:0])
 	s.Nodes = nodes
 	if err != nil {
-		panic(fmt.Sprintf("snapshot: encoding the envelope: %v", err))
+		return 0, fmt.Errorf("%w: the envelope: %w", ErrEncoding, err)
 	}
-	return len(b.buf)
+	return len(b.buf), nil
 }
 
 // finish sets the wall-clock fields and checks the bound on the real bytes.
@@ -439,10 +505,10 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	// rather than encoded again, into a buffer of the size measured.
 	enc, err := topics.AppendSnapshotJSON(make([]byte, 0, measured), s, b.appendNode)
 	if err != nil {
-		return nil, Info{}, fmt.Errorf("snapshot: encoding: %w", err)
+		return nil, Info{}, fmt.Errorf("%w: %w", ErrEncoding, err)
 	}
 	if len(enc) > b.limits.MaxBytes || len(enc) > measured {
-		return nil, Info{}, fmt.Errorf("snapshot: encoded %d bytes, measured %d, budget %d: the byte accounting is wrong", len(enc), measured, b.limits.MaxBytes)
+		return nil, Info{}, fmt.Errorf("%w: encoded %d bytes, measured %d, budget %d", ErrAccounting, len(enc), measured, b.limits.MaxBytes)
 	}
 	return s, Info{
 		Bytes:         len(enc),

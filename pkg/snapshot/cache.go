@@ -161,7 +161,9 @@ type digestEnc struct {
 	keys  [DefaultMaxDedupeKeys]string
 }
 
-// size is the length of the digest's encoding with lease remaining rem.
+// size is the length of the digest's encoding with lease remaining rem. The
+// builder's budget takes it at widestRemainingMs, the encoding at the wake's
+// value, which can only be shorter.
 func (e *digestEnc) size(rem int64) int {
 	if e.remAt < 0 {
 		return len(e.enc)
@@ -195,8 +197,9 @@ func intLen(v int64) int {
 
 // newDigestEnc makes n's digest under string cut cut and at most maxKeys
 // dedupe keys, and encodes it, in *scratch first so that the encoding has
-// one allocation of its exact size.
-func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
+// one allocation of its exact size. A node the wire format cannot say (a
+// time outside years 0000-9999) is an error wrapping ErrEncoding.
+func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) (*digestEnc, error) {
 	e := &digestEnc{cut: cut, maxKeys: maxKeys}
 	// Ids are cut so as to stay distinct and matchable, text between
 	// grapheme clusters (cut.go).
@@ -265,11 +268,10 @@ func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
 	}
 
 	enc, err := d.AppendJSON((*scratch)[:0])
-	*scratch = enc
 	if err != nil {
-		// Digests hold only strings, ints and valid times.
-		panic(fmt.Sprintf("snapshot: encoding a digest: %v", err))
+		return nil, fmt.Errorf("%w: node %q: %w", ErrEncoding, d.AgentID, err)
 	}
+	*scratch = enc
 	e.remAt = -1
 	if d.LeaseExpiresAt != nil {
 		// Encoded null (LeaseRemainingMs is nil), which is cut out. The key
@@ -277,13 +279,13 @@ func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
 		const key = `,"lease_remaining_ms":`
 		i := bytes.Index(enc, []byte(key+"null,"))
 		if i < 0 {
-			panic(fmt.Sprintf("snapshot: no lease_remaining_ms in a digest's encoding %q", enc))
+			return nil, fmt.Errorf("%w: no lease_remaining_ms in the encoding of node %q", ErrAccounting, d.AgentID)
 		}
 		e.remAt = i + len(key)
 		enc = append(enc[:e.remAt], enc[e.remAt+len("null"):]...)
 	}
 	e.enc = bytes.Clone(enc)
-	return e
+	return e, nil
 }
 
 // matches reports whether e is the digest newDigestEnc(n, cut, maxKeys)

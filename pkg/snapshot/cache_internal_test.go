@@ -49,6 +49,15 @@ func randomNode(rng *rand.Rand, i int) Node {
 	return n
 }
 
+func mustDigestEnc(t *testing.T, n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
+	t.Helper()
+	e, err := newDigestEnc(n, cut, maxKeys, scratch)
+	if err != nil {
+		t.Fatalf("node %+v: %v", n, err)
+	}
+	return e
+}
+
 // TestNodeOfDigest: a candidate keeps its digest at the usual cut, not its
 // node, and a halved cut digests nodeOf(digest) again; that must be the
 // node's own digest at that cut. And a digest matches its own node.
@@ -58,7 +67,7 @@ func TestNodeOfDigest(t *testing.T) {
 	for i := range 3000 {
 		n := randomNode(rng, i)
 		maxKeys := 1 + rng.IntN(4)
-		e := newDigestEnc(&n, DefaultMaxStringLength, maxKeys, &scratch)
+		e := mustDigestEnc(t, &n, DefaultMaxStringLength, maxKeys, &scratch)
 		if !e.matches(&n, DefaultMaxStringLength, maxKeys) != (e.cuts > 0) {
 			t.Fatalf("node %+v: matches its own digest %v, cut %d strings", n, !(e.cuts > 0), e.cuts)
 		}
@@ -69,8 +78,8 @@ func TestNodeOfDigest(t *testing.T) {
 			continue
 		}
 		for cut := DefaultMaxStringLength; cut >= 0; cut /= 2 {
-			want := newDigestEnc(&n, cut, maxKeys, &scratch)
-			got := newDigestEnc(nodeOf(&e.d), cut, maxKeys, &scratch)
+			want := mustDigestEnc(t, &n, cut, maxKeys, &scratch)
+			got := mustDigestEnc(t, nodeOf(&e.d), cut, maxKeys, &scratch)
 			if !reflect.DeepEqual(got.d, want.d) || !bytes.Equal(got.enc, want.enc) || got.cuts != want.cuts || got.remAt != want.remAt {
 				t.Fatalf("node %+v at cut %d: from its digest %+v, want %+v", n, cut, got, want)
 			}
@@ -90,7 +99,7 @@ func TestDigestEncEncoding(t *testing.T) {
 	var scratch []byte
 	for i := range 3000 {
 		n := randomNode(rng, i)
-		e := newDigestEnc(&n, 8+rng.IntN(200), 1+rng.IntN(64), &scratch)
+		e := mustDigestEnc(t, &n, 8+rng.IntN(200), 1+rng.IntN(64), &scratch)
 		d := e.d
 		rem := rng.Int64() >> rng.IntN(64)
 		if rng.IntN(2) == 0 {
@@ -162,7 +171,7 @@ func TestCacheEntrySize(t *testing.T) {
 		LastSignalAt: topics.NewTime(time.Now()), LastCorrelationID: "corr-00042", OpenRequestCount: 1,
 		LastRequestKind: "approval", RecentDedupeKeys: []string{"dedupe-1", "dedupe-2", "dedupe-3"}}
 	var scratch []byte
-	e := newDigestEnc(&n, DefaultMaxStringLength, DefaultMaxDedupeKeys, &scratch)
+	e := mustDigestEnc(t, &n, DefaultMaxStringLength, DefaultMaxDedupeKeys, &scratch)
 	t.Logf("digestEnc %d bytes, slot %d, encoding %d: %s", unsafe.Sizeof(digestEnc{}), unsafe.Sizeof(slot{}), len(e.enc), e.enc)
 	if len(e.enc) > 550 {
 		t.Errorf("a typical digest encodes to %d bytes", len(e.enc))

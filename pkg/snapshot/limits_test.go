@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 func TestLimitsDefaults(t *testing.T) {
@@ -79,6 +80,39 @@ func TestLimitsValidate(t *testing.T) {
 			}
 			if len(tree.reads) != 0 {
 				t.Errorf("Build read the tree with invalid limits: %v", tree.reads)
+			}
+		})
+	}
+}
+
+// TestBuildReturnsEncodingErrors: a node or a clock the wire format cannot
+// say (a time outside years 0000-9999) makes Build return an error wrapping
+// ErrEncoding, with or without a cache, never panic: Build runs on the
+// projector's worker goroutine.
+func TestBuildReturnsEncodingErrors(t *testing.T) {
+	far := topics.NewTime(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name string
+		edit func(*refTree)
+		now  time.Time
+	}{
+		{name: "root status time", edit: func(t *refTree) { t.Nodes[0].StatusUpdatedAt = far }},
+		{name: "worker lease expiry", edit: func(t *refTree) { t.Nodes[2].LeaseOwner, t.Nodes[2].LeaseExpiresAt = "p", far }},
+		{name: "worker signal time", edit: func(t *refTree) { t.Nodes[3].LastSignalAt = far }},
+		{name: "wall clock", edit: func(*refTree) {}, now: far.Std()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := flatTree(5)
+			tc.edit(tr)
+			now := fixedNow
+			if !tc.now.IsZero() {
+				now = tc.now
+			}
+			for _, tree := range []snapshot.Tree{tr, newCachingTree(tr)} {
+				s, info, err := snapshot.Build(tree, goldenWake(), snapshot.Limits{MaxBytes: snapshot.MinBytes}, now)
+				if !errors.Is(err, snapshot.ErrEncoding) || s != nil || info.Encoded != nil {
+					t.Errorf("%T: Build returned %v, %d bytes, %v; want ErrEncoding", tree, s, len(info.Encoded), err)
+				}
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,19 +23,38 @@ import (
 // This file holds the properties every snapshot must have, checked against
 // the refTree oracle. Golden tests and FuzzBuild run them on every tree.
 
-// widestGeneratedAt, math.MaxInt64 and stale=false are the widest encoding of
-// the three wall-clock fields: the builder measures its byte budget with them.
+// widestGeneratedAt, math.MaxInt64, stale=false and widestRemainingMs are
+// the widest encoding of the wall-clock fields: the builder measures its byte
+// budget with them.
 var widestGeneratedAt = topics.NewTime(time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC))
+
+// widestRemainingMs is the widest lease_remaining_ms: a lease that expired at
+// 0000-01-01T00:00:00.000Z, at 9999-12-31T23:59:59.999Z (3,652,425 days
+// less a millisecond). TestWidestRemainingMs checks that no two times a
+// snapshot can say are further apart.
+const widestRemainingMs = -(3652425*86_400_000 - 1)
 
 // wallClockFree returns s with the wall-clock fields at their widest: what
 // the builder's byte budget is measured on, and what two builds of the same
-// input must agree on byte for byte.
+// tree and wake must agree on byte for byte, at any clock and logical time.
 func wallClockFree(s topics.AgentTreeSnapshot) topics.AgentTreeSnapshot {
 	s.GeneratedAt = widestGeneratedAt
 	s.SnapshotAgeMs = math.MaxInt64
 	s.Stale = false
+	s.Nodes = slices.Clone(s.Nodes)
+	for i := range s.Nodes {
+		if s.Nodes[i].LeaseRemainingMs != nil {
+			s.Nodes[i].LeaseRemainingMs = ptrTo(int64(widestRemainingMs))
+		}
+	}
 	return s
 }
+
+func ptrTo[T any](v T) *T { return &v }
+
+// remainingMs is lease_remaining_ms: the milliseconds from at to expires,
+// exact (a time.Duration stops at 292 years).
+func remainingMs(expires, at topics.Time) int64 { return expires.UnixMilli() - at.UnixMilli() }
 
 func mustMarshal(tb testing.TB, v any) []byte {
 	tb.Helper()
@@ -150,8 +170,7 @@ func refDigest(n snapshot.Node, at topics.Time, maxKeys int, c *cutter) topics.N
 	if !n.LeaseExpiresAt.IsZero() {
 		d.LeaseOwner = c.ptr(n.LeaseOwner)
 		d.LeaseExpiresAt = timePtr(n.LeaseExpiresAt)
-		rem := n.LeaseExpiresAt.Std().Sub(at.Std()).Milliseconds()
-		d.LeaseRemainingMs = &rem
+		d.LeaseRemainingMs = ptrTo(remainingMs(n.LeaseExpiresAt, at))
 	}
 	d.RecentRequestDedupeKeys = []string{}
 	for i, k := range n.RecentDedupeKeys {
@@ -398,6 +417,11 @@ func checkSnapshot(tb testing.TB, o *oracle, now time.Time, s *topics.AgentTreeS
 		if n.LeaseExpiresAt.IsZero() && (d.LeaseOwner != nil || d.LeaseExpiresAt != nil || d.LeaseRemainingMs != nil) {
 			tb.Errorf("node %q holds no lease but has lease fields", n.AgentID)
 		}
+		// The oracle's comparison sees every lease_remaining_ms at its
+		// widest: the real one is checked here.
+		if !n.LeaseExpiresAt.IsZero() && (d.LeaseRemainingMs == nil || *d.LeaseRemainingMs != remainingMs(n.LeaseExpiresAt, w.At)) {
+			tb.Errorf("node %q: lease_remaining_ms %v, want %d (expires %v, wake at %v)", n.AgentID, d.LeaseRemainingMs, remainingMs(n.LeaseExpiresAt, w.At), n.LeaseExpiresAt, w.At)
+		}
 		if n.Status == "" && d.Status != topics.StatusUnknown {
 			tb.Errorf("node %q has no status, digest says %q", n.AgentID, d.Status)
 		}
@@ -474,17 +498,20 @@ func checkAgainstOracle(tb testing.TB, o *oracle, s *topics.AgentTreeSnapshot) {
 	}
 }
 
-// checkDeterminism builds again, at the same and at other times: the bytes
-// must be the same but for the wall-clock fields.
+// checkDeterminism builds again, at the same and at other wall clocks, and
+// for the same wake at other logical times (replay's -now, which advances a
+// run's clock without changing its wake id): the bytes must be the same but
+// for the wall-clock fields, each node's lease_remaining_ms among them.
 func checkDeterminism(tb testing.TB, o *oracle, now time.Time, enc []byte) {
 	tb.Helper()
-	again := func(at time.Time) *topics.AgentTreeSnapshot {
-		s, _, err := snapshot.Build(o.tree, o.wake, o.limits, at)
+	build := func(w snapshot.Wake, at time.Time) *topics.AgentTreeSnapshot {
+		s, _, err := snapshot.Build(o.tree, w, o.limits, at)
 		if err != nil {
-			tb.Fatalf("Build again at %v: %v", at, err)
+			tb.Fatalf("Build again at %v, wake at %v: %v", at, w.At, err)
 		}
 		return s
 	}
+	again := func(at time.Time) *topics.AgentTreeSnapshot { return build(o.wake, at) }
 	if b := mustMarshal(tb, again(now)); !bytes.Equal(b, enc) {
 		tb.Errorf("built twice at the same time, the bytes differ:\n%s", firstDiff(enc, b))
 	}
@@ -494,6 +521,12 @@ func checkDeterminism(tb testing.TB, o *oracle, now time.Time, enc []byte) {
 	}
 	zero := func(s topics.AgentTreeSnapshot) []byte {
 		s.GeneratedAt, s.SnapshotAgeMs, s.Stale = topics.Time{}, 0, false
+		s.Nodes = slices.Clone(s.Nodes)
+		for i := range s.Nodes {
+			if s.Nodes[i].LeaseRemainingMs != nil {
+				s.Nodes[i].LeaseRemainingMs = ptrTo(int64(0))
+			}
+		}
 		return mustMarshal(tb, &s)
 	}
 	want := zero(first)
@@ -501,6 +534,29 @@ func checkDeterminism(tb testing.TB, o *oracle, now time.Time, enc []byte) {
 		if b := zero(*again(at)); !bytes.Equal(b, want) {
 			tb.Errorf("built at %v, the snapshot differs beyond the wall-clock fields:\n%s", at, firstDiff(want, b))
 		}
+	}
+	for _, at := range otherLogicalTimes(o.wake.At) {
+		w := o.wake
+		w.At = at
+		if b := zero(*build(w, now)); !bytes.Equal(b, want) {
+			tb.Errorf("built for the wake at %v rather than %v, the snapshot differs beyond the wall-clock fields:\n%s", at, o.wake.At, firstDiff(want, b))
+		}
+	}
+}
+
+// otherLogicalTimes are times for the wake of logical time at to be built at
+// instead, years apart and at the ends of the years a snapshot can say.
+func otherLogicalTimes(at topics.Time) []topics.Time {
+	if at.IsZero() {
+		at = topics.NewTime(fuzzBase)
+	}
+	return []topics.Time{
+		topics.NewTime(at.Std().Add(-time.Hour)),
+		topics.NewTime(at.Std().Add(time.Millisecond)),
+		topics.NewTime(at.Std().AddDate(3, 0, 0)),
+		topics.NewTime(at.Std().AddDate(30, 0, 0)),
+		topics.NewTime(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)),
+		topics.NewTime(time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)),
 	}
 }
 

@@ -13,8 +13,10 @@
 //
 // Determinism: for the same tree, wake and limits the snapshot is the same
 // bytes, except generated_at, snapshot_age_ms and stale, which depend on the
-// wall clock. The byte budget is measured with those three at their widest,
-// so the wall clock can never change which nodes are included.
+// wall clock, and each node's lease_remaining_ms, which depends on the wake's
+// logical time (Wake.At: replay -now builds one wake id at many). The byte
+// budget is measured with those four at their widest, so neither clock can
+// ever change which nodes are included.
 package snapshot
 
 import (
@@ -147,8 +149,19 @@ const (
 	MinBytes = 2048
 )
 
-// ErrInvalidLimits is wrapped by Limits.Validate's error.
-var ErrInvalidLimits = errors.New("snapshot: invalid limits")
+// Errors of Build, which wraps them.
+var (
+	// ErrInvalidLimits is wrapped by Limits.Validate's error.
+	ErrInvalidLimits = errors.New("snapshot: invalid limits")
+	// ErrEncoding: a node or the envelope holds a value the wire format
+	// cannot say (a time outside years 0000-9999). The same tree fails the
+	// same way at every build.
+	ErrEncoding = errors.New("snapshot: cannot encode")
+	// ErrAccounting: the builder's check of its own byte accounting failed,
+	// a defect of the builder rather than of the tree. No snapshot is
+	// better than one that may exceed its budget or depend on the clock.
+	ErrAccounting = errors.New("snapshot: the byte accounting is wrong")
+)
 
 // WithDefaults returns l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {

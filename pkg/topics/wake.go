@@ -11,9 +11,9 @@ import (
 const WakeSchemaVersion = 1
 
 // Wake is the message a projector publishes when a run's conductor must react.
-// Everything but the snapshot's generated_at, snapshot_age_ms and stale is a
-// pure function of the input log, so a conductor can drop a duplicate by
-// WakeID.
+// Everything but the snapshot's generated_at, snapshot_age_ms, stale and each
+// node's lease_remaining_ms is a pure function of the input log, so a
+// conductor can drop a duplicate by WakeID (docs/CONTRACT.md "Wake ids").
 type Wake struct {
 	WakeID        string `json:"wake_id"`
 	SchemaVersion int    `json:"schema_version"`
