@@ -168,8 +168,11 @@ var All = []Dashboard{
 				Question: "Does a partition make no progress while its records wait? (partitions whose fetched records have waited longer than -stalled-after, 60 s, with no commit past them, restarts included: CanopyPartitionStalled; /readyz names them)",
 				Queries:  []Query{q(`max by (instance) (canopy_projector_partitions_stalled)`, "{{instance}}")}},
 			{Title: "Poison records", Unit: "short",
-				Question: "Did a record fail the same way again and again until it was dead-lettered so that its partition could go on? (per window: CanopyPoisonRecords; the dead-letter topic's headers say why)",
-				Queries:  []Query{q(`sum(increase(canopy_projector_poison_records_total[RATE]))`, "poison records")}},
+				Question: "Did a record fail the same way again and again until it was dead-lettered so that its partition could go on? How often did partitions rewind to their last commit to narrow such a failure down? (per window: CanopyPoisonRecords; the dead-letter topic's headers say why)",
+				Queries: []Query{
+					q(`sum(increase(canopy_projector_poison_records_total[RATE]))`, "poison records"),
+					q(`sum by (instance) (increase(canopy_projector_rewinds_total[RATE]))`, "{{instance}} rewinds"),
+				}},
 		},
 	},
 	{

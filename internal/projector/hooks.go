@@ -45,6 +45,10 @@ type Hooks interface {
 	// (or could not start) and that a new one starts after backoff. A
 	// restart loop calls it again and again.
 	Restarting(err error, backoff time.Duration)
+	// Rewound reports that a partition rewound to its last commit after
+	// err, a failure its input may cause, to apply again what was not
+	// committed (poison.go): a poison record takes a few in a row.
+	Rewound(partition int32, err error)
 }
 
 // PriorityStage is a stage of the priority path, the way of a human input
@@ -155,6 +159,9 @@ func (NopHooks) PriorityCommitted(int32, PriorityStages) {}
 // Restarting does nothing.
 func (NopHooks) Restarting(error, time.Duration) {}
 
+// Rewound does nothing.
+func (NopHooks) Rewound(int32, error) {}
+
 // KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
 // projector's Kafka clients, named by role: "group", "human", "producer",
 // "standby", or "txn-<partition>" for a partition's transactional producer.
@@ -256,6 +263,9 @@ func (s *Stats) WakeCommitted(_ context.Context, w CommittedWake) {
 // GroupStalled counts a stalled group.
 func (s *Stats) GroupStalled(time.Duration) { s.GroupStalls.Add(1) }
 
+// Rewound counts a partition's rewind.
+func (s *Stats) Rewound(int32, error) { s.Rewinds.Add(1) }
+
 // tee reports to stats, then to next: an instance's hooks.
 type tee struct {
 	stats *Stats
@@ -305,6 +315,11 @@ func (t tee) PriorityCommitted(partition int32, stages PriorityStages) {
 func (t tee) Restarting(err error, backoff time.Duration) {
 	t.stats.Restarting(err, backoff)
 	t.next.Restarting(err, backoff)
+}
+
+func (t tee) Rewound(partition int32, err error) {
+	t.stats.Rewound(partition, err)
+	t.next.Rewound(partition, err)
 }
 
 var (

@@ -197,7 +197,7 @@ func (w *worker) rewind() bool {
 	ps := &w.poison
 	cause := ps.cause
 	ps.cause = nil
-	w.p.Stats.Rewinds.Add(1)
+	w.p.hooks.Rewound(w.part, cause)
 	// The commits in flight end first: what they committed stays, what
 	// failed is applied again. A failure that is not poisonable stops the
 	// worker as ever.

@@ -46,6 +46,7 @@ type ProjectorMetrics struct {
 	groupStalls    prometheus.Counter
 	restarts       prometheus.Counter
 	poison         prometheus.Counter
+	rewinds        prometheus.Counter
 	priorityStages *prometheus.HistogramVec
 	stageObs       [projector.NumPriorityStages]prometheus.Observer // priorityStages' series, by stage
 }
@@ -107,6 +108,9 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		poison: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "poison_records_total",
 			Help: "Records dead-lettered because processing them failed the same way a bounded number of times " +
 				"(records_consumed_total's outcome poison, counted from 0 so that the first one shows in increase())."}),
+		rewinds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "rewinds_total",
+			Help: "Times a partition rewound to its last commit after a failure its input may cause (a record refused, a wake that cannot be " +
+				"built, a panic), to apply again what was not committed, a few records at a time: a poison record takes a few in a row."}),
 		priorityStages: prometheus.NewHistogramVec(telemetry.HistogramOpts(sub, "priority_stage_seconds",
 			"Time a human input record spent in each stage of the priority path, observed once the commit that published its wake succeeded: "+
 				"fetch (from its timestamp, the gateway's produce, to the fetch returning it), queued (until its partition's worker took it up), "+
@@ -136,7 +140,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.restarts, m.poison,
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.restarts, m.poison, m.rewinds,
 		m.priorityStages)
 	return m, err
 }
@@ -263,6 +267,9 @@ func (m *ProjectorMetrics) GroupStalled(time.Duration) { m.groupStalls.Inc() }
 
 // Restarting counts a restart of the instance.
 func (m *ProjectorMetrics) Restarting(error, time.Duration) { m.restarts.Inc() }
+
+// Rewound counts a partition's rewind.
+func (m *ProjectorMetrics) Rewound(int32, error) { m.rewinds.Inc() }
 
 // gauges reads, at scrape time, what only the running instance knows.
 type gauges struct{ src Source }
