@@ -120,9 +120,9 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "projector replay: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "replay: %d lines, %d events applied, %d duplicates, %d invalid, %d of unknown type, %d wakes\n",
-		st.Lines, st.Applied, st.Duplicates, st.Invalid, st.UnknownType, st.Wakes)
-	if st.Invalid > 0 {
+	fmt.Fprintf(stderr, "replay: %d lines, %d events applied, %d duplicates, %d id conflicts, %d invalid, %d of unknown type, %d wakes\n",
+		st.Lines, st.Applied, st.Duplicates, st.Conflicts, st.Invalid, st.UnknownType, st.Wakes)
+	if st.Invalid > 0 || st.Conflicts > 0 {
 		return 1
 	}
 	return 0

@@ -54,8 +54,12 @@ type Stats struct {
 	NopHooks
 	// Records counts the records consumed (Hooks.Consumed), Applied and
 	// the rest them by outcome; DeadLettered counts every record sent to
-	// the dead-letter topic, UnknownType and RunExpired ones included.
+	// the dead-letter topic, UnknownType, RunExpired and
+	// DuplicateConflicts ones included.
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
+	// DuplicateConflicts counts the events whose id their run applied
+	// with other content (OutcomeDuplicateConflict).
+	DuplicateConflicts atomic.Int64
 	// Wakes counts the committed wakes (Hooks.WakeCommitted),
 	// PriorityWakes those of the priority lane.
 	Wakes, PriorityWakes atomic.Int64

@@ -613,6 +613,15 @@ func (w *worker) apply(b batch, human bool) (done int) {
 			hooks.Consumed(r.Topic, ev.Type, OutcomeRunExpired)
 			continue
 		}
+		if errors.Is(err, projection.ErrDuplicateConflict) {
+			// An id that names another content than the one applied:
+			// refused, and the first content stays (docs/CONTRACT.md).
+			w.p.log.Warn("an event id was sent again with other content; the first content stays",
+				"run", ev.RunID, "event_id", ev.ID, "type", ev.Type, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+			w.deadLetter(r, DeadLetterDuplicateConflict+": "+err.Error())
+			hooks.Consumed(r.Topic, ev.Type, OutcomeDuplicateConflict)
+			continue
+		}
 		if dup {
 			hooks.Consumed(r.Topic, ev.Type, OutcomeDuplicate)
 		} else {

@@ -66,15 +66,22 @@ const (
 	handleClose                       // the work it tracks is over
 )
 
-// apply applies ev to the run and returns the triggers it raises, timers that
-// fell due before it included. dup is true when ev.ID was already applied.
-// Its steps: dedupe, fire what fell due, apply the payload to its node,
-// keep the correlation handle, record the event.
-func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
-	if r.ids.has(ev.ID) {
-		return nil, true, nil
+// apply applies ev, whose content hashes to hash (contentHash), to the run
+// and returns the triggers it raises, timers that fell due before it
+// included. dup is true when ev.ID was already applied with the same
+// content (or one of unknown hash); a *DuplicateConflictError when with
+// another, and the run is left as it was. Its steps: dedupe, fire what
+// fell due, apply the payload to its node, keep the correlation handle,
+// record the event.
+func (r *Run) apply(ev *topics.Event, hash uint64, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
+	if seen, ok := r.ids.lookup(ev.ID); ok {
+		if seen == 0 || seen == hash {
+			return nil, true, nil
+		}
+		return nil, false, &DuplicateConflictError{Run: r.id, EventID: ev.ID, Type: ev.Type, AgentID: ev.AgentID,
+			Seq: r.seq - int64(r.ids.age(ev.ID))}
 	}
-	r.ids.push(ev.ID, cfg.DedupeWindow)
+	r.ids.push(ev.ID, hash, cfg.DedupeWindow)
 	if r.dirty != nil {
 		r.dirty.meta = true
 	}
@@ -92,7 +99,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	r.setCorrelation(n, ev.CorrelationID)
 	effect, trigs := r.applyPayload(ev, n, cfg, trigs)
 	r.keepHandle(ev.CorrelationID, effect, ev.Time)
-	r.record(ev, n, before, cfg)
+	r.record(ev, hash, n, before, cfg)
 	return trigs, false, nil
 }
 

@@ -120,7 +120,8 @@ type Run struct {
 	reads   int64 // nodes read back since the projection last accounted the run
 	seq     int64
 	clock   topics.Time
-	// ids are the last Config.DedupeWindow applied event ids.
+	// ids are the last Config.DedupeWindow applied event ids, with their
+	// contents' hashes.
 	ids   idWindow
 	stats snapshot.Stats
 
@@ -197,7 +198,7 @@ func newRun(id string) *Run {
 	return &Run{
 		id:          id,
 		nodes:       make(map[string]*node),
-		ids:         idWindow{set: make(map[string]struct{})},
+		ids:         idWindow{set: make(map[string]uint64)},
 		urgent:      newTimedTree(newestFirst),
 		leases:      newTimedTree(soonestFirst),
 		signals:     newTimedTree(newestFirst),

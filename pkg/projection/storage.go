@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // Storage is the ordered key-value storage a Projection opened on it (Open)
@@ -109,6 +111,27 @@ func runKey(run string, kind byte, id string) []byte {
 	return rel([]byte{'r'}, []byte(run), []byte{0, kind}, []byte(id))
 }
 
+// MaxRecordBytes bounds every change a commit makes: its key and value
+// together are at most this many bytes, whatever the input, as long as
+// the decoder accepted it. Each change is also a record of the changelog
+// topic, produced in the commit's transaction, and a record over the
+// producer's limit (franz-go's 1,000,012 bytes by default) or the topic's
+// max.message.bytes (1,048,588 by default) would fail that commit every
+// time; a quarter of those leaves room for the record's framing and for a
+// smaller limit. What could grow with the input is split over several
+// records (journal chunks, plan steps) or bounded (a node's open requests,
+// a run's diagnostics): see docs/ARCHITECTURE.md "State".
+const MaxRecordBytes = 256 << 10
+
+// maxIDBytes is the most bytes an identifier of an event takes:
+// topics.MaxIDLength characters of up to 4 bytes each (a bound in bytes is
+// a quarter of it), so that the record bounds hold whichever the unit.
+const maxIDBytes = 4 * topics.MaxIDLength
+
+// maxRunKeyBytes is the most bytes of a run's key prefix ('r' run 0x00
+// kind).
+const maxRunKeyBytes = 3 + maxIDBytes
+
 // Change is one state key a commit set (Value, possibly empty) or deleted
 // (Delete), the key relative to the partition prefix.
 type Change struct {
@@ -189,7 +212,8 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	var expiredAt int64
 	var nodes []*node
 	hot := max(cfg.MaxHotNodesPerRun, 1)
-	var entries, legacy []HistoryEntry
+	var entries []journalEntry
+	var legacy []HistoryEntry
 	err = s.scan(prefix, func(k, v []byte) error {
 		if len(k) == 0 {
 			return fmt.Errorf("empty run key")
@@ -297,11 +321,15 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 		}
 	}
 	// The scan gave the earlier encoding's entries ('h') before the
-	// journal's ('j'): both in seq order, and the former all older.
-	entries = append(legacy, entries...)
-	r.loadJournal(entries, cfg)
-	// An earlier encoding's entries become the run's first journal chunk.
-	r.dirty.journal = legacy
+	// journal's ('j'): both in seq order, and the former all older. Their
+	// contents are unknown (hash 0).
+	old := make([]journalEntry, len(legacy))
+	for i, e := range legacy {
+		old[i] = journalEntry{HistoryEntry: e}
+	}
+	r.loadJournal(append(old, entries...), cfg)
+	// An earlier encoding's entries become the run's first journal chunks.
+	r.dirty.journal = old
 	return r, true, nil
 }
 
@@ -365,7 +393,7 @@ type dirt struct {
 	plans    map[string]struct{}
 	// journal are the entries applied since the last commit (journal.go);
 	// legacy the keys of the earlier encoding to delete.
-	journal []HistoryEntry
+	journal []journalEntry
 	legacy  [][]byte
 }
 
