@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -187,5 +188,18 @@ func TestDuplicateConflictError(t *testing.T) {
 	}
 	if err := p.Commit(nil); err != nil {
 		t.Fatalf("commit after a conflict: %v", err)
+	}
+}
+
+// BenchmarkContentHash is the dedupe window's cost per applied event: the
+// content hash of the events of a generated run.
+func BenchmarkContentHash(b *testing.B) {
+	evs := workload.Generate(workload.Spec{RunID: "run-bench", Nodes: 200, Seed: 1})
+	var buf []byte
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_, buf = contentHash(&evs[i%len(evs)], buf)
+		i++
 	}
 }
