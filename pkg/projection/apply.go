@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"encoding/binary"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,13 +49,17 @@ type Diagnostic struct {
 const DiagnosticLeaseReleaseIgnored = "lease_release_ignored"
 
 // Bounds on the read-model parts of a run, so that a hostile or buggy
-// producer cannot grow them without limit.
+// producer cannot grow them without limit. A run keeps its last
+// maxDiagnostics diagnostics, fewer when they would take more than
+// maxDiagnosticBytes (long ids in them), since they are stored in the
+// run's meta record (MaxRecordBytes).
 const (
-	maxDiagnostics   = 100
-	maxPlansPerRun   = 10000
-	maxBandsPerPlan  = 64
-	maxStepsPerBand  = 256
-	maxPlanSummaries = 10000
+	maxDiagnostics     = 100
+	maxDiagnosticBytes = 128 << 10
+	maxPlansPerRun     = 10000
+	maxBandsPerPlan    = 64
+	maxStepsPerBand    = 256
+	maxPlanSummaries   = 10000
 )
 
 // handleEffect is what an event does to its correlation handle.
@@ -274,6 +279,7 @@ func (r *Run) applyPlanPart(p topics.Payload) {
 		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
 			r.mark('p', p.PlanID)
 			if b := pl.band(p.BandIndex); len(b.Steps) < maxStepsPerBand {
+				r.markStep(p.PlanID, p.BandIndex, len(b.Steps))
 				b.Steps = append(b.Steps, Step{StepID: p.StepID, Index: p.StepIndex, ChildAgentID: p.ChildAgentID})
 			}
 		}
@@ -495,13 +501,22 @@ func (r *Run) reclassify(n *node, at topics.Time) bool {
 	return true
 }
 
+// plan applies tree.plan_created: a new plan, or a plan created again,
+// which starts over without its bands and steps.
 func (r *Run) plan(n *node, p *topics.PlanCreated, at topics.Time) {
 	defer r.mark('p', p.PlanID)
-	if _, ok := r.plans[p.PlanID]; !ok {
-		if len(r.plans) >= maxPlansPerRun {
-			return
+	old, ok := r.plans[p.PlanID]
+	if !ok && len(r.plans) >= maxPlansPerRun {
+		return
+	}
+	if old != nil {
+		// Its steps' records go (storage.go writes a step that is no
+		// more as a delete).
+		for i, b := range old.Bands {
+			for j := range b.Steps {
+				r.markStep(p.PlanID, i, j)
+			}
 		}
-		r.planOrder = append(r.planOrder, p.PlanID)
 	}
 	r.plans[p.PlanID] = &Plan{PlanID: p.PlanID, AgentID: n.AgentID, BandCount: p.BandCount, Replan: p.Replan,
 		CreatedAt: at, Bands: make(map[int]*Band)}
@@ -517,11 +532,28 @@ func (p *Plan) band(i int) *Band {
 }
 
 func (r *Run) diagnose(kind, agentID string, at topics.Time, detail string) {
-	if len(r.diagnostics) == maxDiagnostics {
-		copy(r.diagnostics, r.diagnostics[1:])
-		r.diagnostics = r.diagnostics[:maxDiagnostics-1]
+	d := Diagnostic{Kind: kind, AgentID: agentID, At: at, Detail: detail}
+	r.diagnostics = append(r.diagnostics, d)
+	r.diagBytes += diagnosticBytes(&d)
+	r.trimDiagnostics()
+}
+
+// trimDiagnostics forgets the oldest diagnostics beyond maxDiagnostics or
+// maxDiagnosticBytes; the newest always stays.
+func (r *Run) trimDiagnostics() {
+	drop := 0
+	for len(r.diagnostics)-drop > 1 && (len(r.diagnostics)-drop > maxDiagnostics || r.diagBytes > maxDiagnosticBytes) {
+		r.diagBytes -= diagnosticBytes(&r.diagnostics[drop])
+		drop++
 	}
-	r.diagnostics = append(r.diagnostics, Diagnostic{Kind: kind, AgentID: agentID, At: at, Detail: detail})
+	if drop > 0 {
+		r.diagnostics = append(r.diagnostics[:0], r.diagnostics[drop:]...)
+	}
+}
+
+// diagnosticBytes is at most the bytes d takes in its run's meta record.
+func diagnosticBytes(d *Diagnostic) int {
+	return 4*binary.MaxVarintLen64 + len(d.Kind) + len(d.AgentID) + len(d.Detail)
 }
 
 func eventTrigger(k topics.TriggerKind, ev *topics.Event, detail string) topics.Trigger {

@@ -312,3 +312,126 @@ func decodeMeta(v []byte) (*metaRecord, error) {
 	}
 	return m, nil
 }
+
+// A plan is stored as a header record, 'r' run 0x00 'p' plan, and a record
+// per step, 'r' run 0x00 's' plan 0x00 band step (one byte for the band,
+// two for the step's position in it, big endian), so that no record grows
+// with the plan (up to maxBandsPerPlan bands of maxStepsPerBand steps with
+// ids of any length: MaxRecordBytes) and a step_created writes one small
+// record, not the whole plan again. Both are binary and versioned like node
+// records; a header whose first byte is '{' is the earlier JSON, which
+// held the steps too (planRecord), and is still read. Header fields: agent
+// id, band count, replan, created at (Unix ms), then the bands in index
+// order, each its index, parallelizable and step count. Step fields: step
+// id, index, child agent id.
+const (
+	planBinaryVersion = 1
+	stepBinaryVersion = 1
+)
+
+// stepRef names a step of a plan: its band and its position in the band.
+type stepRef struct {
+	plan       string
+	band, step int
+}
+
+func stepKey(run string, s stepRef) []byte {
+	return runKey(run, 's', s.plan+string([]byte{0, byte(s.band), byte(s.step >> 8), byte(s.step)}))
+}
+
+// parseStepKey is stepKey's inverse on the key's part after 's'.
+func parseStepKey(rest string) (stepRef, bool) {
+	n := len(rest)
+	if n < 5 || rest[n-4] != 0 {
+		return stepRef{}, false
+	}
+	return stepRef{plan: rest[:n-4], band: int(rest[n-3]), step: int(rest[n-2])<<8 | int(rest[n-1])}, true
+}
+
+// encodePlan appends the binary encoding of pl's header (its bands without
+// their steps) to dst.
+func encodePlan(dst []byte, pl *Plan) []byte {
+	w := recWriter{b: append(slices.Grow(dst, 32+len(pl.AgentID)+8*len(pl.Bands)), planBinaryVersion)}
+	w.str(pl.AgentID)
+	w.int(int64(pl.BandCount))
+	w.bool(pl.Replan)
+	w.int(ms(pl.CreatedAt))
+	n := 0
+	for i := range maxBandsPerPlan {
+		if _, ok := pl.Bands[i]; ok {
+			n++
+		}
+	}
+	w.b = binary.AppendUvarint(w.b, uint64(n))
+	for i := range maxBandsPerPlan {
+		if b, ok := pl.Bands[i]; ok {
+			w.int(int64(b.Index))
+			w.bool(b.Parallelizable)
+			w.int(int64(b.StepCount))
+		}
+	}
+	return w.b
+}
+
+// decodePlan reads a plan header record of plan id in either encoding:
+// from the earlier JSON, the plan's steps too (legacy true).
+func decodePlan(id string, v []byte) (pl *Plan, legacy bool, err error) {
+	isJSON, body, err := recordBody(v, "plan record", planBinaryVersion)
+	if err != nil {
+		return nil, false, err
+	}
+	if isJSON {
+		var pr planRecord
+		if err := json.Unmarshal(body, &pr); err != nil {
+			return nil, false, err
+		}
+		pl = &Plan{PlanID: id, AgentID: pr.AgentID, BandCount: pr.BandCount, Replan: pr.Replan,
+			CreatedAt: fromMs(pr.CreatedAt), Bands: make(map[int]*Band)}
+		for i := range pr.Bands {
+			b := pr.Bands[i]
+			pl.Bands[b.Index] = &b
+		}
+		return pl, true, nil
+	}
+	rd := recReader{b: body}
+	pl = &Plan{PlanID: id, AgentID: rd.str("agent id"), BandCount: int(rd.int("band count")), Replan: rd.bool("replan"),
+		CreatedAt: fromMs(rd.int("created at")), Bands: make(map[int]*Band)}
+	n, k := binary.Uvarint(rd.b)
+	if rd.err == nil && (k <= 0 || n > maxBandsPerPlan) {
+		rd.fail("band count")
+	}
+	if rd.err == nil {
+		rd.b = rd.b[k:]
+		for range n {
+			b := &Band{Index: int(rd.int("band index")), Parallelizable: rd.bool("parallelizable"), StepCount: int(rd.int("step count"))}
+			if rd.err == nil && (b.Index < 0 || b.Index >= maxBandsPerPlan) {
+				rd.fail("band index")
+			}
+			pl.Bands[b.Index] = b
+		}
+	}
+	return pl, false, rd.done("plan record")
+}
+
+// encodeStep appends s's binary encoding to dst.
+func encodeStep(dst []byte, s *Step) []byte {
+	w := recWriter{b: append(slices.Grow(dst, 24+len(s.StepID)+len(s.ChildAgentID)), stepBinaryVersion)}
+	w.str(s.StepID)
+	w.int(int64(s.Index))
+	w.str(s.ChildAgentID)
+	return w.b
+}
+
+// decodeStep reads a step record.
+func decodeStep(v []byte) (Step, error) {
+	if len(v) == 0 || v[0] != stepBinaryVersion {
+		if len(v) == 0 {
+			return Step{}, fmt.Errorf("empty step record")
+		}
+		return Step{}, fmt.Errorf("%w: step record version %d, this build reads %d (was the state written by a newer canopy?)",
+			errRecordVersion, v[0], stepBinaryVersion)
+	}
+	rd := recReader{b: v[1:]}
+	s := Step{StepID: rd.str("step id"), Index: int(rd.int("step index")), ChildAgentID: rd.str("child agent id")}
+	return s, rd.done("step record")
+}

@@ -70,7 +70,14 @@ func (s *memStorage) SeekGE(key []byte) ([]byte, bool, error) {
 	return []byte(first), found, nil
 }
 
+// Write refuses a batch with a change over MaxRecordBytes, as producing it
+// to the changelog would fail: every test on a memStorage checks the bound.
 func (s *memStorage) Write(changes Changes, cp *Checkpoint, _ bool) error {
+	for _, c := range changes {
+		if n := len(c.Key) + len(c.Value); n > MaxRecordBytes {
+			return fmt.Errorf("%w: a change of %d bytes (key %.40q...), over MaxRecordBytes", ErrStore, n, c.Key)
+		}
+	}
 	for _, c := range changes {
 		if c.Delete {
 			delete(s.m, string(c.Key))
