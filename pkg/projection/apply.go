@@ -277,7 +277,9 @@ func (r *Run) applyPlanPart(p topics.Payload) {
 		}
 	case *topics.StepCreated:
 		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
-			r.mark('p', p.PlanID)
+			if _, ok := pl.Bands[p.BandIndex]; !ok {
+				r.mark('p', p.PlanID) // a new band, which the plan's header lists
+			}
 			if b := pl.band(p.BandIndex); len(b.Steps) < maxStepsPerBand {
 				r.markStep(p.PlanID, p.BandIndex, len(b.Steps))
 				b.Steps = append(b.Steps, Step{StepID: p.StepID, Index: p.StepIndex, ChildAgentID: p.ChildAgentID})

@@ -313,39 +313,54 @@ func decodeMeta(v []byte) (*metaRecord, error) {
 	return m, nil
 }
 
-// A plan is stored as a header record, 'r' run 0x00 'p' plan, and a record
-// per step, 'r' run 0x00 's' plan 0x00 band step (one byte for the band,
-// two for the step's position in it, big endian), so that no record grows
-// with the plan (up to maxBandsPerPlan bands of maxStepsPerBand steps with
-// ids of any length: MaxRecordBytes) and a step_created writes one small
-// record, not the whole plan again. Both are binary and versioned like node
-// records; a header whose first byte is '{' is the earlier JSON, which
-// held the steps too (planRecord), and is still read. Header fields: agent
-// id, band count, replan, created at (Unix ms), then the bands in index
-// order, each its index, parallelizable and step count. Step fields: step
-// id, index, child agent id.
+// A plan is stored as a header record, 'r' run 0x00 'p' plan, and its
+// steps in records of stepsPerRecord, 'r' run 0x00 's' plan 0x00 band chunk
+// (a byte each: the band's index, and which stepsPerRecord of its steps),
+// so that no record grows with the plan (up to maxBandsPerPlan bands of
+// maxStepsPerBand steps with ids of any length: MaxRecordBytes) and a
+// commit rewrites only the step records its events added to. Both are
+// binary and versioned like node records; a header whose first byte is '{'
+// is the earlier JSON, which held the steps too (planRecord), and is still
+// read. Header fields: agent id, band count, replan, created at (Unix ms),
+// then the bands in index order, each its index, parallelizable and step
+// count. A step record: the count, then each step's id, index and child
+// agent id.
 const (
 	planBinaryVersion = 1
 	stepBinaryVersion = 1
 )
 
-// stepRef names a step of a plan: its band and its position in the band.
+// stepsPerRecord is how many steps of a band one step record holds: with
+// ids at their longest, 64 steps take about 130 KiB.
+const stepsPerRecord = 64
+
+// stepRef names a step record: the chunk-th stepsPerRecord steps of a band
+// of a plan.
 type stepRef struct {
-	plan       string
-	band, step int
+	plan        string
+	band, chunk int
 }
 
 func stepKey(run string, s stepRef) []byte {
-	return runKey(run, 's', s.plan+string([]byte{0, byte(s.band), byte(s.step >> 8), byte(s.step)}))
+	return runKey(run, 's', s.plan+string([]byte{0, byte(s.band), byte(s.chunk)}))
 }
 
 // parseStepKey is stepKey's inverse on the key's part after 's'.
 func parseStepKey(rest string) (stepRef, bool) {
 	n := len(rest)
-	if n < 5 || rest[n-4] != 0 {
+	if n < 4 || rest[n-3] != 0 {
 		return stepRef{}, false
 	}
-	return stepRef{plan: rest[:n-4], band: int(rest[n-3]), step: int(rest[n-2])<<8 | int(rest[n-1])}, true
+	return stepRef{plan: rest[:n-3], band: int(rest[n-2]), chunk: int(rest[n-1])}, true
+}
+
+// stepsOf returns the steps of b that ref's record holds.
+func (b *Band) stepsOf(ref stepRef) []Step {
+	lo := ref.chunk * stepsPerRecord
+	if lo >= len(b.Steps) {
+		return nil
+	}
+	return b.Steps[lo:min(lo+stepsPerRecord, len(b.Steps))]
 }
 
 // encodePlan appends the binary encoding of pl's header (its bands without
@@ -413,25 +428,41 @@ func decodePlan(id string, v []byte) (pl *Plan, legacy bool, err error) {
 	return pl, false, rd.done("plan record")
 }
 
-// encodeStep appends s's binary encoding to dst.
-func encodeStep(dst []byte, s *Step) []byte {
-	w := recWriter{b: append(slices.Grow(dst, 24+len(s.StepID)+len(s.ChildAgentID)), stepBinaryVersion)}
-	w.str(s.StepID)
-	w.int(int64(s.Index))
-	w.str(s.ChildAgentID)
+// encodeSteps appends the binary encoding of a step record holding steps
+// to dst.
+func encodeSteps(dst []byte, steps []Step) []byte {
+	size := 16
+	for i := range steps {
+		size += 24 + len(steps[i].StepID) + len(steps[i].ChildAgentID)
+	}
+	w := recWriter{b: append(slices.Grow(dst, size), stepBinaryVersion)}
+	w.b = binary.AppendUvarint(w.b, uint64(len(steps)))
+	for i := range steps {
+		w.str(steps[i].StepID)
+		w.int(int64(steps[i].Index))
+		w.str(steps[i].ChildAgentID)
+	}
 	return w.b
 }
 
-// decodeStep reads a step record.
-func decodeStep(v []byte) (Step, error) {
-	if len(v) == 0 || v[0] != stepBinaryVersion {
-		if len(v) == 0 {
-			return Step{}, fmt.Errorf("empty step record")
-		}
-		return Step{}, fmt.Errorf("%w: step record version %d, this build reads %d (was the state written by a newer canopy?)",
+// decodeSteps reads a step record.
+func decodeSteps(v []byte) ([]Step, error) {
+	if len(v) == 0 {
+		return nil, fmt.Errorf("empty step record")
+	}
+	if v[0] != stepBinaryVersion {
+		return nil, fmt.Errorf("%w: step record version %d, this build reads %d (was the state written by a newer canopy?)",
 			errRecordVersion, v[0], stepBinaryVersion)
 	}
 	rd := recReader{b: v[1:]}
-	s := Step{StepID: rd.str("step id"), Index: int(rd.int("step index")), ChildAgentID: rd.str("child agent id")}
-	return s, rd.done("step record")
+	n, k := binary.Uvarint(rd.b)
+	if k <= 0 || n > stepsPerRecord {
+		return nil, fmt.Errorf("step record: truncated or corrupt count")
+	}
+	rd.b = rd.b[k:]
+	out := make([]Step, n)
+	for i := range out {
+		out[i] = Step{StepID: rd.str("step id"), Index: int(rd.int("step index")), ChildAgentID: rd.str("child agent id")}
+	}
+	return out, rd.done("step record")
 }

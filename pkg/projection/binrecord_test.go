@@ -126,10 +126,11 @@ func TestMetaRecordEncodings(t *testing.T) {
 	}
 }
 
-// TestPlanRecordEncodings: a plan's header and its steps read back from
-// their binary encodings as the plan was, and as the earlier JSON record
-// (header and steps in one) gives it; a cut record or an unknown version
-// fails, naming it; a step's key names its plan, band and position.
+// TestPlanRecordEncodings: a plan's header and its step records read back
+// from their binary encodings as the plan was, and as the earlier JSON
+// record (header and steps in one) gives it; a cut record or an unknown
+// version fails, naming it; a step record's key names its plan, band and
+// which of the band's steps it holds.
 func TestPlanRecordEncodings(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 19))
 	str := func() string {
@@ -143,7 +144,7 @@ func TestPlanRecordEncodings(t *testing.T) {
 			CreatedAt: topics.UnixMilliTime(1 + rng.Int64N(1<<42)), Bands: map[int]*Band{}}
 		for range rng.IntN(5) {
 			b := &Band{Index: rng.IntN(maxBandsPerPlan), Parallelizable: rng.IntN(2) == 0, StepCount: rng.IntN(300)}
-			for j := range rng.IntN(4) {
+			for j := range rng.IntN(3) * rng.IntN(100) {
 				b.Steps = append(b.Steps, Step{StepID: str(), Index: j, ChildAgentID: str()})
 			}
 			pl.Bands[b.Index] = b
@@ -154,16 +155,21 @@ func TestPlanRecordEncodings(t *testing.T) {
 			t.Fatalf("plan %d: the header does not decode: %v (legacy %v)", i, err, legacy)
 		}
 		for bi, b := range pl.Bands {
-			for j := range b.Steps {
-				ref, ok := parseStepKey(string(stepKey("run", stepRef{pl.PlanID, bi, j})[len("run")+3:]))
-				if !ok || ref != (stepRef{pl.PlanID, bi, j}) {
-					t.Fatalf("plan %d: step key of band %d step %d parses to %+v, %v", i, bi, j, ref, ok)
+			for c := 0; c*stepsPerRecord < len(b.Steps); c++ {
+				want := stepRef{pl.PlanID, bi, c}
+				ref, ok := parseStepKey(string(stepKey("run", want)[len("run")+3:]))
+				if !ok || ref != want {
+					t.Fatalf("plan %d: step key %+v parses to %+v, %v", i, want, ref, ok)
 				}
-				st, err := decodeStep(encodeStep(nil, &b.Steps[j]))
+				enc := encodeSteps(nil, b.stepsOf(ref))
+				steps, err := decodeSteps(enc)
 				if err != nil {
-					t.Fatalf("plan %d: a step does not decode: %v", i, err)
+					t.Fatalf("plan %d: a step record does not decode: %v", i, err)
 				}
-				got.Bands[bi].Steps = append(got.Bands[bi].Steps, st)
+				if _, err := decodeSteps(enc[:rng.IntN(len(enc))]); err == nil {
+					t.Fatalf("plan %d: a cut step record decodes", i)
+				}
+				got.Bands[bi].Steps = append(got.Bands[bi].Steps, steps...)
 			}
 		}
 		if !reflect.DeepEqual(got, pl) {
@@ -193,9 +199,9 @@ func TestPlanRecordEncodings(t *testing.T) {
 	if _, _, err := decodePlan("p", bad); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 8") {
 		t.Fatalf("a plan record of version 8: %v; want an error naming the version", err)
 	}
-	badStep := encodeStep(nil, &Step{StepID: "s"})
+	badStep := encodeSteps(nil, []Step{{StepID: "s"}})
 	badStep[0] = 8
-	if _, err := decodeStep(badStep); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 8") {
+	if _, err := decodeSteps(badStep); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 8") {
 		t.Fatalf("a step record of version 8: %v; want an error naming the version", err)
 	}
 }

@@ -323,10 +323,10 @@ func TestRecordsAreBounded(t *testing.T) {
 		b.apply(root, &topics.StepCreated{PlanID: plan, BandIndex: 1, StepID: "again", StepIndex: 0}, "")
 		b.commit()
 		b.reload()
-		steps := 0
-		_ = b.st.Scan(rel([]byte{'r'}, []byte(b.run), []byte{0, 's'}), func(k, v []byte) error { steps++; return nil })
-		if steps != 1 {
-			t.Errorf("%d step records after the plan was created again with one step, want 1", steps)
+		records := 0
+		_ = b.st.Scan(rel([]byte{'r'}, []byte(b.run), []byte{0, 's'}), func(k, v []byte) error { records++; return nil })
+		if records != 1 {
+			t.Errorf("%d step records after the plan was created again with one step, want 1", records)
 		}
 		b.logLargest()
 	})

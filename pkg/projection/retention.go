@@ -98,8 +98,8 @@ func (p *Projection) expire(r *Run, now int64) error {
 	addAll('p', maps.Keys(r.plans))
 	for id, pl := range r.plans {
 		for i, b := range pl.Bands {
-			for j := range b.Steps {
-				add(stepKey(r.id, stepRef{id, i, j}))
+			for c := 0; c*stepsPerRecord < len(b.Steps); c++ {
+				add(stepKey(r.id, stepRef{id, i, c}))
 			}
 		}
 	}

@@ -198,10 +198,10 @@ func (r *Run) mark(kind byte, id string) {
 }
 
 // markStep records that the step-th step of band of plan changed (or is
-// no more), when the run is persisted.
+// no more), when the run is persisted: its step record is written again.
 func (r *Run) markStep(plan string, band, step int) {
 	if r.dirty != nil {
-		r.dirty.steps[stepRef{plan, band, step}] = struct{}{}
+		r.dirty.steps[stepRef{plan, band, step / stepsPerRecord}] = struct{}{}
 	}
 }
 

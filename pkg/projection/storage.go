@@ -27,9 +27,9 @@ import (
 //	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
 //	'r' run 0x00 'p' plan      plan: its bands, without their steps (binary, versioned:
 //	                           binrecord.go; JSON with the steps from earlier builds is read)
-//	'r' run 0x00 's' plan 0x00 band step
-//	                           one step of a plan (binary, versioned), by band (1 byte)
-//	                           and position in the band (2 bytes, big endian)
+//	'r' run 0x00 's' plan 0x00 band chunk
+//	                           up to 64 steps of a band of a plan (binary, versioned), by
+//	                           band (1 byte) and which 64 of its steps (1 byte)
 //	'r' run 0x00 'j' seq       a journal chunk: the entries (event id and content hash,
 //	                           history fields) of run's events applied by one commit, from
 //	                           its seq-th (8 bytes big endian), binary and versioned
@@ -126,8 +126,8 @@ func runKey(run string, kind byte, id string) []byte {
 // max.message.bytes (1,048,588 by default) would fail that commit every
 // time; a quarter of those leaves room for the record's framing and for a
 // smaller limit. What could grow with the input is split over several
-// records (journal chunks, plan steps) or bounded (a node's open requests,
-// a run's diagnostics): see docs/ARCHITECTURE.md "State".
+// records (journal chunks, a plan's step records) or bounded (a node's
+// open requests, a run's diagnostics): see docs/ARCHITECTURE.md "State".
 const MaxRecordBytes = 256 << 10
 
 // maxIDBytes is the most bytes an identifier of an event takes:
@@ -283,20 +283,20 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 				return fmt.Errorf("step key %q", rest)
 			}
 			// Keys come in order: a plan's header ('p') before its steps,
-			// and each band's steps by position.
+			// and each band's step records in order.
 			pl := r.plans[ref.plan]
 			if pl == nil {
-				return fmt.Errorf("step %d of band %d of plan %q, which the run does not have", ref.step, ref.band, ref.plan)
+				return fmt.Errorf("steps of band %d of plan %q, which the run does not have", ref.band, ref.plan)
 			}
 			b := pl.band(ref.band)
-			if ref.step != len(b.Steps) {
-				return fmt.Errorf("step %d of band %d of plan %q follows %d steps", ref.step, ref.band, ref.plan, len(b.Steps))
+			if ref.chunk*stepsPerRecord != len(b.Steps) {
+				return fmt.Errorf("step record %d of band %d of plan %q follows %d steps", ref.chunk, ref.band, ref.plan, len(b.Steps))
 			}
-			st, err := decodeStep(v)
+			steps, err := decodeSteps(v)
 			if err != nil {
 				return fmt.Errorf("plan %q: %w", ref.plan, err)
 			}
-			b.Steps = append(b.Steps, st)
+			b.Steps = append(b.Steps, steps...)
 		case 'j':
 			if len(rest) != 8 {
 				return fmt.Errorf("journal key of %d bytes", len(rest))
@@ -428,8 +428,8 @@ type dirt struct {
 	requests map[string]struct{}
 	handles  map[string]struct{}
 	plans    map[string]struct{}
-	// steps are the plan steps added, or gone with their plan created
-	// again (binrecord.go).
+	// steps are the step records with steps added, or gone with their
+	// plan created again (binrecord.go).
 	steps map[stepRef]struct{}
 	// journal are the entries applied since the last commit (journal.go);
 	// legacy the keys of the earlier encoding to delete.
@@ -500,11 +500,13 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 		}
 	}
 	for ref := range d.steps {
-		// A step the plan no longer has (it was created again) is deleted.
+		// Steps the plan no longer has (it was created again) are deleted.
 		if pl := r.plans[ref.plan]; pl != nil {
-			if b := pl.Bands[ref.band]; b != nil && ref.step < len(b.Steps) {
-				c.set(stepKey(r.id, ref), encodeStep(nil, &b.Steps[ref.step]))
-				continue
+			if b := pl.Bands[ref.band]; b != nil {
+				if steps := b.stepsOf(ref); len(steps) > 0 {
+					c.set(stepKey(r.id, ref), encodeSteps(nil, steps))
+					continue
+				}
 			}
 		}
 		c.del(stepKey(r.id, ref))
