@@ -140,5 +140,5 @@ func addProjectionFlags(fs *flag.FlagSet, c *projection.Config) {
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", projection.DefaultProgressInterval, "progress signals wake a run at most once per interval")
 	fs.DurationVar(&c.ForwardGrace, "forward-grace", projection.DefaultForwardGrace, "time after a completion before the watchdog reports done_but_not_forwarded")
 	fs.IntVar(&c.DedupeWindow, "dedupe-window", projection.DefaultDedupeWindow,
-		"applied event ids each run keeps: an event sent again with one of them is a duplicate (state: give every instance the same)")
+		"applied event ids each run keeps: an event sent again with one of them is a duplicate, one reusing one with other content is dead-lettered (state: give every instance the same)")
 }
