@@ -24,9 +24,13 @@ import (
 // millisecond), agent id, session, thread, correlation and causation ids,
 // and every field of its typed payload (an absent list and an empty one
 // alike). Not content: the id itself, the run id (the window is the
-// run's), the schema version, and what the decoder does not keep
+// run's), the schema version, what the decoder does not keep
 // (datacontenttype, dataschema, subject, unknown extension attributes,
-// headers such as traceparent). The hash is XXH64 of a canonical binary
+// headers such as traceparent), and the source and time of a signal.input:
+// the gateway stamps those on each attempt, and derives the id from the
+// request's Idempotency-Key, so a retry of the same request (after a
+// produce that timed out, through another instance) is the same input,
+// as the gateway itself judges it by the request's body. The hash is XXH64 of a canonical binary
 // encoding of those values (appendContent): stable across builds and
 // machines, since it is state. Two contents with one hash (about one in
 // 2^64 per pair, more for a producer that crafts them) are taken for a
@@ -86,8 +90,10 @@ func contentHash(ev *topics.Event, buf []byte) (uint64, []byte) {
 func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 	c := contentWriter{b}
 	c.str(string(ev.Type))
-	c.str(ev.Source)
-	c.time(ev.Time)
+	if ev.Type != topics.TypeInput {
+		c.str(ev.Source)
+		c.time(ev.Time)
+	}
 	c.str(ev.AgentID)
 	c.str(ev.SessionID)
 	c.str(ev.ThreadID)

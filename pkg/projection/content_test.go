@@ -83,28 +83,33 @@ func TestContentCoversEveryField(t *testing.T) {
 			}
 		}
 	}
-	// The envelope: every field is content but the three that are not.
-	env := reflect.ValueOf(base(topics.TypeHeartbeat))
-	want := hashOf(new(base(topics.TypeHeartbeat)))
-	for i := range env.NumField() {
-		name := env.Type().Field(i).Name
-		other := base(topics.TypeHeartbeat)
-		f := reflect.ValueOf(&other).Elem().Field(i)
-		switch name {
-		case "Data":
-			other.Data = nil
-		case "Type":
-			other.Type = topics.TypeNodeCompleted
-		case "SchemaVersion":
-			other.SchemaVersion = 2
-		default:
-			if !set(f) {
-				t.Fatalf("Event.%s: a field of type %s this test cannot set: add it", name, f.Type())
+	// The envelope: every field is content but the three that are not,
+	// and for human input (which the gateway stamps on each attempt) its
+	// source and time.
+	for _, typ := range []topics.EventType{topics.TypeHeartbeat, topics.TypeInput} {
+		env := reflect.ValueOf(base(typ))
+		want := hashOf(new(base(typ)))
+		for i := range env.NumField() {
+			name := env.Type().Field(i).Name
+			other := base(typ)
+			f := reflect.ValueOf(&other).Elem().Field(i)
+			switch name {
+			case "Data":
+				other.Data = nil
+			case "Type":
+				other.Type = topics.TypeNodeCompleted
+			case "SchemaVersion":
+				other.SchemaVersion = 2
+			default:
+				if !set(f) {
+					t.Fatalf("Event.%s: a field of type %s this test cannot set: add it", name, f.Type())
+				}
 			}
-		}
-		notContent := name == "ID" || name == "RunID" || name == "SchemaVersion"
-		if same := hashOf(&other) == want; same != notContent {
-			t.Errorf("Event.%s changed: same hash %v, want %v", name, same, notContent)
+			notContent := name == "ID" || name == "RunID" || name == "SchemaVersion" ||
+				typ == topics.TypeInput && (name == "Source" || name == "Time")
+			if same := hashOf(&other) == want; same != notContent {
+				t.Errorf("%s: Event.%s changed: same hash %v, want %v", typ, name, same, notContent)
+			}
 		}
 	}
 }
