@@ -26,11 +26,15 @@ import (
 // alike). Not content: the id itself, the run id (the window is the
 // run's), the schema version, what the decoder does not keep
 // (datacontenttype, dataschema, subject, unknown extension attributes,
-// headers such as traceparent), and the source and time of a signal.input:
-// the gateway stamps those on each attempt, and derives the id from the
-// request's Idempotency-Key, so a retry of the same request (after a
-// produce that timed out, through another instance) is the same input,
-// as the gateway itself judges it by the request's body. The hash is XXH64 of a canonical binary
+// headers such as traceparent), and the source and time of the events
+// canopy's own components send under ids derived from what they stand
+// for, stamped on each attempt (restamped): a signal.input, whose id the
+// gateway derives from the request's Idempotency-Key, so that a retry of
+// the same request (after a produce that timed out, through another
+// instance) is the same input, as the gateway itself judges it by the
+// request's body; and a conductor.wake_received, whose id a conductor
+// derives from the wake (pkg/wake AckEvent and the examples), so that
+// acknowledging a redelivered wake again is the same acknowledgement. The hash is XXH64 of a canonical binary
 // encoding of those values (appendContent): stable across builds and
 // machines, since it is state. Two contents with one hash (about one in
 // 2^64 per pair, more for a producer that crafts them) are taken for a
@@ -90,7 +94,7 @@ func contentHash(ev *topics.Event, buf []byte) (uint64, []byte) {
 func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 	c := contentWriter{b}
 	c.str(string(ev.Type))
-	if ev.Type != topics.TypeInput {
+	if !restamped(ev.Type) {
 		c.str(ev.Source)
 		c.time(ev.Time)
 	}
@@ -202,6 +206,13 @@ func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 		c.str(string(enc))
 	}
 	return c.b, typed
+}
+
+// restamped reports whether events of type t are sent again with a new
+// source and time under the same id (see the top of this file): then
+// those are not content.
+func restamped(t topics.EventType) bool {
+	return t == topics.TypeInput || t == topics.TypeWakeReceived
 }
 
 type contentWriter struct{ b []byte }

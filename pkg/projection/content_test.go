@@ -84,9 +84,9 @@ func TestContentCoversEveryField(t *testing.T) {
 		}
 	}
 	// The envelope: every field is content but the three that are not,
-	// and for human input (which the gateway stamps on each attempt) its
-	// source and time.
-	for _, typ := range []topics.EventType{topics.TypeHeartbeat, topics.TypeInput} {
+	// and for human input and acknowledgements (which canopy's gateway and
+	// conductors stamp on each attempt) their source and time.
+	for _, typ := range []topics.EventType{topics.TypeHeartbeat, topics.TypeInput, topics.TypeWakeReceived} {
 		env := reflect.ValueOf(base(typ))
 		want := hashOf(new(base(typ)))
 		for i := range env.NumField() {
@@ -106,7 +106,7 @@ func TestContentCoversEveryField(t *testing.T) {
 				}
 			}
 			notContent := name == "ID" || name == "RunID" || name == "SchemaVersion" ||
-				typ == topics.TypeInput && (name == "Source" || name == "Time")
+				typ != topics.TypeHeartbeat && (name == "Source" || name == "Time")
 			if same := hashOf(&other) == want; same != notContent {
 				t.Errorf("%s: Event.%s changed: same hash %v, want %v", typ, name, same, notContent)
 			}
