@@ -120,9 +120,9 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "projector replay: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "replay: %d lines, %d events applied, %d duplicates, %d invalid, %d of unknown type, %d wakes\n",
-		st.Lines, st.Applied, st.Duplicates, st.Invalid, st.UnknownType, st.Wakes)
-	if st.Invalid > 0 {
+	fmt.Fprintf(stderr, "replay: %d lines, %d events applied, %d duplicates, %d id conflicts, %d invalid, %d of unknown type, %d wakes\n",
+		st.Lines, st.Applied, st.Duplicates, st.Conflicts, st.Invalid, st.UnknownType, st.Wakes)
+	if st.Invalid > 0 || st.Conflicts > 0 {
 		return 1
 	}
 	return 0
@@ -140,7 +140,7 @@ func addProjectionFlags(fs *flag.FlagSet, c *projection.Config) {
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", projection.DefaultProgressInterval, "progress signals wake a run at most once per interval")
 	fs.DurationVar(&c.ForwardGrace, "forward-grace", projection.DefaultForwardGrace, "time after a completion before the watchdog reports done_but_not_forwarded")
 	fs.IntVar(&c.DedupeWindow, "dedupe-window", projection.DefaultDedupeWindow,
-		"applied event ids each run keeps: an event sent again with one of them is a duplicate (state: give every instance the same)")
+		"applied event ids each run keeps: an event sent again with one of them is a duplicate, one reusing one with other content is dead-lettered (state: give every instance the same)")
 	fs.IntVar(&c.MaxWakeBytes, "max-wake-bytes", projection.DefaultMaxWakeBytes,
 		"max encoded wake size in bytes: a run's triggers that do not fit one wake are split over several (give every instance the same)")
 	fs.IntVar(&c.MaxWakeTriggers, "max-wake-triggers", projection.DefaultMaxWakeTriggers,

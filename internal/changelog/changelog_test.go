@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.M(m)) }
@@ -446,4 +448,118 @@ func TestRestoreAfterLostUnsyncedWrites(t *testing.T) {
 			same(t, "after the crash and the restore", dump(t, db), w.want)
 		})
 	}
+}
+
+// TestTornCommitOfSplitJournal: a commit whose journal entries of one run
+// take several chunks (long ids, many events: projection.MaxRecordBytes)
+// and which tears after some of them is rolled back key by key: the run
+// read back from the restored store is the one of the last complete
+// commit (its journal consecutive up to its seq, its ids duplicates, the
+// torn ones new), and the events applied again by the next owner restore
+// whole, also from scratch through the torn commit and its rollback.
+func TestTornCommitOfSplitJournal(t *testing.T) { brokertest.Run(t, testTornCommitOfSplitJournal) }
+
+func testTornCommitOfSplitJournal(t *testing.T, b *brokertest.Broker) {
+	c := newCluster(t, b)
+	w := c.writer(false, 3)
+	const run = "run-split"
+	cfg := projection.Config{DedupeWindow: 1000}
+	long := func(tag string, i int) string { return strings.Repeat("𝔸", 240) + fmt.Sprintf("%s%06d", tag, i) }
+	var evs []topics.Event
+	for i := range 1600 {
+		evs = append(evs, topics.Event{ID: long("ev-", i), Source: "/t", Type: topics.TypeHeartbeat, Time: topics.NewTime(time.UnixMilli(int64(1000 * (i + 1)))),
+			RunID: run, AgentID: long("agent-", i%20), CorrelationID: long("corr-", i), SchemaVersion: 1, Data: &topics.Heartbeat{}})
+	}
+	apply := func(p *projection.Projection, evs []topics.Event) {
+		t.Helper()
+		for i := range evs {
+			if _, dup, err := p.ApplyEvent(&evs[i]); dup || err != nil {
+				t.Fatalf("event %d: dup %v, %v", i, dup, err)
+			}
+		}
+	}
+	chunk := []byte("r" + run + "\x00j")
+	commit := func(p *projection.Projection, next int64) {
+		t.Helper()
+		ch, err := p.Prepare(map[string]int64{"in": next})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.produce(Records(c.topic, 1, ch), true)
+		if err := p.Finish(ch, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal := func(st *store.Store, seq int64) {
+		t.Helper()
+		spans, _, err := projection.Journal(st, run)
+		if err != nil || len(spans) == 0 || spans[len(spans)-1].Last != seq {
+			t.Fatalf("journal chunks %v, %v; want them to end at seq %d", spans, err, seq)
+		}
+		for i := 1; i < len(spans); i++ {
+			if spans[i].First != spans[i-1].Last+1 {
+				t.Fatalf("journal chunks %v are not consecutive", spans)
+			}
+		}
+	}
+
+	// The first owner commits 800 events, then dies producing the commit
+	// of the next 800 after its second journal chunk.
+	_, st1 := openStore(t)
+	p, err := projection.Open(cfg, st1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(p, evs[:800])
+	commit(p, 800)
+	apply(p, evs[800:])
+	ch, err := p.Prepare(map[string]int64{"in": 1600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []int
+	for i, x := range ch {
+		if bytes.HasPrefix(x.Key, chunk) && !x.Delete {
+			chunks = append(chunks, i)
+		}
+	}
+	if len(chunks) < 3 {
+		t.Fatalf("the commit of 800 events with long ids wrote %d journal chunks, want several", len(chunks))
+	}
+	w.produce(Records(c.topic, 1, ch[:chunks[1]+1]), false)
+
+	// The next owner restores, rolls the torn tail back, and reads the run
+	// of the last complete commit.
+	db2, st2 := openStore(t)
+	res := c.restore(st2)
+	if len(res.Tail) == 0 {
+		t.Fatal("the torn commit's keys were not reported")
+	}
+	undo, err := Rollback(st2, res.Tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.produce(Records(c.topic, 1, undo), true)
+	p2, err := projection.Open(cfg, st2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := p2.Run(run); !ok || r.Seq() != 800 {
+		t.Fatalf("the restored run: %v (%v); want it at seq 800", r, p2.Err())
+	}
+	journal(st2, 800)
+	if _, dup, err := p2.ApplyEvent(&evs[799]); !dup || err != nil {
+		t.Fatalf("the last committed event sent again: dup %v, %v; want a duplicate", dup, err)
+	}
+	apply(p2, evs[800:])
+	commit(p2, 1600)
+	journal(st2, 1600)
+
+	// From scratch, through the torn commit and its rollback: the same.
+	db3, st3 := openStore(t)
+	if res := c.restore(st3); len(res.Tail) != 0 {
+		t.Fatalf("tail after the rollback: %d keys", len(res.Tail))
+	}
+	same(t, "restore through a torn split commit and its rollback", dump(t, db3), dump(t, db2))
+	journal(st3, 1600)
 }

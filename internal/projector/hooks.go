@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -108,7 +109,15 @@ const (
 	// OutcomePoison: a record whose processing failed the same way a
 	// bounded number of times (Config.PoisonAttempts), dead-lettered.
 	OutcomePoison Outcome = "poison"
+	// OutcomeDuplicateConflict: an event whose id its run applied with
+	// other content (projection.DuplicateConflictError), dead-lettered;
+	// the first content stays.
+	OutcomeDuplicateConflict Outcome = "duplicate_conflict"
 )
+
+// DeadLetterDuplicateConflict starts the dead-letter reason of an event
+// whose id its run applied with other content.
+const DeadLetterDuplicateConflict = projection.DuplicateConflictCode
 
 // CommittedWake is a published wake with what telemetry needs about it. The
 // wake itself is there for its metadata (ids, seq, truncation meta): hooks
@@ -243,6 +252,9 @@ func (s *Stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
 		s.Rerouted.Add(1)
 	case OutcomeUnknownType:
 		s.UnknownType.Add(1)
+		s.DeadLettered.Add(1)
+	case OutcomeDuplicateConflict:
+		s.DuplicateConflicts.Add(1)
 		s.DeadLettered.Add(1)
 	case OutcomeDeadLettered, OutcomeRunExpired:
 		s.DeadLettered.Add(1)

@@ -55,9 +55,12 @@ type Stats struct {
 	NopHooks
 	// Records counts the records consumed (Hooks.Consumed), Applied and
 	// the rest them by outcome; DeadLettered counts every record sent to
-	// the dead-letter topic, UnknownType, RunExpired and poison ones
-	// included.
+	// the dead-letter topic, UnknownType, RunExpired, DuplicateConflicts
+	// and Poison ones included.
 	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
+	// DuplicateConflicts counts the events whose id their run applied
+	// with other content (OutcomeDuplicateConflict).
+	DuplicateConflicts atomic.Int64
 	// Poison counts the records dead-lettered as poison (poison.go), and
 	// Rewinds the times a partition rewound to apply again what was not
 	// committed after a failure its input may cause.

@@ -703,6 +703,15 @@ func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
 		w.count(r.Topic, ev.Type, OutcomeRunExpired)
 		return
 	}
+	if errors.Is(err, projection.ErrDuplicateConflict) {
+		// An id that names another content than the one applied:
+		// refused, and the first content stays (docs/CONTRACT.md).
+		w.p.log.Warn("an event id was sent again with other content; the first content stays",
+			"run", ev.RunID, "event_id", ev.ID, "type", ev.Type, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		w.deadLetter(r, DeadLetterDuplicateConflict+": "+err.Error())
+		w.count(r.Topic, ev.Type, OutcomeDuplicateConflict)
+		return
+	}
 	if dup {
 		w.count(r.Topic, ev.Type, OutcomeDuplicate)
 	} else {

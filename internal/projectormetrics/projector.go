@@ -58,7 +58,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 	m := &ProjectorMetrics{
 		events: events,
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "records_consumed_total",
-			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired, poison."},
+			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired, duplicate_conflict (an event id sent again with other content, dead-lettered), poison (a record whose processing failed the same way every time, dead-lettered)."},
 			[]string{"topic", "type", "outcome"}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "dead_letters_total",
 			Help: "Records sent to the dead-letter topic because they could not be projected (their headers say why)."}),
@@ -175,7 +175,7 @@ func RegisterGauges(reg prometheus.Registerer, src Source) error {
 func (m *ProjectorMetrics) Consumed(topic string, typ topics.EventType, outcome projector.Outcome) {
 	m.consumed.WithLabelValues(topic, string(typ), string(outcome)).Inc()
 	switch outcome {
-	case projector.OutcomeDeadLettered:
+	case projector.OutcomeDeadLettered, projector.OutcomeDuplicateConflict:
 		m.deadLetters.Inc()
 	case projector.OutcomeRerouted:
 		m.reroutes.Inc()

@@ -67,8 +67,8 @@ func NewReference(partitions int32) *Reference {
 
 // Apply feeds ev to its run's projection; the caller gives each run's events
 // in the order they were produced. An event the projection finds to be a
-// duplicate fails the test: the reference is built from the workload, which
-// must not repeat ids.
+// duplicate, or refuses, fails the test: the reference is built from the
+// workload, which must not repeat ids.
 func (r *Reference) Apply(tb testing.TB, ev *topics.Event) {
 	tb.Helper()
 	run := r.runs[ev.RunID]
@@ -81,7 +81,10 @@ func (r *Reference) Apply(tb testing.TB, ev *topics.Event) {
 		r.runs[ev.RunID] = run
 	}
 	e := *ev // Apply is given its own copy: the caller's event stays as it was
-	trigs, dup := run.proj.Apply(&e)
+	trigs, dup, err := run.proj.ApplyEvent(&e)
+	if err != nil {
+		tb.Fatalf("projectortest: applying event %s of run %s: %v", ev.ID, ev.RunID, err)
+	}
 	if dup {
 		tb.Fatalf("projectortest: the workload repeats event %s of run %s", ev.ID, ev.RunID)
 	}

@@ -36,15 +36,19 @@ type Options struct {
 	Summary bool
 }
 
-// Stats count what a replay did.
+// Stats count what a replay did. Conflicts are events whose id their run
+// had applied with other content (the projector dead-letters them as
+// duplicate_id_conflict): not applied.
 type Stats struct {
-	Lines, Applied, Duplicates, Invalid, UnknownType, Wakes int
+	Lines, Applied, Duplicates, Conflicts, Invalid, UnknownType, Wakes int
 }
 
 // Run reads newline-delimited structured CloudEvents from in and writes one
-// wake per line to out. A line that cannot be decoded is reported on errw
-// with its line number and the reason, and the replay goes on. The error is
-// for failures of the replay itself (reading, writing), not of input lines.
+// wake per line to out. A line that cannot be decoded, or whose event id
+// its run applied with other content ("line N: duplicate_id_conflict:
+// ..."), is reported on errw with its line number and the reason, and the
+// replay goes on. The error is for failures of the replay itself (reading,
+// writing), not of input lines.
 func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 	var st Stats
 	p, err := projection.New(opts.Projection)
@@ -109,10 +113,17 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 				st.Invalid++
 				fmt.Fprintf(errw, "line %d: %v\n", st.Lines, derr)
 			default:
-				trigs, dup := p.Apply(ev)
-				if dup {
+				trigs, dup, aerr := p.ApplyEvent(ev)
+				switch {
+				case errors.Is(aerr, projection.ErrDuplicateConflict):
+					st.Conflicts++
+					fmt.Fprintf(errw, "line %d: %s: %v\n", st.Lines, projection.DuplicateConflictCode, aerr)
+				case aerr != nil:
+					// Without a store nothing else refuses an event: a bug.
+					return st, fmt.Errorf("replay: line %d: %w", st.Lines, aerr)
+				case dup:
 					st.Duplicates++
-				} else {
+				default:
 					st.Applied++
 				}
 				pending.Add(ev.RunID, trigs)

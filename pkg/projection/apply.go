@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"encoding/binary"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,13 +49,17 @@ type Diagnostic struct {
 const DiagnosticLeaseReleaseIgnored = "lease_release_ignored"
 
 // Bounds on the read-model parts of a run, so that a hostile or buggy
-// producer cannot grow them without limit.
+// producer cannot grow them without limit. A run keeps its last
+// maxDiagnostics diagnostics, fewer when they would take more than
+// maxDiagnosticBytes (long ids in them), since they are stored in the
+// run's meta record (MaxRecordBytes).
 const (
-	maxDiagnostics   = 100
-	maxPlansPerRun   = 10000
-	maxBandsPerPlan  = 64
-	maxStepsPerBand  = 256
-	maxPlanSummaries = 10000
+	maxDiagnostics     = 100
+	maxDiagnosticBytes = 128 << 10
+	maxPlansPerRun     = 10000
+	maxBandsPerPlan    = 64
+	maxStepsPerBand    = 256
+	maxPlanSummaries   = 10000
 )
 
 // handleEffect is what an event does to its correlation handle.
@@ -66,15 +71,22 @@ const (
 	handleClose                       // the work it tracks is over
 )
 
-// apply applies ev to the run and returns the triggers it raises, timers that
-// fell due before it included. dup is true when ev.ID was already applied.
-// Its steps: dedupe, fire what fell due, apply the payload to its node,
-// keep the correlation handle, record the event.
-func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
-	if r.ids.has(ev.ID) {
-		return nil, true, nil
+// apply applies ev, whose content hashes to hash (contentHash), to the run
+// and returns the triggers it raises, timers that fell due before it
+// included. dup is true when ev.ID was already applied with the same
+// content (or one of unknown hash); a *DuplicateConflictError when with
+// another, and the run is left as it was. Its steps: dedupe, fire what
+// fell due, apply the payload to its node, keep the correlation handle,
+// record the event.
+func (r *Run) apply(ev *topics.Event, hash uint64, cfg *Config) (trigs []topics.Trigger, dup bool, err error) {
+	if seen, ok := r.ids.lookup(ev.ID); ok {
+		if seen == 0 || seen == hash {
+			return nil, true, nil
+		}
+		return nil, false, &DuplicateConflictError{Run: r.id, EventID: ev.ID, Type: ev.Type, AgentID: ev.AgentID,
+			Seq: r.seq - int64(r.ids.age(ev.ID))}
 	}
-	r.ids.push(ev.ID, cfg.DedupeWindow)
+	r.ids.push(ev.ID, hash, cfg.DedupeWindow)
 	if r.dirty != nil {
 		r.dirty.meta = true
 	}
@@ -92,7 +104,7 @@ func (r *Run) apply(ev *topics.Event, cfg *Config) (trigs []topics.Trigger, dup 
 	r.setCorrelation(n, ev.CorrelationID)
 	effect, trigs := r.applyPayload(ev, n, cfg, trigs)
 	r.keepHandle(ev.CorrelationID, effect, ev.Time)
-	r.record(ev, n, before, cfg)
+	r.record(ev, hash, n, before, cfg)
 	return trigs, false, nil
 }
 
@@ -265,8 +277,11 @@ func (r *Run) applyPlanPart(p topics.Payload) {
 		}
 	case *topics.StepCreated:
 		if pl := r.plans[p.PlanID]; pl != nil && p.BandIndex < maxBandsPerPlan {
-			r.mark('p', p.PlanID)
+			if _, ok := pl.Bands[p.BandIndex]; !ok {
+				r.mark('p', p.PlanID) // a new band, which the plan's header lists
+			}
 			if b := pl.band(p.BandIndex); len(b.Steps) < maxStepsPerBand {
+				r.markStep(p.PlanID, p.BandIndex, len(b.Steps))
 				b.Steps = append(b.Steps, Step{StepID: p.StepID, Index: p.StepIndex, ChildAgentID: p.ChildAgentID})
 			}
 		}
@@ -488,13 +503,22 @@ func (r *Run) reclassify(n *node, at topics.Time) bool {
 	return true
 }
 
+// plan applies tree.plan_created: a new plan, or a plan created again,
+// which starts over without its bands and steps.
 func (r *Run) plan(n *node, p *topics.PlanCreated, at topics.Time) {
 	defer r.mark('p', p.PlanID)
-	if _, ok := r.plans[p.PlanID]; !ok {
-		if len(r.plans) >= maxPlansPerRun {
-			return
+	old, ok := r.plans[p.PlanID]
+	if !ok && len(r.plans) >= maxPlansPerRun {
+		return
+	}
+	if old != nil {
+		// Its steps' records go (storage.go writes a step that is no
+		// more as a delete).
+		for i, b := range old.Bands {
+			for j := range b.Steps {
+				r.markStep(p.PlanID, i, j)
+			}
 		}
-		r.planOrder = append(r.planOrder, p.PlanID)
 	}
 	r.plans[p.PlanID] = &Plan{PlanID: p.PlanID, AgentID: n.AgentID, BandCount: p.BandCount, Replan: p.Replan,
 		CreatedAt: at, Bands: make(map[int]*Band)}
@@ -510,11 +534,28 @@ func (p *Plan) band(i int) *Band {
 }
 
 func (r *Run) diagnose(kind, agentID string, at topics.Time, detail string) {
-	if len(r.diagnostics) == maxDiagnostics {
-		copy(r.diagnostics, r.diagnostics[1:])
-		r.diagnostics = r.diagnostics[:maxDiagnostics-1]
+	d := Diagnostic{Kind: kind, AgentID: agentID, At: at, Detail: detail}
+	r.diagnostics = append(r.diagnostics, d)
+	r.diagBytes += diagnosticBytes(&d)
+	r.trimDiagnostics()
+}
+
+// trimDiagnostics forgets the oldest diagnostics beyond maxDiagnostics or
+// maxDiagnosticBytes; the newest always stays.
+func (r *Run) trimDiagnostics() {
+	drop := 0
+	for len(r.diagnostics)-drop > 1 && (len(r.diagnostics)-drop > maxDiagnostics || r.diagBytes > maxDiagnosticBytes) {
+		r.diagBytes -= diagnosticBytes(&r.diagnostics[drop])
+		drop++
 	}
-	r.diagnostics = append(r.diagnostics, Diagnostic{Kind: kind, AgentID: agentID, At: at, Detail: detail})
+	if drop > 0 {
+		r.diagnostics = append(r.diagnostics[:0], r.diagnostics[drop:]...)
+	}
+}
+
+// diagnosticBytes is at most the bytes d takes in its run's meta record.
+func diagnosticBytes(d *Diagnostic) int {
+	return 4*binary.MaxVarintLen64 + len(d.Kind) + len(d.AgentID) + len(d.Detail)
 }
 
 func eventTrigger(k topics.TriggerKind, ev *topics.Event, detail string) topics.Trigger {

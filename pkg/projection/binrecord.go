@@ -312,3 +312,157 @@ func decodeMeta(v []byte) (*metaRecord, error) {
 	}
 	return m, nil
 }
+
+// A plan is stored as a header record, 'r' run 0x00 'p' plan, and its
+// steps in records of stepsPerRecord, 'r' run 0x00 's' plan 0x00 band chunk
+// (a byte each: the band's index, and which stepsPerRecord of its steps),
+// so that no record grows with the plan (up to maxBandsPerPlan bands of
+// maxStepsPerBand steps with ids of any length: MaxRecordBytes) and a
+// commit rewrites only the step records its events added to. Both are
+// binary and versioned like node records; a header whose first byte is '{'
+// is the earlier JSON, which held the steps too (planRecord), and is still
+// read. Header fields: agent id, band count, replan, created at (Unix ms),
+// then the bands in index order, each its index, parallelizable and step
+// count. A step record: the count, then each step's id, index and child
+// agent id.
+const (
+	planBinaryVersion = 1
+	stepBinaryVersion = 1
+)
+
+// stepsPerRecord is how many steps of a band one step record holds: with
+// ids at their longest, 64 steps take about 130 KiB.
+const stepsPerRecord = 64
+
+// stepRef names a step record: the chunk-th stepsPerRecord steps of a band
+// of a plan.
+type stepRef struct {
+	plan        string
+	band, chunk int
+}
+
+func stepKey(run string, s stepRef) []byte {
+	return runKey(run, 's', s.plan+string([]byte{0, byte(s.band), byte(s.chunk)}))
+}
+
+// parseStepKey is stepKey's inverse on the key's part after 's'.
+func parseStepKey(rest string) (stepRef, bool) {
+	n := len(rest)
+	if n < 4 || rest[n-3] != 0 {
+		return stepRef{}, false
+	}
+	return stepRef{plan: rest[:n-3], band: int(rest[n-2]), chunk: int(rest[n-1])}, true
+}
+
+// stepsOf returns the steps of b that ref's record holds.
+func (b *Band) stepsOf(ref stepRef) []Step {
+	lo := ref.chunk * stepsPerRecord
+	if lo >= len(b.Steps) {
+		return nil
+	}
+	return b.Steps[lo:min(lo+stepsPerRecord, len(b.Steps))]
+}
+
+// encodePlan appends the binary encoding of pl's header (its bands without
+// their steps) to dst.
+func encodePlan(dst []byte, pl *Plan) []byte {
+	w := recWriter{b: append(slices.Grow(dst, 32+len(pl.AgentID)+8*len(pl.Bands)), planBinaryVersion)}
+	w.str(pl.AgentID)
+	w.int(int64(pl.BandCount))
+	w.bool(pl.Replan)
+	w.int(ms(pl.CreatedAt))
+	n := 0
+	for i := range maxBandsPerPlan {
+		if _, ok := pl.Bands[i]; ok {
+			n++
+		}
+	}
+	w.b = binary.AppendUvarint(w.b, uint64(n))
+	for i := range maxBandsPerPlan {
+		if b, ok := pl.Bands[i]; ok {
+			w.int(int64(b.Index))
+			w.bool(b.Parallelizable)
+			w.int(int64(b.StepCount))
+		}
+	}
+	return w.b
+}
+
+// decodePlan reads a plan header record of plan id in either encoding:
+// from the earlier JSON, the plan's steps too (legacy true).
+func decodePlan(id string, v []byte) (pl *Plan, legacy bool, err error) {
+	isJSON, body, err := recordBody(v, "plan record", planBinaryVersion)
+	if err != nil {
+		return nil, false, err
+	}
+	if isJSON {
+		var pr planRecord
+		if err := json.Unmarshal(body, &pr); err != nil {
+			return nil, false, err
+		}
+		pl = &Plan{PlanID: id, AgentID: pr.AgentID, BandCount: pr.BandCount, Replan: pr.Replan,
+			CreatedAt: fromMs(pr.CreatedAt), Bands: make(map[int]*Band)}
+		for i := range pr.Bands {
+			b := pr.Bands[i]
+			pl.Bands[b.Index] = &b
+		}
+		return pl, true, nil
+	}
+	rd := recReader{b: body}
+	pl = &Plan{PlanID: id, AgentID: rd.str("agent id"), BandCount: int(rd.int("band count")), Replan: rd.bool("replan"),
+		CreatedAt: fromMs(rd.int("created at")), Bands: make(map[int]*Band)}
+	n, k := binary.Uvarint(rd.b)
+	if rd.err == nil && (k <= 0 || n > maxBandsPerPlan) {
+		rd.fail("band count")
+	}
+	if rd.err == nil {
+		rd.b = rd.b[k:]
+		for range n {
+			b := &Band{Index: int(rd.int("band index")), Parallelizable: rd.bool("parallelizable"), StepCount: int(rd.int("step count"))}
+			if rd.err == nil && (b.Index < 0 || b.Index >= maxBandsPerPlan) {
+				rd.fail("band index")
+			}
+			pl.Bands[b.Index] = b
+		}
+	}
+	return pl, false, rd.done("plan record")
+}
+
+// encodeSteps appends the binary encoding of a step record holding steps
+// to dst.
+func encodeSteps(dst []byte, steps []Step) []byte {
+	size := 16
+	for i := range steps {
+		size += 24 + len(steps[i].StepID) + len(steps[i].ChildAgentID)
+	}
+	w := recWriter{b: append(slices.Grow(dst, size), stepBinaryVersion)}
+	w.b = binary.AppendUvarint(w.b, uint64(len(steps)))
+	for i := range steps {
+		w.str(steps[i].StepID)
+		w.int(int64(steps[i].Index))
+		w.str(steps[i].ChildAgentID)
+	}
+	return w.b
+}
+
+// decodeSteps reads a step record.
+func decodeSteps(v []byte) ([]Step, error) {
+	if len(v) == 0 {
+		return nil, fmt.Errorf("empty step record")
+	}
+	if v[0] != stepBinaryVersion {
+		return nil, fmt.Errorf("%w: step record version %d, this build reads %d (was the state written by a newer canopy?)",
+			errRecordVersion, v[0], stepBinaryVersion)
+	}
+	rd := recReader{b: v[1:]}
+	n, k := binary.Uvarint(rd.b)
+	if k <= 0 || n > stepsPerRecord {
+		return nil, fmt.Errorf("step record: truncated or corrupt count")
+	}
+	rd.b = rd.b[k:]
+	out := make([]Step, n)
+	for i := range out {
+		out[i] = Step{StepID: rd.str("step id"), Index: int(rd.int("step index")), ChildAgentID: rd.str("child agent id")}
+	}
+	return out, rd.done("step record")
+}

@@ -125,3 +125,83 @@ func TestMetaRecordEncodings(t *testing.T) {
 		t.Fatalf("a meta record of version 9: %v; want an error naming the version", err)
 	}
 }
+
+// TestPlanRecordEncodings: a plan's header and its step records read back
+// from their binary encodings as the plan was, and as the earlier JSON
+// record (header and steps in one) gives it; a cut record or an unknown
+// version fails, naming it; a step record's key names its plan, band and
+// which of the band's steps it holds.
+func TestPlanRecordEncodings(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 19))
+	str := func() string {
+		if rng.IntN(3) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("s-%d-\u00e9\"", rng.IntN(1000))
+	}
+	for i := range 500 {
+		pl := &Plan{PlanID: "p-\u00e9", AgentID: str(), BandCount: rng.IntN(100), Replan: rng.IntN(2) == 0,
+			CreatedAt: topics.UnixMilliTime(1 + rng.Int64N(1<<42)), Bands: map[int]*Band{}}
+		for range rng.IntN(5) {
+			b := &Band{Index: rng.IntN(maxBandsPerPlan), Parallelizable: rng.IntN(2) == 0, StepCount: rng.IntN(300)}
+			for j := range rng.IntN(3) * rng.IntN(100) {
+				b.Steps = append(b.Steps, Step{StepID: str(), Index: j, ChildAgentID: str()})
+			}
+			pl.Bands[b.Index] = b
+		}
+		// The binary header and the step records.
+		got, legacy, err := decodePlan(pl.PlanID, encodePlan(nil, pl))
+		if err != nil || legacy {
+			t.Fatalf("plan %d: the header does not decode: %v (legacy %v)", i, err, legacy)
+		}
+		for bi, b := range pl.Bands {
+			for c := 0; c*stepsPerRecord < len(b.Steps); c++ {
+				want := stepRef{pl.PlanID, bi, c}
+				ref, ok := parseStepKey(string(stepKey("run", want)[len("run")+3:]))
+				if !ok || ref != want {
+					t.Fatalf("plan %d: step key %+v parses to %+v, %v", i, want, ref, ok)
+				}
+				enc := encodeSteps(nil, b.stepsOf(ref))
+				steps, err := decodeSteps(enc)
+				if err != nil {
+					t.Fatalf("plan %d: a step record does not decode: %v", i, err)
+				}
+				if _, err := decodeSteps(enc[:rng.IntN(len(enc))]); err == nil {
+					t.Fatalf("plan %d: a cut step record decodes", i)
+				}
+				got.Bands[bi].Steps = append(got.Bands[bi].Steps, steps...)
+			}
+		}
+		if !reflect.DeepEqual(got, pl) {
+			t.Fatalf("plan %d read back:\n%+v\nwant\n%+v", i, got, pl)
+		}
+		// The earlier JSON record, steps included.
+		pr := planRecord{AgentID: pl.AgentID, BandCount: pl.BandCount, Replan: pl.Replan, CreatedAt: ms(pl.CreatedAt)}
+		for j := range maxBandsPerPlan {
+			if b, ok := pl.Bands[j]; ok {
+				pr.Bands = append(pr.Bands, *b)
+			}
+		}
+		js, _ := json.Marshal(pr)
+		old, legacy, err := decodePlan(pl.PlanID, js)
+		if err != nil || !legacy || !reflect.DeepEqual(old, pl) {
+			t.Fatalf("plan %d from JSON: %+v, legacy %v, %v; want %+v", i, old, legacy, err, pl)
+		}
+		bin := encodePlan(nil, pl)
+		if cut := bin[:1+rng.IntN(len(bin)-1)]; len(cut) < len(bin) {
+			if _, _, err := decodePlan(pl.PlanID, cut); err == nil {
+				t.Fatalf("plan %d cut to %d of %d bytes decodes", i, len(cut), len(bin))
+			}
+		}
+	}
+	bad := encodePlan(nil, &Plan{Bands: map[int]*Band{}})
+	bad[0] = 8
+	if _, _, err := decodePlan("p", bad); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 8") {
+		t.Fatalf("a plan record of version 8: %v; want an error naming the version", err)
+	}
+	badStep := encodeSteps(nil, []Step{{StepID: "s"}})
+	badStep[0] = 8
+	if _, err := decodeSteps(badStep); !errors.Is(err, errRecordVersion) || !strings.Contains(err.Error(), "version 8") {
+		t.Fatalf("a step record of version 8: %v; want an error naming the version", err)
+	}
+}

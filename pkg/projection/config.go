@@ -54,9 +54,11 @@ type Config struct {
 	// they are state, persisted and carried by the changelog. Default 256.
 	HistorySize int
 	// DedupeWindow is how many of its last applied event ids each run
-	// keeps to recognise an event sent again (a producer's retry): an
-	// event whose id is among them is a duplicate, ignored. An event sent
-	// again after DedupeWindow other events of its run is applied again.
+	// keeps, each with its event's content hash, to recognise an event
+	// sent again (a producer's retry): an event whose id is among them is
+	// a duplicate, ignored, when its content is the same, and a conflict,
+	// refused (DuplicateConflictError), when not. An event sent again
+	// after DedupeWindow other events of its run is applied again.
 	// Records delivered again (after a crash or a rebalance) are
 	// recognised by the committed offsets instead, however old. The ids
 	// are state, persisted with the history entries. Default 1024.

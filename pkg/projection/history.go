@@ -131,9 +131,9 @@ func (h *history) push(e HistoryEntry, size int) {
 	h.head = (h.head + 1) % len(h.entries)
 }
 
-// record adds ev, just applied to node n as the run's seq-th event, to the
-// run's history window.
-func (r *Run) record(ev *topics.Event, n *node, before topics.Status, cfg *Config) {
+// record adds ev, whose content hashes to hash, just applied to node n as
+// the run's seq-th event, to the run's history window and journal.
+func (r *Run) record(ev *topics.Event, hash uint64, n *node, before topics.Status, cfg *Config) {
 	e := HistoryEntry{Seq: r.seq, EventID: ev.ID, Type: string(ev.Type), AgentID: ev.AgentID, At: ev.Time,
 		CorrelationID: strPtr(ev.CorrelationID)}
 	switch ev.Data.(type) {
@@ -150,7 +150,7 @@ func (r *Run) record(ev *topics.Event, n *node, before topics.Status, cfg *Confi
 		r.hist.push(e, cfg.HistorySize)
 	}
 	if r.dirty != nil {
-		r.dirty.journal = append(r.dirty.journal, e)
+		r.dirty.journal = append(r.dirty.journal, journalEntry{e, hash})
 	}
 }
 

@@ -9,23 +9,37 @@ import (
 )
 
 // A run's journal is what it keeps of its last applied events: each event's
-// id (for Config.DedupeWindow) and its history entry (for
-// Config.HistorySize). It is persisted as one chunk per run per commit,
-// under 'r' run 0x00 'j' seq (8 bytes, big endian: the seq of the chunk's
-// first entry), holding the entries of consecutive seqs that commit
-// applied. A chunk is deleted once every entry of it is older than both
+// id and content hash (for Config.DedupeWindow: content.go) and its history
+// entry (for Config.HistorySize). It is persisted in chunks under 'r' run
+// 0x00 'j' seq (8 bytes, big endian: the seq of the chunk's first entry),
+// each holding entries of consecutive seqs one commit applied: one chunk
+// per run per commit, or several when the commit's entries of the run
+// would make a record larger than MaxRecordBytes (long ids, thousands of
+// events). A chunk is deleted once every entry of it is older than both
 // windows; loading a run reads its chunks and keeps what the windows still
-// hold. One key per run per commit, not one per event (an applied-id key
-// and a history key each, before): a commit of 5,000 events now writes as
+// hold. Never a key per event: a commit of 5,000 events writes about as
 // many journal records as it has runs, to the Storage and to the changelog.
 
-// journalVersion is the first byte of every chunk: a build reads only the
-// versions it knows, and says which it found otherwise.
-const journalVersion = 1
+// journalVersion is the first byte of every chunk written: a build reads
+// only the versions it knows, and says which it found otherwise. Version 1
+// had no content hashes: its ids come back with hash 0, which any content
+// repeats (a plain duplicate, as before hashes were kept).
+const (
+	journalVersion   = 2
+	journalVersionV1 = 1
+)
 
 // errJournalVersion is wrapped when a chunk has an encoding this build does
 // not read (a newer canopy wrote it).
 var errJournalVersion = errors.New("journal chunk of an unknown encoding version")
+
+// journalEntry is a journal entry: the history entry and the hash of the
+// applied event's content (0: unknown, from a version 1 chunk or an
+// earlier encoding).
+type journalEntry struct {
+	HistoryEntry
+	hash uint64
+}
 
 // chunkRef is a stored chunk: the seqs of its first and last entries.
 type chunkRef struct{ first, last int64 }
@@ -36,14 +50,31 @@ func journalKey(run string, first int64) []byte {
 	return runKey(run, 'j', string(b[:]))
 }
 
+// maxJournalBytes bounds a chunk's value: with its key (a run id at its
+// longest), a record within MaxRecordBytes.
+const maxJournalBytes = MaxRecordBytes - maxRunKeyBytes - 8
+
+// entryBytes is at most the bytes e takes in a chunk.
+func entryBytes(e *journalEntry) int {
+	n := 5*binary.MaxVarintLen64 + len(e.EventID) + len(e.Type) + len(e.AgentID) + 8 + binary.MaxVarintLen64
+	if e.CorrelationID != nil {
+		n += len(*e.CorrelationID)
+	}
+	if e.Status != nil {
+		n += len(*e.Status)
+	}
+	return n
+}
+
 // encodeJournal encodes entries (consecutive seqs, oldest first) as a chunk:
-// the version, the count, then each entry's event id, type, agent id, time
-// (Unix ms, zigzag varint), correlation id and status ("" for none), each
-// string a uvarint length and its bytes.
-func encodeJournal(entries []HistoryEntry) []byte {
+// the version, the count, then each entry's event id, content hash (8
+// bytes, big endian), type, agent id, time (Unix ms, zigzag varint),
+// correlation id and status ("" for none), each string a uvarint length
+// and its bytes.
+func encodeJournal(entries []journalEntry) []byte {
 	size := 1 + binary.MaxVarintLen64
 	for i := range entries {
-		size += 6*binary.MaxVarintLen64 + len(entries[i].EventID) + len(entries[i].Type) + len(entries[i].AgentID) + 32
+		size += entryBytes(&entries[i])
 	}
 	b := make([]byte, 0, size)
 	b = append(b, journalVersion)
@@ -55,6 +86,7 @@ func encodeJournal(entries []HistoryEntry) []byte {
 	for i := range entries {
 		e := &entries[i]
 		str(e.EventID)
+		b = binary.BigEndian.AppendUint64(b, e.hash)
 		str(e.Type)
 		str(e.AgentID)
 		b = binary.AppendVarint(b, ms(e.At))
@@ -72,13 +104,14 @@ func encodeJournal(entries []HistoryEntry) []byte {
 }
 
 // decodeJournal decodes a chunk whose first entry has seq first.
-func decodeJournal(v []byte, first int64) ([]HistoryEntry, error) {
+func decodeJournal(v []byte, first int64) ([]journalEntry, error) {
 	if len(v) == 0 {
 		return nil, fmt.Errorf("empty journal chunk")
 	}
-	if v[0] != journalVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d (was the state written by a newer canopy?)",
-			errJournalVersion, v[0], journalVersion)
+	version := v[0]
+	if version != journalVersion && version != journalVersionV1 {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d and %d (was the state written by a newer canopy?)",
+			errJournalVersion, v[0], journalVersionV1, journalVersion)
 	}
 	v = v[1:]
 	bad := func(what string) error {
@@ -98,12 +131,19 @@ func decodeJournal(v []byte, first int64) ([]HistoryEntry, error) {
 		v = v[k+int(l):]
 		return s, true
 	}
-	out := make([]HistoryEntry, 0, n)
+	out := make([]journalEntry, 0, n)
 	for i := range int64(n) {
-		e := HistoryEntry{Seq: first + i}
+		e := journalEntry{HistoryEntry: HistoryEntry{Seq: first + i}}
 		var ok bool
 		if e.EventID, ok = str(); !ok {
 			return nil, bad("event id")
+		}
+		if version >= 2 {
+			if len(v) < 8 {
+				return nil, bad("content hash")
+			}
+			e.hash = binary.BigEndian.Uint64(v)
+			v = v[8:]
 		}
 		if e.Type, ok = str(); !ok {
 			return nil, bad("type")
@@ -139,19 +179,39 @@ func decodeJournal(v []byte, first int64) ([]HistoryEntry, error) {
 }
 
 // idWindow is a run's last applied event ids, oldest first from head once
-// full: an event whose id is here is a duplicate (Config.DedupeWindow).
+// full, each with the hash of the content applied under it (0: unknown): an
+// event whose id is here is a duplicate when its content hashes alike, a
+// conflict otherwise (Config.DedupeWindow; content.go).
 type idWindow struct {
-	set  map[string]struct{}
+	set  map[string]uint64
 	ring []string
 	head int
 }
 
-func (w *idWindow) has(id string) bool { _, ok := w.set[id]; return ok }
+// lookup returns the content hash id was applied with, and whether it is
+// in the window.
+func (w *idWindow) lookup(id string) (hash uint64, ok bool) {
+	hash, ok = w.set[id]
+	return hash, ok
+}
 
-// push adds id, forgetting the oldest when size are held.
-func (w *idWindow) push(id string, size int) {
+// age is how many ids were pushed after id (0: the newest), for an id in
+// the window: a linear scan, for the rare conflict that asks.
+func (w *idWindow) age(id string) int {
+	n := len(w.ring)
+	for k := range n {
+		if w.ring[(w.head+k)%n] == id {
+			return n - 1 - k
+		}
+	}
+	return -1
+}
+
+// push adds id with its content hash, forgetting the oldest when size are
+// held.
+func (w *idWindow) push(id string, hash uint64, size int) {
 	if w.set == nil {
-		w.set = make(map[string]struct{})
+		w.set = make(map[string]uint64)
 	}
 	if size <= 0 {
 		return
@@ -161,13 +221,13 @@ func (w *idWindow) push(id string, size int) {
 			w.ring = make([]string, 0, min(size, 16)) // most runs are small
 		}
 		w.ring = append(w.ring, id)
-		w.set[id] = struct{}{}
+		w.set[id] = hash
 		return
 	}
 	delete(w.set, w.ring[w.head])
 	w.ring[w.head] = id
 	w.head = (w.head + 1) % len(w.ring)
-	w.set[id] = struct{}{}
+	w.set[id] = hash
 }
 
 // journalKeep is how many of its last entries a run's journal must keep:
@@ -175,21 +235,28 @@ func (w *idWindow) push(id string, size int) {
 func (c *Config) journalKeep() int64 { return int64(max(c.HistorySize, c.DedupeWindow)) }
 
 // writeJournal adds the run's journal changes to c: the entries applied
-// since the last commit (those still within the windows) as one chunk, and
-// deletes of the chunks now wholly older than the windows, and of the keys
-// of the earlier encoding (one per applied id and per history entry) a
-// run loaded from it still had.
+// since the last commit (those still within the windows) as chunks of at
+// most maxJournalBytes, and deletes of the chunks now wholly older than
+// the windows, and of the keys of the earlier encoding (one per applied id
+// and per history entry) a run loaded from it still had.
 func writeJournal(c *Changes, r *Run, d *dirt, keep int64) {
 	for _, k := range d.legacy {
 		c.del(k)
 	}
-	if j := d.journal; len(j) > 0 {
-		if int64(len(j)) > keep {
-			j = j[int64(len(j))-keep:]
+	j := d.journal
+	if int64(len(j)) > keep {
+		j = j[int64(len(j))-keep:]
+	}
+	for len(j) > 0 {
+		n, size := 1, 1+binary.MaxVarintLen64+entryBytes(&j[0])
+		for n < len(j) && size+entryBytes(&j[n]) <= maxJournalBytes {
+			size += entryBytes(&j[n])
+			n++
 		}
-		first, last := j[0].Seq, j[len(j)-1].Seq
-		c.set(journalKey(r.id, first), encodeJournal(j))
+		first, last := j[0].Seq, j[n-1].Seq
+		c.set(journalKey(r.id, first), encodeJournal(j[:n]))
 		r.chunks = append(r.chunks, chunkRef{first, last})
+		j = j[n:]
 	}
 	for len(r.chunks) > 0 && r.chunks[0].last <= r.seq-keep {
 		c.del(journalKey(r.id, r.chunks[0].first))
@@ -199,14 +266,14 @@ func writeJournal(c *Changes, r *Run, d *dirt, keep int64) {
 
 // loadJournal fills a loaded run's windows from its journal entries (seq
 // order, oldest first), keeping what the windows hold.
-func (r *Run) loadJournal(entries []HistoryEntry, cfg *Config) {
+func (r *Run) loadJournal(entries []journalEntry, cfg *Config) {
 	n := len(entries)
 	for _, e := range entries[max(0, n-cfg.DedupeWindow):] {
-		r.ids.push(e.EventID, cfg.DedupeWindow)
+		r.ids.push(e.EventID, e.hash, cfg.DedupeWindow)
 	}
 	if cfg.HistorySize > 0 {
 		for _, e := range entries[max(0, n-cfg.HistorySize):] {
-			r.hist.push(e, cfg.HistorySize)
+			r.hist.push(e.HistoryEntry, cfg.HistorySize)
 		}
 	}
 }

@@ -57,6 +57,8 @@ type Projection struct {
 	expiries int64
 	// measure is the buffer split encodes triggers into to measure them.
 	measure []byte
+	// content is scratch space for events' content encodings (contentHash).
+	content []byte
 }
 
 // New returns an empty projection held in memory only.
@@ -151,22 +153,30 @@ func (p *Projection) run(id string, create bool) (*Run, error) {
 
 // Apply applies a decoded event to its run. It returns the triggers raised
 // (timers of the run that fell due before the event first) and whether the
-// event was a duplicate, already applied and so ignored. An event for an
-// expired run is ignored; ApplyEvent says so.
+// event was a duplicate, already applied and so ignored. An event that is
+// not applied for another reason (its run expired, its id was applied with
+// other content) is neither; ApplyEvent says why.
 func (p *Projection) Apply(ev *topics.Event) (trigs []topics.Trigger, dup bool) {
 	trigs, dup, _ = p.ApplyEvent(ev)
 	return trigs, dup
 }
 
 // ApplyEvent is Apply with the reason an event was not applied: an
-// ExpiredError when its run expired (Config.Retention), the sticky store
-// error when the store failed.
+// ExpiredError when its run expired (Config.Retention), a
+// DuplicateConflictError when its id is in its run's dedupe window with
+// other content (the run unchanged), the sticky store error when the store
+// failed. Only the last stops the projection.
 func (p *Projection) ApplyEvent(ev *topics.Event) (trigs []topics.Trigger, dup bool, err error) {
 	r, err := p.run(ev.RunID, true)
 	if err != nil {
 		return nil, false, err
 	}
-	trigs, dup, err = r.apply(ev, &p.cfg)
+	var hash uint64
+	hash, p.content = contentHash(ev, p.content)
+	trigs, dup, err = r.apply(ev, hash, &p.cfg)
+	if errors.Is(err, ErrDuplicateConflict) {
+		return nil, false, err
+	}
 	if err == nil {
 		err = r.nodeErr
 	}

@@ -122,7 +122,8 @@ type DiagnosticRef struct {
 }
 
 // DiagnosticsSummary summarises the run's diagnostics (guard hits, expired
-// leases, watchdog findings). The run keeps only its newest 100.
+// leases, watchdog findings). The run keeps only its newest 100, fewer
+// when long ids make them take more than 128 KiB.
 type DiagnosticsSummary struct {
 	// Retained is how many diagnostics the run keeps now.
 	Retained int `json:"retained"`

@@ -96,6 +96,13 @@ func (p *Projection) expire(r *Run, now int64) error {
 	addAll('q', maps.Keys(r.requests))
 	addAll('c', maps.Keys(r.corrAt))
 	addAll('p', maps.Keys(r.plans))
+	for id, pl := range r.plans {
+		for i, b := range pl.Bands {
+			for c := 0; c*stepsPerRecord < len(b.Steps); c++ {
+				add(stepKey(r.id, stepRef{id, i, c}))
+			}
+		}
+	}
 	for _, c := range r.chunks {
 		add(journalKey(r.id, c.first))
 	}
@@ -104,6 +111,9 @@ func (p *Projection) expire(r *Run, now int64) error {
 		addAll('q', maps.Keys(d.requests))
 		addAll('c', maps.Keys(d.handles))
 		addAll('p', maps.Keys(d.plans))
+		for ref := range d.steps {
+			add(stepKey(r.id, ref))
+		}
 		for _, k := range d.legacy {
 			add(k)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strconv"
 
 	"github.com/google/btree"
 
@@ -120,7 +121,8 @@ type Run struct {
 	reads   int64 // nodes read back since the projection last accounted the run
 	seq     int64
 	clock   topics.Time
-	// ids are the last Config.DedupeWindow applied event ids.
+	// ids are the last Config.DedupeWindow applied event ids, with their
+	// contents' hashes.
 	ids   idWindow
 	stats snapshot.Stats
 
@@ -149,8 +151,10 @@ type Run struct {
 	// persisted: rebuilt from the nodes when the run is loaded.
 	orphans     map[string][]string
 	plans       map[string]*Plan
-	planOrder   []string
 	diagnostics []Diagnostic
+	// diagBytes is what diagnostics take (diagnosticBytes), which
+	// maxDiagnosticBytes bounds.
+	diagBytes int
 	// hist is the window of the last Config.HistorySize applied events.
 	hist history
 	// wdCount counts dispatched nodes per watchdog status, so that the read
@@ -193,11 +197,19 @@ func (r *Run) mark(kind byte, id string) {
 	}
 }
 
+// markStep records that the step-th step of band of plan changed (or is
+// no more), when the run is persisted: its step record is written again.
+func (r *Run) markStep(plan string, band, step int) {
+	if r.dirty != nil {
+		r.dirty.steps[stepRef{plan, band, step / stepsPerRecord}] = struct{}{}
+	}
+}
+
 func newRun(id string) *Run {
 	return &Run{
 		id:          id,
 		nodes:       make(map[string]*node),
-		ids:         idWindow{set: make(map[string]struct{})},
+		ids:         idWindow{set: make(map[string]uint64)},
 		urgent:      newTimedTree(newestFirst),
 		leases:      newTimedTree(soonestFirst),
 		signals:     newTimedTree(newestFirst),
@@ -471,7 +483,9 @@ func (r *Run) dropLease(n *node) {
 
 // openRequest adds an open request. A request with the dedupe key of an
 // open request of the same node is the same request asked again (seed 002's
-// dedupe_key): it takes that one's place, so the node counts it once.
+// dedupe_key): it takes that one's place, so the node counts it once. A
+// node holds at most maxOpenRequestsPerNode: one more closes its oldest,
+// reported as a diagnostic.
 func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
 	if old, ok := r.requests[p.RequestID]; ok {
 		r.closeRequest(old)
@@ -482,6 +496,18 @@ func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
 				r.closeRequest(old)
 			}
 		}
+	}
+	for len(n.requests) >= maxOpenRequestsPerNode {
+		oldest := n.requests[0]
+		if q := r.requests[oldest]; q != nil && q.agentID == n.AgentID {
+			r.closeRequest(q)
+		} else { // not the run's: nothing else to close
+			n.requests = slices.Delete(n.requests, 0, 1)
+			n.OpenRequestCount = len(n.requests)
+			r.mark('n', n.AgentID)
+		}
+		r.diagnose(DiagnosticOpenRequestsOverLimit, n.AgentID, at,
+			"request "+oldest+" closed: the node holds "+strconv.Itoa(maxOpenRequestsPerNode)+" open requests")
 	}
 	q := &request{id: p.RequestID, agentID: n.AgentID, dedupeKey: p.DedupeKey}
 	if p.TTLMs > 0 {
@@ -508,6 +534,15 @@ func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
 // maxDedupeKeysKept bounds the dedupe keys kept per node, whatever the
 // snapshot limit (which takes the newest of these).
 const maxDedupeKeysKept = 16
+
+// maxOpenRequestsPerNode bounds a node's open requests, whose ids its
+// record holds (MaxRecordBytes): far more than a node waits on at once.
+const maxOpenRequestsPerNode = 128
+
+// DiagnosticOpenRequestsOverLimit is the kind of the diagnostic a request
+// raises when its node already holds maxOpenRequestsPerNode (128) open
+// requests: the node's oldest open request is closed.
+const DiagnosticOpenRequestsOverLimit = "open_requests_over_limit"
 
 func (r *Run) closeRequest(q *request) {
 	delete(r.requests, q.id)

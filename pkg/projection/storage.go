@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // Storage is the ordered key-value storage a Projection opened on it (Open)
@@ -23,11 +25,17 @@ import (
 //	'r' run 0x00 'n' agent     node (binary, versioned: binrecord.go; JSON from earlier builds is read)
 //	'r' run 0x00 'q' request   open request (JSON)
 //	'r' run 0x00 'c' handle    active correlation handle's last activity (8 bytes)
-//	'r' run 0x00 'p' plan      plan (JSON)
-//	'r' run 0x00 'j' seq       a journal chunk: the entries (event id, history fields) of the
-//	                           run's events applied by one commit, from its seq-th (8 bytes
-//	                           big endian), binary and versioned (journal.go); deleted once
-//	                           older than Config.HistorySize and Config.DedupeWindow
+//	'r' run 0x00 'p' plan      plan: its bands, without their steps (binary, versioned:
+//	                           binrecord.go; JSON with the steps from earlier builds is read)
+//	'r' run 0x00 's' plan 0x00 band chunk
+//	                           up to 64 steps of a band of a plan (binary, versioned), by
+//	                           band (1 byte) and which 64 of its steps (1 byte)
+//	'r' run 0x00 'j' seq       a journal chunk: the entries (event id and content hash,
+//	                           history fields) of run's events applied by one commit, from
+//	                           its seq-th (8 bytes big endian), binary and versioned
+//	                           (journal.go); deleted once older than Config.HistorySize and
+//	                           Config.DedupeWindow
+//	'r' run 0x00 'x'           the run expired (retention.go): when (8 bytes, ms)
 //	'r' run 0x00 'e' event     (earlier encoding) an applied event id; deleted when its run
 //	                           is next committed
 //	'r' run 0x00 'h' seq       (earlier encoding) one history entry, JSON; turned into a
@@ -39,7 +47,8 @@ import (
 //
 // Every key but the checkpoint is state: a commit's Changes list the state
 // keys it sets or deletes, relative to the partition prefix, in the order
-// written, the offsets key last. That list is what the changelog topic
+// written, the offsets key last; no change's key and value together pass
+// MaxRecordBytes. That list is what the changelog topic
 // carries, so that replaying the changelog into an empty store rebuilds it
 // (see internal/changelog).
 type Storage interface {
@@ -108,6 +117,27 @@ func dueKey(run string) []byte { return rel([]byte{'d'}, []byte(run)) }
 func runKey(run string, kind byte, id string) []byte {
 	return rel([]byte{'r'}, []byte(run), []byte{0, kind}, []byte(id))
 }
+
+// MaxRecordBytes bounds every change a commit makes: its key and value
+// together are at most this many bytes, whatever the input, as long as
+// the decoder accepted it. Each change is also a record of the changelog
+// topic, produced in the commit's transaction, and a record over the
+// producer's limit (franz-go's 1,000,012 bytes by default) or the topic's
+// max.message.bytes (1,048,588 by default) would fail that commit every
+// time; a quarter of those leaves room for the record's framing and for a
+// smaller limit. What could grow with the input is split over several
+// records (journal chunks, a plan's step records) or bounded (a node's
+// open requests, a run's diagnostics): see docs/ARCHITECTURE.md "State".
+const MaxRecordBytes = 256 << 10
+
+// maxIDBytes is the most bytes an identifier of an event takes:
+// topics.MaxIDLength characters of up to 4 bytes each (a bound in bytes is
+// a quarter of it), so that the record bounds hold whichever the unit.
+const maxIDBytes = 4 * topics.MaxIDLength
+
+// maxRunKeyBytes is the most bytes of a run's key prefix ('r' run 0x00
+// kind).
+const maxRunKeyBytes = 3 + maxIDBytes
 
 // Change is one state key a commit set (Value, possibly empty) or deleted
 // (Delete), the key relative to the partition prefix.
@@ -189,7 +219,8 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	var expiredAt int64
 	var nodes []*node
 	hot := max(cfg.MaxHotNodesPerRun, 1)
-	var entries, legacy []HistoryEntry
+	var entries []journalEntry
+	var legacy []HistoryEntry
 	err = s.scan(prefix, func(k, v []byte) error {
 		if len(k) == 0 {
 			return fmt.Errorf("empty run key")
@@ -231,17 +262,41 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 			r.corrAt[rest] = at
 			r.corrActive.ReplaceOrInsert(timed{at, rest})
 		case 'p':
-			var pr planRecord
-			if err := json.Unmarshal(v, &pr); err != nil {
+			pl, legacy, err := decodePlan(rest, v)
+			if err != nil {
 				return fmt.Errorf("plan %q: %w", rest, err)
 			}
-			pl := &Plan{PlanID: rest, AgentID: pr.AgentID, BandCount: pr.BandCount, Replan: pr.Replan,
-				CreatedAt: fromMs(pr.CreatedAt), Bands: make(map[int]*Band)}
-			for i := range pr.Bands {
-				b := pr.Bands[i]
-				pl.Bands[b.Index] = &b
-			}
 			r.plans[rest] = pl
+			if legacy {
+				// The earlier JSON held the steps: the next commit writes
+				// the plan as a header and step records.
+				r.mark('p', rest)
+				for i, b := range pl.Bands {
+					for j := range b.Steps {
+						r.markStep(rest, i, j)
+					}
+				}
+			}
+		case 's':
+			ref, ok := parseStepKey(rest)
+			if !ok {
+				return fmt.Errorf("step key %q", rest)
+			}
+			// Keys come in order: a plan's header ('p') before its steps,
+			// and each band's step records in order.
+			pl := r.plans[ref.plan]
+			if pl == nil {
+				return fmt.Errorf("steps of band %d of plan %q, which the run does not have", ref.band, ref.plan)
+			}
+			b := pl.band(ref.band)
+			if ref.chunk*stepsPerRecord != len(b.Steps) {
+				return fmt.Errorf("step record %d of band %d of plan %q follows %d steps", ref.chunk, ref.band, ref.plan, len(b.Steps))
+			}
+			steps, err := decodeSteps(v)
+			if err != nil {
+				return fmt.Errorf("plan %q: %w", ref.plan, err)
+			}
+			b.Steps = append(b.Steps, steps...)
 		case 'j':
 			if len(rest) != 8 {
 				return fmt.Errorf("journal key of %d bytes", len(rest))
@@ -285,7 +340,13 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 	r.seq, r.clock = meta.Seq, fromMs(meta.Clock)
 	r.sessionID, r.threadID, r.root = meta.SessionID, meta.ThreadID, meta.Root
 	r.lastProgressWake = fromMs(meta.LastProgressWake)
-	r.planOrder, r.diagnostics = meta.PlanOrder, meta.Diagnostics
+	// Diagnostics stored before maxDiagnosticBytes are trimmed to it; a
+	// meta record's plan order (earlier builds) is read and dropped.
+	r.diagnostics = meta.Diagnostics
+	for i := range r.diagnostics {
+		r.diagBytes += diagnosticBytes(&r.diagnostics[i])
+	}
+	r.trimDiagnostics()
 	for _, n := range nodes {
 		r.nodes[n.AgentID] = n
 	}
@@ -297,11 +358,15 @@ func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
 		}
 	}
 	// The scan gave the earlier encoding's entries ('h') before the
-	// journal's ('j'): both in seq order, and the former all older.
-	entries = append(legacy, entries...)
-	r.loadJournal(entries, cfg)
-	// An earlier encoding's entries become the run's first journal chunk.
-	r.dirty.journal = legacy
+	// journal's ('j'): both in seq order, and the former all older. Their
+	// contents are unknown (hash 0).
+	old := make([]journalEntry, len(legacy))
+	for i, e := range legacy {
+		old[i] = journalEntry{HistoryEntry: e}
+	}
+	r.loadJournal(append(old, entries...), cfg)
+	// An earlier encoding's entries become the run's first journal chunks.
+	r.dirty.journal = old
 	return r, true, nil
 }
 
@@ -363,19 +428,23 @@ type dirt struct {
 	requests map[string]struct{}
 	handles  map[string]struct{}
 	plans    map[string]struct{}
+	// steps are the step records with steps added, or gone with their
+	// plan created again (binrecord.go).
+	steps map[stepRef]struct{}
 	// journal are the entries applied since the last commit (journal.go);
 	// legacy the keys of the earlier encoding to delete.
-	journal []HistoryEntry
+	journal []journalEntry
 	legacy  [][]byte
 }
 
 func newDirt() *dirt {
-	return &dirt{nodes: map[string]struct{}{}, requests: map[string]struct{}{}, handles: map[string]struct{}{}, plans: map[string]struct{}{}}
+	return &dirt{nodes: map[string]struct{}{}, requests: map[string]struct{}{}, handles: map[string]struct{}{}, plans: map[string]struct{}{},
+		steps: map[stepRef]struct{}{}}
 }
 
 func (d *dirt) empty() bool {
 	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 &&
-		len(d.journal) == 0 && len(d.legacy) == 0
+		len(d.steps) == 0 && len(d.journal) == 0 && len(d.legacy) == 0
 }
 
 // write adds the run's changes to c and clears them; keep is how many
@@ -395,7 +464,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 	}
 	if d.meta {
 		m := metaRecord{Seq: r.seq, Clock: ms(r.clock), SessionID: r.sessionID, ThreadID: r.threadID, Root: r.root,
-			LastProgressWake: ms(r.lastProgressWake), PlanOrder: r.planOrder, Diagnostics: r.diagnostics}
+			LastProgressWake: ms(r.lastProgressWake), Diagnostics: r.diagnostics}
 		c.set(runKey(r.id, 'm', ""), encodeMeta(nil, &m))
 	}
 	for id := range d.nodes {
@@ -427,16 +496,20 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 	}
 	for id := range d.plans {
 		if pl, ok := r.plans[id]; ok {
-			pr := planRecord{AgentID: pl.AgentID, BandCount: pl.BandCount, Replan: pl.Replan, CreatedAt: ms(pl.CreatedAt)}
-			for i := 0; i < maxBandsPerPlan; i++ {
-				if band, ok := pl.Bands[i]; ok {
-					pr.Bands = append(pr.Bands, *band)
+			c.set(runKey(r.id, 'p', id), encodePlan(nil, pl))
+		}
+	}
+	for ref := range d.steps {
+		// Steps the plan no longer has (it was created again) are deleted.
+		if pl := r.plans[ref.plan]; pl != nil {
+			if b := pl.Bands[ref.band]; b != nil {
+				if steps := b.stepsOf(ref); len(steps) > 0 {
+					c.set(stepKey(r.id, ref), encodeSteps(nil, steps))
+					continue
 				}
 			}
-			if err := put(runKey(r.id, 'p', id), pr); err != nil {
-				return err
-			}
 		}
+		c.del(stepKey(r.id, ref))
 	}
 	writeJournal(c, r, d, keep)
 	r.dirty = newDirt()

@@ -70,7 +70,14 @@ func (s *memStorage) SeekGE(key []byte) ([]byte, bool, error) {
 	return []byte(first), found, nil
 }
 
+// Write refuses a batch with a change over MaxRecordBytes, as producing it
+// to the changelog would fail: every test on a memStorage checks the bound.
 func (s *memStorage) Write(changes Changes, cp *Checkpoint, _ bool) error {
+	for _, c := range changes {
+		if n := len(c.Key) + len(c.Value); n > MaxRecordBytes {
+			return fmt.Errorf("%w: a change of %d bytes (key %.40q...), over MaxRecordBytes", ErrStore, n, c.Key)
+		}
+	}
 	for _, c := range changes {
 		if c.Delete {
 			delete(s.m, string(c.Key))
@@ -415,7 +422,7 @@ func TestEarlierEncodingMigrates(t *testing.T) {
 func TestJournalOfANewerVersion(t *testing.T) {
 	st := newMemStorage()
 	meta, _ := json.Marshal(metaRecord{Seq: 1, Clock: 1000})
-	chunk := encodeJournal([]HistoryEntry{{Seq: 1, EventID: "e1", Type: "x", AgentID: "a"}})
+	chunk := encodeJournal([]journalEntry{{HistoryEntry: HistoryEntry{Seq: 1, EventID: "e1", Type: "x", AgentID: "a"}}})
 	chunk[0] = 9
 	if err := st.Write(Changes{{Key: runKey("r", 'm', ""), Value: meta}, {Key: journalKey("r", 1), Value: chunk}}, nil, true); err != nil {
 		t.Fatal(err)
@@ -425,7 +432,54 @@ func TestJournalOfANewerVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.History("r", "", 0)
-	if !errors.Is(err, errJournalVersion) || !strings.Contains(err.Error(), "version 9, this build reads 1") {
+	if !errors.Is(err, errJournalVersion) || !strings.Contains(err.Error(), "version 9, this build reads 1 and 2") {
 		t.Fatalf("loading a run with a version 9 journal chunk: %v; want an error naming the version", err)
+	}
+}
+
+// TestJournalV1IDsAreDuplicates: a journal chunk of the first version
+// (no content hashes) still loads; its ids' contents are unknown, so an
+// event sent again under one is a plain duplicate whatever its content,
+// before and after the run's next commits, while ids applied since are
+// told apart by content.
+func TestJournalV1IDsAreDuplicates(t *testing.T) {
+	st := newMemStorage()
+	run := "run-v1"
+	meta := encodeMeta(nil, &metaRecord{Seq: 2, Clock: 2000})
+	// Version 1: the count, then per entry id, type, agent, time, corr, status.
+	chunk := []byte{journalVersionV1, 2}
+	for i, id := range []string{"e1", "e2"} {
+		for _, s := range []string{id, string(topics.TypeHeartbeat), "w1"} {
+			chunk = append(chunk, byte(len(s)))
+			chunk = append(chunk, s...)
+		}
+		chunk = binary.AppendVarint(chunk, int64(1000*(i+1)))
+		chunk = append(chunk, 0, 0)
+	}
+	if err := st.Write(Changes{{Key: runKey(run, 'm', ""), Value: meta}, {Key: journalKey(run, 1), Value: chunk}}, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string, code string) *topics.Event {
+		return &topics.Event{ID: id, Source: "/t", Type: topics.TypeFailed, Time: topics.NewTime(time.UnixMilli(5000)), RunID: run,
+			AgentID: "w1", SchemaVersion: 1, Data: &topics.Failed{ErrorCode: code}}
+	}
+	for round := range 2 {
+		p, err := Open(Config{}, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, dup, err := p.ApplyEvent(ev("e2", "anything")); !dup || err != nil {
+			t.Fatalf("round %d: e2 of the version 1 chunk under other content: dup %v, %v; want a plain duplicate", round, dup, err)
+		}
+		if round == 0 {
+			if _, dup, err := p.ApplyEvent(ev("e3", "boom")); dup || err != nil {
+				t.Fatalf("e3: dup %v, %v", dup, err)
+			}
+		} else if _, _, err := p.ApplyEvent(ev("e3", "other")); !errors.Is(err, ErrDuplicateConflict) {
+			t.Fatalf("e3, applied since, under other content after a reload: %v; want a conflict", err)
+		}
+		if err := p.Commit(map[string]int64{"t": int64(round)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
