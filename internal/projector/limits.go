@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
 // The size of what a projector writes. Every record it produces must fit
@@ -74,7 +75,7 @@ func (p *Projector) batchLimit(topic string) int32 {
 
 // checkRecordLimits reads the limits of the topics the projector writes
 // and checks that a wake of the largest size the projection builds fits
-// both wake topics.
+// both wake topics, and the largest state record the changelog.
 func (p *Projector) checkRecordLimits(ctx context.Context, adm *kadm.Client) error {
 	names := p.cfg.Names
 	written := []string{names.Wakes(), names.PriorityWakes(), names.Changelog(), names.DeadLetter(), names.AgentEvents()}
@@ -96,6 +97,11 @@ func (p *Projector) checkRecordLimits(ctx context.Context, adm *kadm.Client) err
 		slices.Sort(bad)
 		return fmt.Errorf("%w: a wake is up to %d bytes (-max-wake-bytes) and its record up to %d more, but %s: raise the topics' max.message.bytes to %d or more (kafka-configs --alter --add-config max.message.bytes=%d), or lower -max-wake-bytes",
 			ErrRecordLimits, p.cfg.Projection.MaxWakeBytes, wakeRecordOverhead, strings.Join(bad, ", "), need, need)
+	}
+	// A state change's key and value are at most projection.MaxRecordBytes.
+	if cl, need := names.Changelog(), projection.MaxRecordBytes+recordFraming; limits[cl] < need {
+		return fmt.Errorf("%w: a changelog record is up to %d bytes, but %s takes %d: raise its max.message.bytes to %d or more",
+			ErrRecordLimits, need, cl, limits[cl], need)
 	}
 	p.log.Info("topic record limits read", "wakes", limits[names.Wakes()], "priority_wakes", limits[names.PriorityWakes()],
 		"changelog", limits[names.Changelog()], "dead_letter", limits[names.DeadLetter()], "max_wake_bytes", p.cfg.Projection.MaxWakeBytes)
