@@ -150,6 +150,19 @@ type poisonState struct {
 	again bool
 }
 
+// committed forgets what a rewind kept of records a commit carried: they
+// will not be applied again.
+func (ps *poisonState) committed(records []applied) {
+	ps.blind = 0
+	if len(ps.attempts) == 0 {
+		return
+	}
+	for _, a := range records {
+		delete(ps.attempts, keyOf(a))
+		delete(ps.last, keyOf(a))
+	}
+}
+
 // failed handles a failure of the worker's processing: a poisonable one
 // asks for a rewind (the worker's loop unwinds, and run rewinds), any
 // other stops the instance, as does a failure while stopping.
@@ -224,7 +237,7 @@ func (w *worker) rewind() bool {
 		case j.err == nil:
 			w.p.progressed(w.part, w.prepared) // j's offsets: nothing was prepared after it
 			w.reported(j)
-			ps.blind = 0
+			ps.committed(j.records)
 		case !poisonable(j.err):
 			w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, j.err))
 			return false

@@ -1031,7 +1031,7 @@ func (w *worker) settle() bool {
 		w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false
 	}
-	w.poison.blind = 0
+	w.poison.committed(j.records)
 	w.p.progressed(w.part, w.prepared) // w.prepared is j's offsets until the next publish
 	w.reported(j)
 	return true
