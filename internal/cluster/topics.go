@@ -121,34 +121,15 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, names topics.Names) (int
 // key. An operator may have altered it since create-topics.
 func TombstoneRetention(ctx context.Context, adm *kadm.Client, names topics.Names) (time.Duration, error) {
 	topic := names.Changelog()
-	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	cfgs, err := topicConfig(ctx, adm, "delete.retention.ms", topic)
 	if err != nil {
-		return 0, fmt.Errorf("describing the configs of %s: %w", topic, err)
+		return 0, err
 	}
-	rc, err := rcs.On(topic, nil)
-	if err == nil {
-		err = rc.Err
+	ms, err := strconv.ParseInt(cfgs[topic], 10, 64)
+	if err != nil || ms < 0 {
+		return 0, fmt.Errorf("%s: delete.retention.ms %q is not a count of milliseconds", topic, cfgs[topic])
 	}
-	if err != nil {
-		if rc.ErrMessage != "" {
-			err = fmt.Errorf("%w: %s", err, rc.ErrMessage)
-		}
-		return 0, fmt.Errorf("describing the configs of %s: %w", topic, err)
-	}
-	for _, c := range rc.Configs {
-		if c.Key != "delete.retention.ms" {
-			continue
-		}
-		if c.Value == nil {
-			return 0, fmt.Errorf("%s: delete.retention.ms has no value", topic)
-		}
-		ms, err := strconv.ParseInt(*c.Value, 10, 64)
-		if err != nil || ms < 0 {
-			return 0, fmt.Errorf("%s: delete.retention.ms %q is not a count of milliseconds", topic, *c.Value)
-		}
-		return time.Duration(ms) * time.Millisecond, nil
-	}
-	return 0, fmt.Errorf("%s: the broker's answer has no delete.retention.ms", topic)
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // RecordLimits returns each topic's max.message.bytes as the broker has it
@@ -156,11 +137,29 @@ func TombstoneRetention(ctx context.Context, adm *kadm.Client, names topics.Name
 // none): the largest record batch it takes. An operator may have altered
 // it since create-topics.
 func RecordLimits(ctx context.Context, adm *kadm.Client, topicNames ...string) (map[string]int, error) {
+	cfgs, err := topicConfig(ctx, adm, "max.message.bytes", topicNames...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(cfgs))
+	for topic, v := range cfgs {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: max.message.bytes %q is not a positive count of bytes", topic, v)
+		}
+		out[topic] = n
+	}
+	return out, nil
+}
+
+// topicConfig returns the value of one config of each topic, as the broker
+// describes it (the broker's default where the topic sets none).
+func topicConfig(ctx context.Context, adm *kadm.Client, key string, topicNames ...string) (map[string]string, error) {
 	rcs, err := adm.DescribeTopicConfigs(ctx, topicNames...)
 	if err != nil {
 		return nil, fmt.Errorf("describing the configs of %s: %w", strings.Join(topicNames, ", "), err)
 	}
-	out := make(map[string]int, len(topicNames))
+	out := make(map[string]string, len(topicNames))
 	for _, topic := range topicNames {
 		rc, err := rcs.On(topic, nil)
 		if err == nil {
@@ -173,20 +172,16 @@ func RecordLimits(ctx context.Context, adm *kadm.Client, topicNames ...string) (
 			return nil, fmt.Errorf("describing the configs of %s: %w", topic, err)
 		}
 		for _, c := range rc.Configs {
-			if c.Key != "max.message.bytes" {
+			if c.Key != key {
 				continue
 			}
 			if c.Value == nil {
-				return nil, fmt.Errorf("%s: max.message.bytes has no value", topic)
+				return nil, fmt.Errorf("%s: %s has no value", topic, key)
 			}
-			n, err := strconv.Atoi(*c.Value)
-			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("%s: max.message.bytes %q is not a positive count of bytes", topic, *c.Value)
-			}
-			out[topic] = n
+			out[topic] = *c.Value
 		}
 		if _, ok := out[topic]; !ok {
-			return nil, fmt.Errorf("%s: the broker's answer has no max.message.bytes", topic)
+			return nil, fmt.Errorf("%s: the broker's answer has no %s", topic, key)
 		}
 	}
 	return out, nil

@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -138,12 +137,7 @@ func testBurstsMakeBoundedWakes(t *testing.T, b *brokertest.Broker) {
 	if got := ref.Projection(leaseRun).Advance(leaseRun, topics.NewTime(due)); len(got) != leases {
 		t.Fatalf("the reference fired %d leases at %v, want %d", len(got), due, leases)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	k := projectortest.Kafka{ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, Names: e.names}
-	projectortest.CheckWakes(ctx, t, k, ref)
-	projectortest.CheckDeadLetter(ctx, t, k)
-	projectortest.CheckState(ctx, t, k, ref)
+	e.checkCommitted(ref, true)
 	if n := p.Stats.Rewinds.Load(); n != 0 {
 		t.Errorf("%d rewinds: a wake or a record was refused", n)
 	}

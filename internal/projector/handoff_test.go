@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
@@ -135,8 +134,5 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	if d := a.Stats.Duplicates.Load() + b.Stats.Duplicates.Load(); d != 0 {
 		t.Errorf("%d events were applied as duplicates: the handoff lost track of offsets", d)
 	}
-	k := projectortest.Kafka{ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, Names: e.names}
-	projectortest.CheckWakes(ctx, t, k, ref)
-	projectortest.CheckDeadLetter(ctx, t, k)
-	projectortest.CheckState(ctx, t, k, ref)
+	e.checkCommitted(ref, true)
 }

@@ -180,11 +180,9 @@ func testPoisonRecord(t *testing.T, b *brokertest.Broker, kind string) {
 	}
 	stop()
 
+	k := e.checkCommitted(ref, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	k := projectortest.Kafka{ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, Names: e.names}
-	projectortest.CheckWakes(ctx, t, k, ref)
-	projectortest.CheckState(ctx, t, k, ref)
 	dls, err := projectortest.ReadCommitted(ctx, k.ClientOpts, e.names.DeadLetter())
 	if err != nil {
 		t.Fatal(err)
@@ -340,10 +338,5 @@ func TestRewindWithoutPoison(t *testing.T) {
 		t.Errorf("no rewind: the six wakes fit one batch, and the test proves nothing")
 	}
 	stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	k := projectortest.Kafka{ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, Names: e.names}
-	projectortest.CheckWakes(ctx, t, k, ref)
-	projectortest.CheckDeadLetter(ctx, t, k)
-	projectortest.CheckState(ctx, t, k, ref)
+	e.checkCommitted(ref, true)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -164,4 +165,22 @@ func (r *wakeReader) until(d time.Duration, done func(w *topics.Wake) bool) {
 			return
 		}
 	}
+}
+
+// checkCommitted runs projectortest's checks of what the instances
+// committed against ref (once they have stopped): every triggering event
+// in exactly one wake, no wake id twice, the state restored from the
+// changelog ref's; and with clean, nothing in the dead-letter topic. It
+// returns where the checks read, for more of them.
+func (e *env) checkCommitted(ref *projectortest.Reference, clean bool) projectortest.Kafka {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k := projectortest.Kafka{ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.brokers...)}, Names: e.names}
+	projectortest.CheckWakes(ctx, e.t, k, ref)
+	if clean {
+		projectortest.CheckDeadLetter(ctx, e.t, k)
+	}
+	projectortest.CheckState(ctx, e.t, k, ref)
+	return k
 }
