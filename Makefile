@@ -44,16 +44,22 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# The faults tag builds in the projector's fault injection (internal/projector
+# faults.go), which the tests of poison records use: vetted, checked and
+# tested with it too.
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags faults ./internal/projector
 
 # staticcheck is a tool dependency of the module (go.mod's tool line), so
 # its version is pinned with the code's and `go tool` builds it.
 staticcheck:
 	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck -tags faults ./internal/projector
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -tags faults -run '^TestPoisonRecordInjected$$' ./internal/projector
 
 # priority runs the priority-lane test once more without the race detector,
 # where it queues the full 100,000-event backlog (25,000 under -race, which

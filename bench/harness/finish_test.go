@@ -99,16 +99,17 @@ func TestFinishingTreeExpires(t *testing.T) {
 	}
 	// A millisecond before the first run's expiry none has gone; at the
 	// last run's expiry all have.
-	p.FireDue(topics.NewTime(first.Add(retention-time.Millisecond)), &pending)
-	if p.Expiries() != 0 {
-		t.Fatalf("%d runs expired before their retention", p.Expiries())
+	before := topics.NewTime(first.Add(retention - time.Millisecond))
+	p.FireDue(before, &pending)
+	if n := p.ExpireDue(before, &pending); n != 0 {
+		t.Fatalf("%d runs expired before their retention", n)
 	}
 	// As the worker does, the wakes of what fired are out before the next
 	// firing: a run with triggers pending is not expired under them.
 	pending.Reset()
 	p.FireDue(topics.NewTime(clock.Add(retention)), &pending)
-	if p.Expiries() != runs {
-		t.Fatalf("%d of %d runs expired %v after the last run's clock", p.Expiries(), runs, retention)
+	if n := p.ExpireDue(topics.NewTime(clock.Add(retention)), &pending); n != runs {
+		t.Fatalf("%d of %d runs expired %v after the last run's clock", n, runs, retention)
 	}
 	for s := range runs {
 		if _, err := p.Lookup(runName(s)); !errors.Is(err, projection.ErrRunExpired) {

@@ -152,9 +152,6 @@ type Config struct {
 	// Now is the wall clock; default time.Now. Tests inject one.
 	Now func() time.Time
 
-	// faults are set by this package's tests only (faults.go).
-	faults *faults
-
 	// progress, when set (by NewServer), is where the instance tracks the
 	// records its partitions wait on, shared with the instances the
 	// Server runs before and after it; else the instance keeps its own.

@@ -50,6 +50,9 @@ type Hooks interface {
 	// err, a failure its input may cause, to apply again what was not
 	// committed (poison.go): a poison record takes a few in a row.
 	Rewound(partition int32, err error)
+	// RunsExpired reports that retention deleted runs finished runs of a
+	// partition (projection.Config.Retention).
+	RunsExpired(partition int32, runs int)
 }
 
 // PriorityStage is a stage of the priority path, the way of a human input
@@ -171,6 +174,9 @@ func (NopHooks) Restarting(error, time.Duration) {}
 // Rewound does nothing.
 func (NopHooks) Rewound(int32, error) {}
 
+// RunsExpired does nothing.
+func (NopHooks) RunsExpired(int32, int) {}
+
 // KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
 // projector's Kafka clients, named by role: "group", "human", "producer",
 // "standby", or "txn-<partition>" for a partition's transactional producer.
@@ -196,7 +202,7 @@ func (p *Projector) Lag() []PartitionLag {
 	for _, part := range slices.Sorted(maps.Keys(p.workers)) {
 		w := p.workers[part]
 		for i, topic := range []string{p.cfg.Names.AgentEvents(), p.cfg.Names.HumanInput()} {
-			if n := w.lag[i].Load(); n >= 0 {
+			if n := w.in.lag[i].Load(); n >= 0 {
 				out = append(out, PartitionLag{Topic: topic, Partition: part, Records: n})
 			}
 		}
@@ -219,13 +225,11 @@ func (p *Projector) PebbleMetrics() *pebble.Metrics {
 
 // Counters are what an instance counts beyond its hooks, read at scrape
 // time by the metrics adapter: its restores as they go (so that a long
-// restore shows progress), retention's expiries and the priority gate.
+// restore shows progress) and the priority gate.
 type Counters struct {
 	// Restoring is the number of partitions restoring now; RestoredRecords
 	// the changelog records restores wrote.
 	Restoring, RestoredRecords int64
-	// Expired counts the finished runs whose state retention deleted.
-	Expired int64
 	// GatePauses counts the pauses of the priority gate, GatePaused their
 	// time.
 	GatePauses int64
@@ -236,7 +240,7 @@ type Counters struct {
 // is its own instance).
 func (p *Projector) Counters() (c Counters, running bool) {
 	return Counters{Restoring: p.Stats.Restoring.Load(), RestoredRecords: p.Stats.RestoredRecords.Load(),
-		Expired: p.Stats.Expired.Load(), GatePauses: p.Stats.GatePauses.Load(),
+		GatePauses: p.Stats.GatePauses.Load(),
 		GatePaused: time.Duration(p.Stats.GatePausedNanos.Load())}, true
 }
 
@@ -277,6 +281,19 @@ func (s *Stats) GroupStalled(time.Duration) { s.GroupStalls.Add(1) }
 
 // Rewound counts a partition's rewind.
 func (s *Stats) Rewound(int32, error) { s.Rewinds.Add(1) }
+
+// RunsExpired counts the runs retention deleted.
+func (s *Stats) RunsExpired(_ int32, runs int) { s.Expired.Add(int64(runs)) }
+
+// Committed counts a commit: a transaction committed (or, at least once,
+// a batch acknowledged and written), or one that failed.
+func (s *Stats) Committed(_ int32, _ time.Duration, err error) {
+	if err != nil {
+		s.Aborts.Add(1)
+	} else {
+		s.Commits.Add(1)
+	}
+}
 
 // tee reports to stats, then to next: an instance's hooks.
 type tee struct {
@@ -332,6 +349,11 @@ func (t tee) Restarting(err error, backoff time.Duration) {
 func (t tee) Rewound(partition int32, err error) {
 	t.stats.Rewound(partition, err)
 	t.next.Rewound(partition, err)
+}
+
+func (t tee) RunsExpired(partition int32, runs int) {
+	t.stats.RunsExpired(partition, runs)
+	t.next.RunsExpired(partition, runs)
 }
 
 var (

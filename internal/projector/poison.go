@@ -120,16 +120,20 @@ type recordKey struct {
 
 func keyOf(a applied) recordKey { return recordKey{a.r.Topic, a.r.Offset} }
 
-// poisonState is the worker's memory of rewinds: what to apply again, and
-// how often each record failed alone.
+// poisonState is what the worker knows of its failures: the one that asks
+// for a rewind, or stops it; what to apply again, and how often each record
+// failed alone. The worker's goroutine owns it.
 type poisonState struct {
 	// applied are the records applied since the last commit was prepared,
 	// in the order they were applied; a prepared commit takes them
 	// (commitJob.records). rest are records taken off a channel but not
-	// applied when a rewind was asked for.
-	applied, rest []applied
-	// cause is the failure that asks for a rewind, nil otherwise.
-	cause error
+	// applied when a rewind was asked for; lost are the records of a commit
+	// that failed.
+	applied, rest, lost []applied
+	// cause is the failure that asks for a rewind, nil otherwise; stopping
+	// is set once a failure that no rewind mends stopped the instance.
+	cause    error
+	stopping bool
 	// suspects are the records to apply again, carefully, before any
 	// other; chunk is how many the next careful commit takes, and taken
 	// what the careful commit being made took.
@@ -150,6 +154,11 @@ type poisonState struct {
 	again bool
 }
 
+func newPoisonState() poisonState {
+	return poisonState{attempts: make(map[recordKey]int), last: make(map[recordKey]error),
+		wakeAttempts: make(map[string]int), dropWakes: make(map[string]error)}
+}
+
 // committed forgets what a rewind kept of records a commit carried: they
 // will not be applied again.
 func (ps *poisonState) committed(records []applied) {
@@ -165,7 +174,8 @@ func (ps *poisonState) committed(records []applied) {
 
 // failed handles a failure of the worker's processing: a poisonable one
 // asks for a rewind (the worker's loop unwinds, and run rewinds), any
-// other stops the instance, as does a failure while stopping.
+// other stops the instance (its Server starts a new one), as does a
+// failure while stopping.
 func (w *worker) failed(err error) {
 	if poisonable(err) {
 		select {
@@ -177,6 +187,7 @@ func (w *worker) failed(err error) {
 			return
 		}
 	}
+	w.poison.stopping = true
 	w.p.fail(err)
 }
 
@@ -194,10 +205,7 @@ func (w *worker) keep(rs []*kgo.Record, human bool) {
 		w.poison.rest = append(w.poison.rest, applied{r: r, human: human})
 	}
 	if !human {
-		// No longer queued: the rewind has them.
-		if left := w.pendingAgent.Add(-int64(len(rs))); left <= int64(w.p.cfg.MaxPending/2) && w.paused.Swap(false) {
-			w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
-		}
+		w.dequeued(len(rs)) // no longer queued: the rewind has them
 	}
 }
 
@@ -208,44 +216,19 @@ func (w *worker) keep(rs []*kgo.Record, human bool) {
 // returns false when the worker must stop.
 func (w *worker) rewind() bool {
 	ps := &w.poison
+	// The commits in flight end first: what they committed stays, what
+	// failed is applied again (reap keeps it in lost). A failure that is
+	// not poisonable stops the worker as ever.
+	w.settlePriority()
+	w.settle()
+	if ps.stopping {
+		return false
+	}
 	cause := ps.cause
 	ps.cause = nil
 	w.p.hooks.Rewound(w.part, cause)
-	// The commits in flight end first: what they committed stays, what
-	// failed is applied again. A failure that is not poisonable stops the
-	// worker as ever.
-	var again []applied
-	if j := w.prioInflight; j != nil {
-		w.prioInflight = nil
-		<-j.done
-		w.reapPrio.Store(false)
-		j.end()
-		if j.err != nil && !poisonable(j.err) {
-			w.p.fail(fmt.Errorf("projector: partition %d: priority path: %w", w.part, j.err))
-			return false
-		}
-		if j.err == nil {
-			w.woken = max(w.woken, j.woken)
-			w.reported(j)
-		}
-	}
-	if j := w.inflight; j != nil {
-		w.inflight = nil
-		<-j.done
-		j.end()
-		switch {
-		case j.err == nil:
-			w.p.progressed(w.part, w.prepared) // j's offsets: nothing was prepared after it
-			w.reported(j)
-			ps.committed(j.records)
-		case !poisonable(j.err):
-			w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, j.err))
-			return false
-		default:
-			again = j.records
-			cause = j.err // the commit's own failure is what to blame
-		}
-	}
+	again := ps.lost
+	ps.lost = nil
 	again = append(again, ps.applied...)
 	again = append(again, ps.rest...)
 	taken := ps.taken
@@ -275,6 +258,7 @@ func (w *worker) rewind() bool {
 		// in a row as a record gets, stop as any other failure would.
 		ps.blind++
 		if ps.blind >= w.p.cfg.PoisonAttempts {
+			ps.stopping = true
 			w.p.fail(fmt.Errorf("projector: partition %d: %w", w.part, cause))
 			return false
 		}
@@ -318,19 +302,18 @@ func (w *worker) reopen() bool {
 	w.proj.Release()
 	w.proj = nil
 	if _, err := w.restore(); err != nil {
-		w.p.fail(fmt.Errorf("projector: partition %d: restoring after a rewind: %w", w.part, err))
+		w.failed(fmt.Errorf("projector: partition %d: restoring after a rewind: %w", w.part, err))
 		return false
 	}
-	w.pending.Reset()
-	w.late.Reset()
-	w.prioPending.Reset()
-	clear(w.origins)
-	clear(w.prioOrigins)
-	clear(w.out)
-	w.out = w.out[:0]
-	w.consumed = 0
-	w.marks = nil
-	w.stopping = false
+	for _, c := range []*committer{w.agent, w.prio} {
+		c.pending.Reset()
+		c.late.Reset()
+		clear(c.origins)
+		clear(c.out)
+		c.out = c.out[:0]
+		c.marks = nil
+	}
+	w.at.consumed = 0
 	w.releaseGate(false)
 	return true
 }
@@ -401,8 +384,8 @@ func (w *worker) commitNow() bool {
 // offsets past it.
 func (w *worker) deadLetterPoison(a applied) {
 	r, k := a.r, keyOf(a)
-	w.offsets[r.Topic] = r.Offset + 1
-	w.consumed++
+	w.at.offsets[r.Topic] = r.Offset + 1
+	w.at.consumed++
 	why := "its processing failed"
 	if err := w.poison.last[k]; err != nil {
 		why = firstLine(err.Error())
@@ -435,7 +418,7 @@ func (w *worker) dropPoisonWakes(pending *projection.Pending) {
 		}
 		reason := fmt.Sprintf("%s: the wake of run %s for %d triggers failed %d times: %s",
 			DeadLetterPoisonWake, strconv.Quote(run), len(trigs), w.p.cfg.PoisonAttempts, firstLine(cause.Error()))
-		w.out = append(w.out, w.deadLetterRecord([]byte(run), v, nil, reason, "", -1, -1))
+		w.agent.out = append(w.agent.out, w.deadLetterRecord([]byte(run), v, nil, reason, "", -1, -1))
 		w.p.log.Warn("dead-lettered the triggers of a wake that could not be published", "partition", w.part, "run", run, "reason", reason)
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,51 +55,32 @@ func poisonEvents(run string, t0 time.Time, from int) []topics.Event {
 	}
 }
 
-// TestPoisonRecord: for each way a record can fail every time, a partition
-// with a poison record among good ones dead-letters it after three failures
-// alone and projects the rest exactly once, on both brokers.
-func TestPoisonRecord(t *testing.T) {
+// poisonID is the id of the poison record of testPoisonRecord.
+const poisonID = "ev-poison"
+
+// TestPoisonRecordRefused: a partition with a record whose wake the broker
+// refuses every time (a wake topic's limit lowered after the projector
+// started) among good ones dead-letters it after three failures alone and
+// projects the rest exactly once, on both brokers. The other ways a record
+// can fail every time, bugs it brings out, are injected in
+// poison_faults_test.go (built with the faults tag, as make test does).
+func TestPoisonRecordRefused(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T, b *brokertest.Broker) {
-		for _, kind := range []string{"apply-panics", "build-fails", "encode-fails", "broker-refuses"} {
-			t.Run(kind, func(t *testing.T) { testPoisonRecord(t, b, kind) })
-		}
+		testPoisonRecord(t, b, "broker-refuses", "MESSAGE_TOO_LARGE")
 	})
 }
 
-func testPoisonRecord(t *testing.T, b *brokertest.Broker, kind string) {
+// testPoisonRecord runs a partition with the poison record among good
+// ones: kind broker-refuses makes the broker refuse its wake; any other
+// kind expects the test to have injected its failure. The dead letter's
+// reason must say says.
+func testPoisonRecord(t *testing.T, b *brokertest.Broker, kind, says string) {
 	e := newEnvOn(t, b, 2)
 	poisoned, sameCtl, otherCtl := poisonRuns(t)
 	t0 := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
-	const poisonID = "ev-poison"
 	poison := testEvent(poisonID, poisoned, "worker", t0.Add(time.Second), &topics.Failed{ErrorCode: "tool_error"})
-	fault := errors.New("injected: this wake cannot be made")
-	names := func(w *topics.Wake) bool {
-		return slices.ContainsFunc(w.Triggers, func(tr topics.Trigger) bool { return tr.EventID != nil && *tr.EventID == poisonID })
-	}
 	cfg := e.config(t.TempDir())
 	cfg.Now = func() time.Time { return t0 } // no timer falls due
-	switch kind {
-	case "apply-panics":
-		cfg.faults = &faults{apply: func(ev *topics.Event) {
-			if ev.ID == poisonID {
-				panic("injected: applying this event brings out a bug")
-			}
-		}}
-	case "build-fails":
-		cfg.faults = &faults{build: func(w *topics.Wake) error {
-			if names(w) {
-				return fault
-			}
-			return nil
-		}}
-	case "encode-fails":
-		cfg.faults = &faults{encode: func(w *topics.Wake) error {
-			if names(w) {
-				return fault
-			}
-			return nil
-		}}
-	}
 	p, stop := e.start(cfg)
 	ref := projectortest.NewReference(2)
 	send := func(evs ...topics.Event) {
@@ -151,9 +132,8 @@ func testPoisonRecord(t *testing.T, b *brokertest.Broker, kind string) {
 	if !strings.HasPrefix(reason, want) {
 		t.Errorf("dead letter's reason %q does not start %q", reason, want)
 	}
-	if w := map[string]string{"apply-panics": "injected: applying", "build-fails": fault.Error(),
-		"encode-fails": fault.Error(), "broker-refuses": "MESSAGE_TOO_LARGE"}[kind]; !strings.Contains(reason, w) {
-		t.Errorf("dead letter's reason %q does not say %q", reason, w)
+	if !strings.Contains(reason, says) {
+		t.Errorf("dead letter's reason %q does not say %q", reason, says)
 	}
 	if ev, err := topics.DecodeRecord(dead.Key, dead.Value, nil); err != nil || ev.ID != poisonID {
 		t.Errorf("dead letter is not the poison record: %v %v", ev, err)
@@ -253,41 +233,61 @@ func setWakeLimit(t *testing.T, e *env, n int) {
 }
 
 // TestPoisonTimerWake: a run whose wake raised by timers alone fails every
-// time gets its triggers dead-lettered in place of the wake, after three
-// failures; its later wakes, and the partition's others, go out.
+// time (the broker refuses it: a wake topic's limit lowered after the
+// projector started) gets its triggers dead-lettered in place of the wake,
+// after three failures; the partition's other wakes go out, and so do the
+// run's own once the topic takes them again.
 func TestPoisonTimerWake(t *testing.T) {
-	e := newEnv(t, 1)
+	brokertest.Run(t, testPoisonTimerWake)
+}
+
+func testPoisonTimerWake(t *testing.T, b *brokertest.Broker) {
+	e := newEnvOn(t, b, 1)
 	t0 := time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC)
-	// The wall clock is past the lease's expiry from the start: the timer
-	// falls due as soon as the partition has caught up.
+	var now atomic.Int64
+	now.Store(t0.UnixMilli())
 	cfg := e.config(t.TempDir())
-	cfg.Now = func() time.Time { return t0.Add(2 * time.Minute) }
+	cfg.Now = func() time.Time { return time.UnixMilli(now.Load()) }
 	const run, other = "run-timers", "run-other"
-	cfg.faults = &faults{build: func(w *topics.Wake) error {
-		if w.RunID == run && !slices.ContainsFunc(w.Triggers, func(tr topics.Trigger) bool { return tr.Kind != topics.TriggerLeaseExpired }) {
-			return errors.New("injected: this run's timer wake cannot be made")
-		}
-		return nil
-	}}
 	p, stop := e.start(cfg)
 	defer stop()
-	evs := append(poisonEvents(run, t0, 0), poisonEvents(other, t0, 0)...)
-	evs = append(evs, testEvent("ev-lease", run, "worker", t0.Add(time.Second), topics.NewLease(topics.TypeLeaseAcquired, topics.Lease{Owner: "pool-1", ExpiresAt: topics.NewTime(t0.Add(time.Minute))})))
+	// The timers' run is wide, with long ids: its wakes are some 20 KB,
+	// the other run's under 2 KB.
+	evs := poisonEvents(run, t0, 0)[:2]
+	for i := range 40 {
+		evs = append(evs, testEvent(fmt.Sprintf("ev-wide-%d", i), run, noisyID(fmt.Sprint(run, i)),
+			t0.Add(time.Duration(10+i)*time.Millisecond), &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
+	}
+	evs = append(evs, poisonEvents(run, t0, 0)[2],
+		testEvent("ev-lease", run, "worker", t0.Add(time.Second), topics.NewLease(topics.TypeLeaseAcquired, topics.Lease{Owner: "pool-1", ExpiresAt: topics.NewTime(t0.Add(time.Minute))})))
+	evs = append(evs, poisonEvents(other, t0, 0)...)
 	e.produce(e.names.AgentEvents(), evs...)
+	setWakeLimit(t, e, compressedWake(t, e, run)*3/4)
+
+	// The lease falls due on the projector's clock; an event of the other
+	// run wakes the worker to see it.
+	now.Store(t0.Add(2 * time.Minute).UnixMilli())
+	e.produce(e.names.AgentEvents(), testEvent("ev-poke", other, "worker", t0.Add(2*time.Minute), &topics.Heartbeat{}))
 	var dead *kgo.Record
 	e.reader(e.names.DeadLetter()).until(60*time.Second, "the timer wake's triggers dead-lettered", func(r *kgo.Record) bool {
 		dead = r
 		return true
 	})
 	reason, _ := topics.Header(dead.Headers, topics.HeaderDeadLetterReason)
-	if !strings.HasPrefix(reason, DeadLetterPoisonWake+": ") || !strings.Contains(reason, "injected") || string(dead.Key) != run {
+	if !strings.HasPrefix(reason, DeadLetterPoisonWake+": ") || !strings.Contains(reason, "MESSAGE_TOO_LARGE") || string(dead.Key) != run {
 		t.Errorf("dead letter %q keyed %q, want the %s of run %s", reason, dead.Key, DeadLetterPoisonWake, run)
 	}
 	if !bytes.Contains(dead.Value, []byte(`"lease_expired"`)) {
 		t.Errorf("dead letter's value %s does not hold the lease_expired trigger", dead.Value)
 	}
 
-	// The run goes on: its next wake, with a trigger of an event, is out.
+	// The partition goes on: the other run wakes; and so does the run
+	// itself once its wakes fit the topic again.
+	e.produce(e.names.AgentEvents(), testEvent("ev-other", other, "worker", t0.Add(3*time.Minute), &topics.Failed{ErrorCode: "x"}))
+	e.wakes().until(30*time.Second, func(w *topics.Wake) bool {
+		return slices.ContainsFunc(w.Triggers, func(tr topics.Trigger) bool { return tr.EventID != nil && *tr.EventID == "ev-other" })
+	})
+	setWakeLimit(t, e, 1<<20)
 	e.produce(e.names.AgentEvents(), testEvent("ev-later", run, "worker", t0.Add(3*time.Minute), &topics.Failed{ErrorCode: "x"}))
 	e.wakes().until(30*time.Second, func(w *topics.Wake) bool {
 		return w.RunID == run && slices.ContainsFunc(w.Triggers, func(tr topics.Trigger) bool { return tr.EventID != nil && *tr.EventID == "ev-later" })

@@ -72,8 +72,9 @@ type Stats struct {
 	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
 	// instances a Server runs.
 	GroupStalls atomic.Int64
-	// Transactions committed and aborted (Hooks.Committed reports every
-	// commit, a transaction or not, and failures after one too).
+	// Commits counts the commits that succeeded (a transaction committed
+	// and written to Pebble, or at least once, acknowledged and written),
+	// Aborts those that failed (Hooks.Committed reports both).
 	Commits, Aborts atomic.Int64
 	// Expired counts the finished runs whose state retention deleted
 	// (projection.Config.Retention).

@@ -47,6 +47,7 @@ type ProjectorMetrics struct {
 	restarts       prometheus.Counter
 	poison         prometheus.Counter
 	rewinds        prometheus.Counter
+	runsExpired    prometheus.Counter
 	priorityStages *prometheus.HistogramVec
 	stageObs       [projector.NumPriorityStages]prometheus.Observer // priorityStages' series, by stage
 }
@@ -111,6 +112,8 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		rewinds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "rewinds_total",
 			Help: "Times a partition rewound to its last commit after a failure its input may cause (a record refused, a wake that cannot be " +
 				"built, a panic), to apply again what was not committed, a few records at a time: a poison record takes a few in a row."}),
+		runsExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "runs_expired_total",
+			Help: "Finished runs whose state was deleted after the retention (-retention)."}),
 		priorityStages: prometheus.NewHistogramVec(telemetry.HistogramOpts(sub, "priority_stage_seconds",
 			"Time a human input record spent in each stage of the priority path, observed once the commit that published its wake succeeded: "+
 				"fetch (from its timestamp, the gateway's produce, to the fetch returning it), queued (until its partition's worker took it up), "+
@@ -140,7 +143,7 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		m.wakeLag.WithLabelValues(string(lane))
 	}
 	err := telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
-		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.restarts, m.poison, m.rewinds,
+		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.restarts, m.poison, m.rewinds, m.runsExpired,
 		m.priorityStages)
 	return m, err
 }
@@ -271,6 +274,9 @@ func (m *ProjectorMetrics) Restarting(error, time.Duration) { m.restarts.Inc() }
 // Rewound counts a partition's rewind.
 func (m *ProjectorMetrics) Rewound(int32, error) { m.rewinds.Inc() }
 
+// RunsExpired counts the runs retention deleted.
+func (m *ProjectorMetrics) RunsExpired(_ int32, runs int) { m.runsExpired.Add(float64(runs)) }
+
 // gauges reads, at scrape time, what only the running instance knows.
 type gauges struct{ src Source }
 
@@ -316,8 +322,6 @@ var (
 		"Runs found in memory when an event or a read needed them.", nil, nil)
 	descHotMisses = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_run_misses_total",
 		"Runs read back from Pebble when an event or a read needed them.", nil, nil)
-	descExpired = prometheus.NewDesc(telemetry.Namespace+"_projector_runs_expired_total",
-		"Finished runs whose state was deleted after the retention (-retention) by this instance.", nil, nil)
 	descHotEvictions = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_run_evictions_total",
 		"Runs dropped from memory to keep the budget (they stay in Pebble).", nil, nil)
 	descGatePauses = prometheus.NewDesc(telemetry.Namespace+"_projector_priority_gate_pauses_total",
@@ -333,7 +337,7 @@ var (
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descStalled, descCompactions, descFlushes, descDisk,
 		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes,
-		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descExpired, descGatePauses, descGatePaused} {
+		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descGatePauses, descGatePaused} {
 		ch <- d
 	}
 }
@@ -363,7 +367,6 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHotEvictions, prometheus.CounterValue, float64(mem.Evictions))
 	ch <- prometheus.MustNewConstMetric(descNodeReads, prometheus.CounterValue, float64(mem.NodeReads))
 	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
-	ch <- prometheus.MustNewConstMetric(descExpired, prometheus.CounterValue, float64(c.Expired))
 	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(c.GatePauses))
 	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, c.GatePaused.Seconds())
 	pm := p.PebbleMetrics()

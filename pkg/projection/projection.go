@@ -50,11 +50,10 @@ type Projection struct {
 	// one's starting capacity.
 	lastChanges int
 	// expired are the state changes of the expiries since the last commit,
-	// limbo the runs expired or forgotten and not yet written, expiries a
-	// count (retention.go).
-	expired  Changes
-	limbo    map[string]limbo
-	expiries int64
+	// limbo the runs expired or forgotten and not yet written
+	// (retention.go).
+	expired Changes
+	limbo   map[string]limbo
 	// measure is the buffer split encodes triggers into to measure them.
 	measure []byte
 	// content is scratch space for events' content encodings (contentHash).
@@ -214,49 +213,79 @@ func (p *Projection) NextDue() (topics.Time, bool) {
 
 // FireDue fires every timer due by now, run by run in due order. Each run's
 // clock moves only to the due times of its timers, never to now, so the
-// triggers and snapshots are the same as a replay's.
+// triggers and snapshots are the same as a replay's. Retention is not a
+// timer of the run's: ExpireDue deletes the runs whose time is up.
 func (p *Projection) FireDue(now topics.Time, pending *Pending) {
-	for {
+	p.eachDue(now, func(r *Run, at int64) bool {
+		if _, timer := r.NextDue(); !timer {
+			return false // retention's (ExpireDue), or stale
+		}
+		pending.Add(r.id, r.advance(topics.UnixMilliTime(at), &p.cfg, nil))
+		if p.settle(r) != nil {
+			return true
+		}
+		p.updateDue(r)
+		return true
+	})
+}
+
+// ExpireDue deletes every finished run whose retention (Config.Retention)
+// is up by now, and every expiry marker whose own time is up, and returns
+// how many runs it expired (retention.go). A run with triggers pending
+// expires at the next call, once its wake is built: it needs the run.
+func (p *Projection) ExpireDue(now topics.Time, pending *Pending) (expired int) {
+	p.eachDue(now, func(r *Run, _ int64) bool {
+		if _, timer := r.NextDue(); timer {
+			return false // a timer of the run's own: FireDue's
+		}
+		at, ok := p.expiryDue(r)
+		switch {
+		case !ok || at > now.UnixMilli():
+			p.updateDue(r) // stale: an event or a changed retention moved it
+		case len(pending.trigs[r.id]) > 0:
+			p.setDue(r.id, now.UnixMilli()+1, true)
+		default:
+			if err := p.expire(r, now.UnixMilli()); err != nil {
+				p.err = fmt.Errorf("%w: expiring run %q: %w", ErrStore, r.id, err)
+				return true
+			}
+			expired++
+		}
+		return true
+	})
+	return expired
+}
+
+// eachDue hands fn, in due order, every run whose due time (its next timer
+// or its expiry) is by now, as long as the projection has no error: fn
+// takes the run and moves its due on, or says it is not its to handle
+// (false), and the run is handed no more in this call. Due entries
+// without a run, and expiry markers whose time is up, are cleaned up on
+// the way.
+func (p *Projection) eachDue(now topics.Time, fn func(r *Run, at int64) bool) {
+	var left []timed // entries fn left, put back at the end
+	defer func() {
+		for _, k := range left {
+			p.dues.ReplaceOrInsert(k)
+		}
+	}()
+	for p.err == nil {
 		k, ok := p.dues.Min()
-		if !ok || k.at > now.UnixMilli() || p.err != nil {
+		if !ok || k.at > now.UnixMilli() {
 			return
 		}
 		r, err := p.run(k.id, false)
-		if errors.Is(err, ErrRunExpired) { // an expiry marker whose time is up
+		switch {
+		case errors.Is(err, ErrRunExpired): // an expiry marker whose time is up
 			p.forget(k.id)
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			return
-		}
-		if r == nil { // a due entry without a run: forget it
+		case r == nil: // a due entry without a run: forget it
 			p.setDue(k.id, 0, false)
-			continue
+		case !fn(r, k.at):
+			p.dues.Delete(k)
+			left = append(left, k)
 		}
-		if _, timer := r.NextDue(); !timer {
-			// No timer of the run's own: the due is its expiry, or stale
-			// (an event or a changed retention moved it).
-			if at, ok := p.expiryDue(r); ok && at <= now.UnixMilli() {
-				if _, woken := pending.trigs[r.id]; woken {
-					// Its last timers fired in this call: their wake
-					// needs the run. It expires at the next firing.
-					p.setDue(r.id, now.UnixMilli()+1, true)
-					continue
-				}
-				if err := p.expire(r, now.UnixMilli()); err != nil {
-					p.err = fmt.Errorf("%w: expiring run %q: %w", ErrStore, r.id, err)
-					return
-				}
-				continue
-			}
-			p.updateDue(r)
-			continue
-		}
-		pending.Add(r.id, r.advance(topics.UnixMilliTime(k.at), &p.cfg, nil))
-		if p.settle(r) != nil {
-			return
-		}
-		p.updateDue(r)
 	}
 }
 
@@ -578,6 +607,12 @@ func (p *Projection) split(trigs []topics.Trigger) [][]topics.Trigger {
 	return append(parts, trigs[start:])
 }
 
+// laneOf is the lane of a wake of trigs, the one place a wake's lane is
+// decided: priority when any trigger is human input (a human must always
+// be able to interrupt, and the conductor reads the priority topic
+// first), else normal. Every part of a split wake takes the lane of the
+// whole (WakesBetween). Which triggers reach a wake of human input first
+// is the projector's business (internal/projector, priority.go).
 func laneOf(trigs []topics.Trigger) topics.Lane {
 	for _, t := range trigs {
 		if t.Kind == topics.TriggerHumanInput {

@@ -273,12 +273,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return "ok"
 	case "fire":
-		before := h.p.Expiries()
 		var pending Pending
-		h.p.FireDue(parseClock(t, arg("now", "")), &pending)
+		now := parseClock(t, arg("now", ""))
+		h.p.FireDue(now, &pending)
+		expired := h.p.ExpireDue(now, &pending)
 		var out strings.Builder
 		h.flush(t, &out, &pending)
-		fmt.Fprintf(&out, "expired %d\n", h.p.Expiries()-before)
+		fmt.Fprintf(&out, "expired %d\n", expired)
 		return out.String()
 	case "lookup":
 		r, err := h.p.Lookup(arg("run", "run-1"))

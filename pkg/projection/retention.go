@@ -22,9 +22,10 @@ import (
 // long again, so that reads say the run expired and late events for it are
 // refused (the projector dead-letters them) rather than starting a run from
 // nothing. After that the marker goes too, and an event for the run id
-// starts a new run. Expiry is a timer like the others: the projection's
-// due index holds it, FireDue runs it, and the worker fires only when
-// caught up, so an event still in the backlog can keep a run alive.
+// starts a new run. Expiry is kept like a timer: the projection's due index
+// holds it, ExpireDue runs it (beside FireDue, which fires the timers),
+// and the worker fires both only when caught up, so an event still in the
+// backlog can keep a run alive.
 
 // ErrRunExpired is wrapped by the error of a read of, or an event for, a
 // run that expired: its state was deleted after Config.Retention.
@@ -140,7 +141,6 @@ func (p *Projection) expire(r *Run, now int64) error {
 	p.limbo[r.id] = limbo{expiredAt: now}
 	p.drop(r)
 	p.setDue(r.id, now+p.cfg.Retention.Milliseconds(), true)
-	p.expiries++
 	return nil
 }
 
@@ -210,6 +210,3 @@ func (p *Projection) Lookup(id string) (*Run, error) {
 	}
 	return r, nil
 }
-
-// Expiries counts the runs this projection expired since it was opened.
-func (p *Projection) Expiries() int64 { return p.expiries }

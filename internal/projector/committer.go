@@ -1,0 +1,257 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/canopy-dev/canopy/pkg/projection"
+)
+
+// A partition's commits. Each of its two lanes has a committer: the agent
+// lane's carries the state changes, the consumed offsets and the normal
+// wakes; the priority path's (priority.go) only human input's wakes and
+// the priority watermark. A commit is prepared by the worker (publish,
+// publishPriority) and carried out on a goroutine of its own while the
+// worker applies on: produce everything in one transaction, end it (abort
+// on any failure), then make it durable in Pebble. One commit per lane is
+// in flight at a time (one transaction at a time per producer), and the
+// worker reaps it (settle, settlePriority) before it prepares the next.
+// This file is where a commit is begun, ended and aborted.
+
+// commitJob is one commit: built and prepared by the worker, carried out by
+// its lane's committer, and reaped by the worker, which then counts its
+// wakes.
+type commitJob struct {
+	// out is what the commit produces: its wakes, dead letters and
+	// reroutes first, then, from logAt, its changelog records, the last of
+	// which closes the commit in the changelog.
+	out     []*kgo.Record
+	logAt   int
+	changes projection.Changes
+	built   []projection.Built
+	spans   []trace.Span
+	origins map[string]origin
+	// records are the input records the commit carries the offsets of,
+	// applied again if it fails (poison.go).
+	records []applied
+	// marks are the human input records a priority commit carries;
+	// builtAt is when its wakes were built and waitedAt when the commit
+	// before it was reaped (telemetry: PriorityStages). woken is the
+	// priority path's watermark a priority commit sets.
+	marks             []humanMark
+	builtAt, waitedAt time.Time
+	woken             int64
+	// Set by the committer before done closes: the error, the commit's
+	// time on the projector's clock (Config.Now), and when the produce
+	// and the whole commit ended (for the priority path's stages).
+	err                 error
+	committedAt         time.Time
+	produced, committed time.Time
+	done                chan struct{}
+}
+
+// end ends the spans of a commit's wakes.
+func (j *commitJob) end() {
+	for _, s := range j.spans {
+		if s != nil {
+			s.End()
+		}
+	}
+}
+
+// committer carries out one lane's commits of a partition, and keeps what
+// the lane's next commit gathers meanwhile. The worker's goroutine owns
+// everything but finished, which the commit's goroutine sets.
+type committer struct {
+	p    *Projector
+	part int32
+	// what names the lane in errors: "" for the agent lane.
+	what string
+	// prod is the lane's producer: its own transactional producer, or the
+	// projector's shared one at least once (txn false).
+	prod *kgo.Client
+	txn  bool
+
+	// pending are the triggers applied since the lane's last commit was
+	// prepared, origins each run's earliest triggering record (for the
+	// wake's lag and its trace's parent); late are triggers gathered while
+	// pending's wakes are built, for the same commit (publish).
+	pending, late projection.Pending
+	origins       map[string]origin
+	// out are the records the next commit produces besides its wakes and
+	// its changelog (dead letters, reroutes), spare the slice of the last
+	// one reaped, for reuse; marks time the human input the next
+	// (priority) commit carries.
+	out, spare []*kgo.Record
+	marks      []humanMark
+
+	// inflight is the commit being carried out, if any; finished is set by
+	// its goroutine once it is done, so that the worker can see it between
+	// two records (preempted).
+	inflight *commitJob
+	finished atomic.Bool
+	// pebble orders the two lanes' Pebble writes; hold says this lane
+	// holds it from before it produces until its Pebble write, not only
+	// for the write (see newCommitters). write makes a committed job's
+	// changes durable in Pebble.
+	pebble *sync.Mutex
+	hold   bool
+	write  func(j *commitJob) error
+}
+
+// newCommitters returns a partition's two committers. pebble orders their
+// Pebble writes: a priority commit holds it from before it produces until
+// its watermark is in Pebble, and an agent commit takes it to write its
+// batch and its checkpoint. So a checkpoint never passes a watermark
+// record that Pebble does not have, and a restore from that checkpoint
+// cannot miss it.
+func newCommitters(p *Projector, part int32, agent, prio *kgo.Client, w *worker) (*committer, *committer) {
+	pebble := new(sync.Mutex)
+	a := &committer{p: p, part: part, prod: agent, txn: !p.cfg.AtLeastOnce, origins: make(map[string]origin), pebble: pebble,
+		write: func(j *commitJob) error {
+			end := j.out[len(j.out)-1]
+			return w.proj.Write(j.changes, &projection.Checkpoint{Next: end.Offset + 1, At: p.cfg.Now().UnixMilli()})
+		}}
+	// Not synced: the changelog has it (as the agent lane's Write).
+	q := &committer{p: p, part: part, what: "priority ", prod: prio, txn: !p.cfg.AtLeastOnce, origins: make(map[string]origin),
+		pebble: pebble, hold: true, write: func(j *commitJob) error { return w.store.Write(j.changes, nil, false) }}
+	return a, q
+}
+
+// start carries j out on a goroutine of its own.
+func (c *committer) start(j *commitJob) {
+	c.inflight = j
+	go func() {
+		c.commit(j)
+		c.finished.Store(true)
+		close(j.done)
+	}()
+}
+
+// done is closed when the commit in flight is done; nil (never ready) when
+// none is.
+func (c *committer) done() <-chan struct{} {
+	if c.inflight == nil {
+		return nil
+	}
+	return c.inflight.done
+}
+
+// take waits for the commit in flight and returns it, nil when none is.
+func (c *committer) take() *commitJob {
+	j := c.inflight
+	if j == nil {
+		return nil
+	}
+	c.inflight = nil
+	<-j.done
+	c.finished.Store(false)
+	return j
+}
+
+// recycle keeps a reaped job's record slice for the next commit.
+func (c *committer) recycle(j *commitJob) {
+	clear(j.out)
+	c.spare = j.out[:0]
+}
+
+// commit carries j out, on the goroutine start starts (or on the worker's,
+// when nothing else runs: a restore's rollback): it produces j.out, in one
+// transaction (at least once: what the commit publishes, then, once that is
+// acknowledged, its changelog records, so that a failure between leaves no
+// end of the commit in the changelog and the next owner publishes again),
+// and then makes its changes durable in Pebble. It touches only the
+// producer, which no one else uses meanwhile, the store, and the job. On
+// error the projection no longer matches what Kafka has: the worker
+// rewinds or stops when it reaps the job.
+func (c *committer) commit(j *commitJob) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.cfg.TransactionTimeout)
+	defer cancel()
+	began := time.Now()
+	locked := c.hold
+	if locked {
+		c.pebble.Lock()
+	}
+	j.err = c.produce(ctx, j)
+	if j.err == nil {
+		if !locked {
+			c.pebble.Lock()
+			locked = true
+		}
+		j.err = c.write(j)
+	}
+	if locked {
+		c.pebble.Unlock()
+	}
+	j.committedAt, j.committed = c.p.cfg.Now(), time.Now()
+	c.p.hooks.Committed(c.part, time.Since(began), j.err)
+}
+
+// produce produces j's records, ending the transaction they are in, and
+// aborting it on any failure.
+func (c *committer) produce(ctx context.Context, j *commitJob) error {
+	if !c.txn {
+		if j.logAt > 0 {
+			if err := c.blame(c.prod.ProduceSync(ctx, j.out[:j.logAt]...)); err != nil {
+				return fmt.Errorf("producing the %scommit's wakes: %w", c.what, err)
+			}
+		}
+		j.produced = time.Now()
+		if err := c.prod.ProduceSync(ctx, j.out[j.logAt:]...).FirstErr(); err != nil {
+			return fmt.Errorf("producing the %scommit's changelog: %w", c.what, err)
+		}
+		return nil
+	}
+	if err := c.prod.BeginTransaction(); err != nil {
+		return fmt.Errorf("beginning a %stransaction: %w", c.what, err)
+	}
+	err := c.blame(c.prod.ProduceSync(ctx, j.out...))
+	j.produced = time.Now()
+	how := kgo.TryCommit
+	if err != nil {
+		how = kgo.TryAbort
+	}
+	if eerr := c.prod.EndTransaction(ctx, how); eerr != nil {
+		if err == nil {
+			return fmt.Errorf("committing the %stransaction: %w", c.what, eerr)
+		}
+		// Not abortable: the producer cannot go on (poison.go).
+		return &fatalError{fmt.Errorf("producing: %w; aborting the %stransaction: %w", err, c.what, eerr)}
+	}
+	if err != nil {
+		return fmt.Errorf("producing the %stransaction: %w", c.what, err)
+	}
+	return nil
+}
+
+// blame returns the first error of a produce, naming the run whose wake
+// to blame when the failure is one the input may cause (poison.go): of
+// the wakes that failed, the largest, since a record too large is the
+// likeliest of a batch's failures to be its own. A rewind needs the run
+// when no input record is there to blame (a wake of timers alone).
+func (c *committer) blame(results kgo.ProduceResults) error {
+	var first error
+	var worst *kgo.Record
+	names := c.p.cfg.Names
+	for _, r := range results {
+		if r.Err == nil {
+			continue
+		}
+		if first == nil {
+			first = r.Err
+		}
+		if t := r.Record.Topic; (t == names.Wakes() || t == names.PriorityWakes()) && (worst == nil || len(r.Record.Value) > len(worst.Value)) {
+			worst = r.Record
+		}
+	}
+	if worst != nil && poisonable(first) {
+		return &poisonError{err: first, run: string(worst.Key)}
+	}
+	return first
+}
