@@ -139,7 +139,7 @@ func benchSSE(b *testing.B) {
 		testenv.WaitFor(b, 60*time.Second, func() error {
 			n := 0
 			for _, g := range gws {
-				n += g.hub.subscribed()
+				n += g.streams.subscribed()
 			}
 			if n != to {
 				return fmt.Errorf("%d of %d streams subscribed", n, to)
@@ -515,13 +515,13 @@ func (s *benchStream) once(ctx context.Context, base, last string, onOpen func()
 }
 
 // subscribed is how many streams the instance's tails hand wakes to.
-func (h *hub) subscribed() int {
-	h.mu.Lock()
-	ts := make([]*tail, 0, len(h.tails))
-	for _, t := range h.tails {
+func (s *wakeStreams) subscribed() int {
+	s.mu.Lock()
+	ts := make([]*tail, 0, len(s.tails))
+	for _, t := range s.tails {
 		ts = append(ts, t)
 	}
-	h.mu.Unlock()
+	s.mu.Unlock()
 	n := 0
 	for _, t := range ts {
 		t.mu.Lock()
