@@ -45,9 +45,7 @@ type Gateway struct {
 	cl        *kgo.Client
 	adm       *kadm.Client
 	idem      *idemCache
-	entropyMu sync.Mutex      // ulid entropy readers are not safe for concurrent use
-	ctx       context.Context // the produced records'; cancelled by Drain
-	cancel    context.CancelFunc
+	entropyMu sync.Mutex // ulid entropy readers are not safe for concurrent use
 
 	// Reads: the projector group's assignment.
 	owners ownerCache
@@ -109,7 +107,6 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.cl.Close()
 		return nil, fmt.Errorf("gateway: kafka client of the wake streams: %w", err)
 	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
 	return g, nil
 }
 
@@ -135,16 +132,12 @@ func newProducer(cfg *Config, stats *kafkaStats) (*kgo.Client, error) {
 // Drain ends the wake streams, which otherwise last as long as their
 // clients; inputs in flight go on. http.Server.Shutdown waits for open
 // requests, so register Drain with RegisterOnShutdown.
-func (g *Gateway) Drain() {
-	g.cancel()
-	g.streams.drain()
-}
+func (g *Gateway) Drain() { g.streams.drain() }
 
 // Close ends the wake streams and closes the Kafka clients. Call it after
 // the HTTP server stopped; calling it again does nothing.
 func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
-		g.cancel()
 		g.streams.close()
 		g.cl.Close()
 	})

@@ -350,3 +350,24 @@ func TestProduceTimeoutCarriesTheKey(t *testing.T) {
 		t.Errorf("a body that is not UTF-8: %d %s", bad.status, bad.body)
 	}
 }
+
+// TestDrainLetsInputsFinish: Drain (http.Server.Shutdown's first step) ends
+// the wake streams, but an input whose request is still open, here one
+// that reaches the producer after Drain, is produced and answered 202, as
+// Shutdown waits for open requests to finish.
+func TestDrainLetsInputsFinish(t *testing.T) {
+	e := newEnv(t, 2)
+	g, srv := e.gateway(e.streamConfig())
+	s := openStream(t, srv, "run-1", tokAll, "")
+	s.next("open")
+	g.Drain()
+	for ev := range s.events {
+		t.Errorf("after Drain, the stream sent %q", ev.name)
+	}
+	for i := range 5 {
+		r := post(t, srv, "run-1", tokAll, msg)
+		if r.status != 202 {
+			t.Fatalf("input %d after Drain: %d %s, want 202", i, r.status, r.body)
+		}
+	}
+}

@@ -340,9 +340,11 @@ func (g *Gateway) produce(rec *kgo.Record, eventID, run string) (*accepted, erro
 		err error
 	}
 	done := make(chan result, 1)
-	// The record's context is not the request's: a client that hangs up
-	// must not abort a record that may already be on its way.
-	g.cl.Produce(g.ctx, rec, func(rec *kgo.Record, err error) { done <- result{rec, err} })
+	// No context cancels the record: a client that hangs up must not abort
+	// a record that may already be on its way, and neither may Drain,
+	// which comes while Shutdown lets open requests finish. Its bound is
+	// the producer's RecordDeliveryTimeout; Close fails what is left.
+	g.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) { done <- result{rec, err} })
 	t := time.NewTimer(g.cfg.ProduceTimeout)
 	defer t.Stop()
 	select {
