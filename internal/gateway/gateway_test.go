@@ -314,8 +314,8 @@ func TestDecodeInput(t *testing.T) {
 // TestProduceTimeoutCarriesTheKey: a produce Kafka does not acknowledge in
 // time is a 503 that carries the Idempotency-Key the gateway made for the
 // input (the record may still be written), and a retry with that key is the
-// same event (issue 21: a 503 that was written must not become a second
-// input). And a body that is not valid UTF-8 is refused, not mended.
+// same event (a 503 that was written must not become a second input).
+// And a body that is not valid UTF-8 is refused, not mended.
 func TestProduceTimeoutCarriesTheKey(t *testing.T) {
 	e := newEnv(t, 2)
 	cfg := e.config()

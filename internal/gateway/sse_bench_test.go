@@ -28,7 +28,8 @@ import (
 	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
-// The load of BenchmarkSSEFanout; the defaults are issue 21's.
+// The load of BenchmarkSSEFanout; the defaults are the load bench/RESULTS.md
+// reports ("Wake streams").
 var (
 	sseStreams   = flag.Int("sse.streams", 1000, "BenchmarkSSEFanout: wake streams, split over two gateway instances")
 	sseRuns      = flag.Int("sse.runs", 100, "BenchmarkSSEFanout: runs the streams watch")

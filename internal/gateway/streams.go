@@ -143,7 +143,7 @@ func (s *wakeStreams) close() {
 }
 
 // serve streams run's wakes to w from from (nil: from the committed end)
-// until the stream ends (stream.go). It returns an error, for the handler
+// until the stream ends (sse.go). It returns an error, for the handler
 // to answer, only before it wrote anything: over a cap, the end offsets
 // unknown, from past them.
 func (s *wakeStreams) serve(w http.ResponseWriter, fl http.Flusher, r *http.Request, p *Principal, run string, from *streamPos) error {
