@@ -102,12 +102,23 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		g.cfg.Logger.Warn("gateway: an error after the answer began", "path", r.URL.Path, "status", sw.code, "err", err)
 		return
 	}
-	var p *problem.Problem
-	if !errors.As(err, &p) {
+	p, ok := asProblem(err)
+	if !ok {
 		g.cfg.Logger.Error("gateway: serving a request", "path", r.URL.Path, "err", err)
 		p = problem.New(http.StatusInternalServerError, problem.Internal, "internal error")
 	}
 	problem.Write(w, r, p)
+}
+
+// asProblem is errors.As for a *problem.Problem, without its allocation
+// when err is one (as handlers return them).
+func asProblem(err error) (*problem.Problem, bool) {
+	if p, ok := err.(*problem.Problem); ok {
+		return p, true
+	}
+	var p *problem.Problem
+	ok := errors.As(err, &p)
+	return p, ok
 }
 
 // idProblem checks an identifier against the contract (topics.IDProblem),
