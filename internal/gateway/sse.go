@@ -164,8 +164,8 @@ func (st *wakeStream) join(ctx context.Context, t *tail, sub *subscriber) bool {
 }
 
 // serve sends sub's wakes and a heartbeat until the stream ends: its
-// context ends (Close, the client, or its token's expiry, which cancel
-// records), it falls too far behind, or a write fails.
+// context ends (Drain or Close, the client, or its token's expiry, which
+// cancel records), it falls too far behind, or a write fails.
 func (st *wakeStream) serve(ctx context.Context, cancel context.CancelCauseFunc, sub *subscriber) {
 	cfg, p := st.s.cfg, st.p
 	hb := time.NewTicker(cfg.Heartbeat)

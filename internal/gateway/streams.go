@@ -142,10 +142,10 @@ func (s *wakeStreams) close() {
 	s.cl.Close()
 }
 
-// serve streams run's wakes to w from from (nil: from the committed end)
-// until the stream ends (sse.go). It returns an error, for the handler
-// to answer, only before it wrote anything: over a cap, the end offsets
-// unknown, from past them.
+// serve streams run's wakes to w, from the position from (nil: the
+// committed end), until the stream ends (sse.go). It returns an error, for
+// the handler to answer, only before it wrote anything: over a cap, the end
+// offsets unknown, from past them.
 func (s *wakeStreams) serve(w http.ResponseWriter, fl http.Flusher, r *http.Request, p *Principal, run string, from *streamPos) error {
 	leave, err := s.admit(p.Subject)
 	if err != nil {
@@ -170,7 +170,7 @@ func (s *wakeStreams) serve(w http.ResponseWriter, fl http.Flusher, r *http.Requ
 			return problem.New(http.StatusBadRequest, problem.BadRequest,
 				"Last-Event-ID %s is past the end of run %q's wakes (%s: partition %d of the normal and the priority wake topic end at offsets %d and %d); "+
 					"an id this API sent is never past the end: reconnect without Last-Event-ID to start at the end",
-				from, run, end, part, end.normal, end.priority)
+				r.Header.Get("Last-Event-ID"), run, end, part, end.normal, end.priority)
 		}
 		pos = *from
 	}
