@@ -220,51 +220,23 @@ func (c Config) withDefaults() Config {
 	if c.Names == (topics.Names{}) {
 		c.Names = topics.DefaultNames()
 	}
-	if c.ProjectorGroup == "" {
-		c.ProjectorGroup = DefaultProjectorGroup
-	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.RatePerSecond == 0 {
-		c.RatePerSecond = DefaultRatePerSecond
-	}
-	if c.RateBurst == 0 {
-		c.RateBurst = DefaultRateBurst
-	}
-	if c.ProduceTimeout == 0 {
-		c.ProduceTimeout = DefaultProduceTimeout
-	}
-	if c.BodyTimeout == 0 {
-		c.BodyTimeout = DefaultBodyTimeout
-	}
-	if c.KafkaTimeout == 0 {
-		c.KafkaTimeout = DefaultKafkaTimeout
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = 2 * time.Second
-	}
-	if c.IdempotencyKeys == 0 {
-		c.IdempotencyKeys = 10000
-	}
-	if c.MaxStreams == 0 {
-		c.MaxStreams = DefaultMaxStreams
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = 15 * time.Second
-	}
-	if c.AssignmentTTL == 0 {
-		c.AssignmentTTL = 5 * time.Second
-	}
+	orDefault(&c.ProjectorGroup, DefaultProjectorGroup)
+	orDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	orDefault(&c.RatePerSecond, DefaultRatePerSecond)
+	orDefault(&c.RateBurst, DefaultRateBurst)
+	orDefault(&c.ProduceTimeout, DefaultProduceTimeout)
+	orDefault(&c.BodyTimeout, DefaultBodyTimeout)
+	orDefault(&c.KafkaTimeout, DefaultKafkaTimeout)
+	orDefault(&c.RetryAfter, 2*time.Second)
+	orDefault(&c.IdempotencyKeys, 10000)
+	orDefault(&c.MaxStreams, DefaultMaxStreams)
+	orDefault(&c.Heartbeat, 15*time.Second)
+	orDefault(&c.AssignmentTTL, 5*time.Second)
 	if c.ProjectorClient == nil {
 		c.ProjectorClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	if c.ProjectorScheme == "" {
-		c.ProjectorScheme = "http"
-	}
-	if c.Source == "" {
-		c.Source = "/gateway"
-	}
+	orDefault(&c.ProjectorScheme, "http")
+	orDefault(&c.Source, "/gateway")
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -277,25 +249,21 @@ func (c Config) withDefaults() Config {
 	if c.TracerProvider == nil {
 		c.TracerProvider = noop.NewTracerProvider()
 	}
-	if c.PreAuthRatePerSecond == 0 {
-		c.PreAuthRatePerSecond = DefaultPreAuthRatePerSecond
-	}
-	if c.PreAuthBurst == 0 {
-		c.PreAuthBurst = DefaultPreAuthBurst
-	}
-	if c.MaxStreamsPerSubject == 0 {
-		c.MaxStreamsPerSubject = DefaultMaxStreamsPerSubject
-	}
-	if c.StreamQueue == 0 {
-		c.StreamQueue = DefaultStreamQueue
-	}
-	if c.ReplayBytes == 0 {
-		c.ReplayBytes = DefaultReplayBytes
-	}
-	if c.TailIdle == 0 {
-		c.TailIdle = DefaultTailIdle
-	}
+	orDefault(&c.PreAuthRatePerSecond, DefaultPreAuthRatePerSecond)
+	orDefault(&c.PreAuthBurst, DefaultPreAuthBurst)
+	orDefault(&c.MaxStreamsPerSubject, DefaultMaxStreamsPerSubject)
+	orDefault(&c.StreamQueue, DefaultStreamQueue)
+	orDefault(&c.ReplayBytes, DefaultReplayBytes)
+	orDefault(&c.TailIdle, DefaultTailIdle)
 	return c
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Validate reports every problem with c (after defaults), each with what to

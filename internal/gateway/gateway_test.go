@@ -314,8 +314,8 @@ func TestDecodeInput(t *testing.T) {
 // TestProduceTimeoutCarriesTheKey: a produce Kafka does not acknowledge in
 // time is a 503 that carries the Idempotency-Key the gateway made for the
 // input (the record may still be written), and a retry with that key is the
-// same event (issue 21: a 503 that was written must not become a second
-// input). And a body that is not valid UTF-8 is refused, not mended.
+// same event (a 503 that was written must not become a second input).
+// And a body that is not valid UTF-8 is refused, not mended.
 func TestProduceTimeoutCarriesTheKey(t *testing.T) {
 	e := newEnv(t, 2)
 	cfg := e.config()
@@ -348,5 +348,26 @@ func TestProduceTimeoutCarriesTheKey(t *testing.T) {
 	bad := post(t, srv, "run-1", tokRun1, "{\"input_kind\":\"message\",\"text\":\"caf\xe9\"}")
 	if bad.status != 400 || !strings.Contains(bad.problem(t).Detail, "text: invalid_utf8") {
 		t.Errorf("a body that is not UTF-8: %d %s", bad.status, bad.body)
+	}
+}
+
+// TestDrainLetsInputsFinish: Drain (http.Server.Shutdown's first step) ends
+// the wake streams, but an input whose request is still open, here one
+// that reaches the producer after Drain, is produced and answered 202, as
+// Shutdown waits for open requests to finish.
+func TestDrainLetsInputsFinish(t *testing.T) {
+	e := newEnv(t, 2)
+	g, srv := e.gateway(e.streamConfig())
+	s := openStream(t, srv, "run-1", tokAll, "")
+	s.next("open")
+	g.Drain()
+	for ev := range s.events {
+		t.Errorf("after Drain, the stream sent %q", ev.name)
+	}
+	for i := range 5 {
+		r := post(t, srv, "run-1", tokAll, msg)
+		if r.status != 202 {
+			t.Fatalf("input %d after Drain: %d %s, want 202", i, r.status, r.body)
+		}
 	}
 }

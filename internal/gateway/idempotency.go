@@ -52,12 +52,12 @@ func newIdemCache(n int) *idemCache {
 	return &idemCache{n: n, m: make(map[string]*idemEntry), lru: list.New()}
 }
 
-// begin looks key up. When it is new, it is reserved and owner is true: the
-// caller produces and must call finish with the entry. Otherwise begin waits for the first
-// request with the key to finish and returns its answer; a different body
-// under the same key is a 422 (the Idempotency-Key draft's answer to a key
-// reused for another request).
-func (c *idemCache) begin(ctx context.Context, key string, sum [32]byte) (res *accepted, owner *idemEntry, p *problem.Problem) {
+// begin looks key up. When it is new, it is reserved and returned as
+// owner: the caller produces and must call finish with it. Otherwise begin
+// waits for the first request with the key to finish and returns its
+// answer; a different body under the same key is a 422 (the
+// Idempotency-Key draft's answer to a key reused for another request).
+func (c *idemCache) begin(ctx context.Context, key string, sum [32]byte) (res *accepted, owner *idemEntry, err error) {
 	for {
 		c.mu.Lock()
 		e, ok := c.m[key]

@@ -15,7 +15,7 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// TestIdempotencyAcrossInstancesAndRestart (issue 21): two gateway
+// TestIdempotencyAcrossInstancesAndRestart: two gateway
 // instances and one projector. The same input with the same
 // Idempotency-Key, sent to both instances and again after one restarts, is
 // one event id: three records on the human input topic, one human input

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -135,11 +136,66 @@ var idempotencyKeyRE = regexp.MustCompile(`^[\x21-\x7e]{1,255}$`)
 // traceparentRE is W3C trace context's traceparent, version 00.
 var traceparentRE = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
 
-// input is POST /v1/runs/{run_id}/input.
-func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
+// input is POST /v1/runs/{run_id}/input: the checks of the request, in
+// the order that tells the client the first thing to fix, then the
+// event's record, produced once per Idempotency-Key (idempotency.go).
+func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, run string) error {
+	key, err := inputHeaders(r)
+	if err != nil {
+		return err
+	}
+	in, err := g.readInput(w, r)
+	if err != nil {
+		return err
+	}
+	if err := g.scopeInput(r.Context(), in, p, run); err != nil {
+		return err
+	}
+	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())
+	// What the Idempotency-Key cache remembers the input by: who sent it,
+	// for which run, under which key. Without a key the gateway makes one
+	// and answers with it, the 503 of a produce that timed out included: a
+	// retry that sends it back is the same event, applied once, however
+	// the first attempt ended. No earlier request can have sent a key made
+	// just now, so such an input is not remembered (it would push the
+	// clients' own keys out of the cache).
+	idemKey := ""
+	if key == "" {
+		if key, err = g.makeKey(); err != nil {
+			return err
+		}
+	} else {
+		idemKey = p.Subject + "\x00" + run + "\x00" + key
+	}
+	w.Header().Set("Idempotency-Key", key)
+	ev.ID = idempotentEventID(p.Subject, run, key)
+	rec, err := g.inputRecord(r.Context(), ev)
+	if err != nil {
+		return err
+	}
+	res, replayed, err := g.produceOnce(r.Context(), in, rec, ev.ID, run, idemKey)
+	if err != nil {
+		return err
+	}
+	writeAccepted(w, res, replayed)
+	return nil
+}
+
+// makeKey makes an Idempotency-Key for an input sent without one.
+func (g *Gateway) makeKey() (string, error) {
+	key, err := g.newULID()
+	if err != nil {
+		g.cfg.Logger.Error("gateway: making an Idempotency-Key", "err", err)
+		return "", problem.New(http.StatusInternalServerError, problem.Internal, "the gateway could not make an Idempotency-Key; send one")
+	}
+	return key, nil
+}
+
+// inputHeaders checks an input's Content-Type and returns its
+// Idempotency-Key, "" when the client sent none.
+func inputHeaders(r *http.Request) (string, error) {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		problem.Write(w, r, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMedia, "send the input as Content-Type: application/json"))
-		return
+		return "", problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMedia, "send the input as Content-Type: application/json")
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if _, set := r.Header["Idempotency-Key"]; set && !idempotencyKeyRE.MatchString(key) {
@@ -147,12 +203,16 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		if p := topics.TextProblem(key); p != "" {
 			msg = p + "; " + msg
 		}
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "Idempotency-Key: %s", msg))
-		return
+		return "", problem.New(http.StatusBadRequest, problem.BadRequest, "Idempotency-Key: %s", msg)
 	}
+	return key, nil
+}
+
+// readInput reads and decodes the body, within MaxBodyBytes and
+// BodyTimeout.
+func (g *Gateway) readInput(w http.ResponseWriter, r *http.Request) (*InputRequest, error) {
 	if r.ContentLength > g.cfg.MaxBodyBytes {
-		problem.Write(w, r, tooLarge(g.cfg.MaxBodyBytes))
-		return
+		return nil, tooLarge(g.cfg.MaxBodyBytes)
 	}
 	// The body has BodyTimeout to arrive. The deadline is lifted once it
 	// has (a deadline left on the connection would end the request's
@@ -162,104 +222,81 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-	if err == nil {
-		_ = rc.SetReadDeadline(time.Time{})
-	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			problem.Write(w, r, tooLarge(g.cfg.MaxBodyBytes))
-			return
+			return nil, tooLarge(g.cfg.MaxBodyBytes)
 		}
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the body could not be read: %s", bodyReadReason(err)))
-		return
+		return nil, problem.New(http.StatusBadRequest, problem.BadRequest, "the body could not be read: %s", bodyReadReason(err))
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	in, err := DecodeInput(body)
 	if err != nil {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "%v", err))
-		return
+		return nil, problem.New(http.StatusBadRequest, problem.BadRequest, "%v", err)
 	}
-	session, prob := g.authorizeSession(r.Context(), p, run)
-	if prob != nil {
-		problem.Write(w, r, prob)
-		return
+	return in, nil
+}
+
+// scopeInput checks that p may send in to run, and fills in the run's
+// session when the token holds the run through it. The first event of a
+// run fixes its session, and sessions grant access: a token may only name
+// a session it holds, or, holding the run through its session, that
+// session.
+func (g *Gateway) scopeInput(ctx context.Context, in *InputRequest, p *Principal, run string) error {
+	session, err := g.authorizeSession(ctx, p, run)
+	if err != nil {
+		return err
 	}
-	// The first event of a run fixes its session, and sessions grant
-	// access: a token may only name a session it holds, or, holding the run
-	// through its session, that session.
 	switch {
 	case session != "" && in.SessionID == "":
 		in.SessionID = session
 	case session != "" && in.SessionID != session:
-		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden, "session_id %q is not the run's session", in.SessionID))
-		return
+		return problem.New(http.StatusForbidden, problem.Forbidden, "session_id %q is not the run's session", in.SessionID)
 	case session == "" && in.SessionID != "" && !p.CoversSession(in.SessionID) && !slices.Contains(p.Runs, "*"):
-		problem.Write(w, r, problem.New(http.StatusForbidden, problem.Forbidden,
-			"the token of %q does not cover session_id %q; leave it out or use a token whose sessions claim names it", p.Subject, in.SessionID))
-		return
+		return problem.New(http.StatusForbidden, problem.Forbidden,
+			"the token of %q does not cover session_id %q; leave it out or use a token whose sessions claim names it", p.Subject, in.SessionID)
 	}
-	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())
-	made := key == ""
-	if made {
-		// Without a key the gateway makes one and answers with it, the
-		// 503 of a produce that timed out included: a retry that sends it
-		// back is the same event, applied once, however the first attempt
-		// ended.
-		if key, err = g.newULID(); err != nil {
-			g.cfg.Logger.Error("gateway: making an Idempotency-Key", "err", err)
-			problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.Internal, "the gateway could not make an Idempotency-Key; send one"))
-			return
-		}
-	}
-	w.Header().Set("Idempotency-Key", key)
-	ev.ID = idempotentEventID(p.Subject, run, key)
-	// The request's span (ServeHTTP's, a child of the caller's traceparent
-	// if any) is the parent of everything the input causes downstream.
+	return nil
+}
+
+// inputRecord is ev's record on the human input topic, in the run's
+// partition, carrying the request's trace context: the request's span
+// (ServeHTTP's, a child of the caller's traceparent if any) is the parent
+// of everything the input causes downstream.
+func (g *Gateway) inputRecord(ctx context.Context, ev *topics.Event) (*kgo.Record, error) {
 	tc := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(r.Context(), tc)
+	propagation.TraceContext{}.Inject(ctx, tc)
 	tp := tc.Get("traceparent")
 	if !traceparentRE.MatchString(tp) {
 		tp = "" // a malformed trace context is dropped, not refused: tracing is best effort
 	}
 	rec, err := topics.EventRecord(g.cfg.Names.HumanInput(), ev, tp)
 	if err != nil {
-		problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "the input violates the event contract: %s", contractDetail(err)))
-		return
+		return nil, problem.New(http.StatusBadRequest, problem.BadRequest, "the input violates the event contract: %s", contractDetail(err))
 	}
 	rec.Partition = topics.Partition(rec.Key, g.partitions)
+	return rec, nil
+}
 
-	if made {
-		// No earlier request can have sent a key made just now: nothing
-		// to remember it against, and remembering it would push the
-		// clients' own keys out of the cache.
-		res, prob := g.produce(r, rec, ev.ID, run)
-		if prob != nil {
-			problem.Write(w, r, prob)
-			return
-		}
-		writeAccepted(w, res, false)
-		return
+// produceOnce produces rec unless a request with the same idemKey did:
+// its answer is then replayed, and replayed is true. An empty idemKey is
+// produced without being remembered.
+func (g *Gateway) produceOnce(ctx context.Context, in *InputRequest, rec *kgo.Record, eventID, run, idemKey string) (res *accepted, replayed bool, err error) {
+	if idemKey == "" {
+		res, err = g.produce(rec, eventID, run)
+		return res, false, err
 	}
 	// The fingerprint is of the decoded request, so that the same input
-	// sent with different whitespace is the same request.
+	// sent with different whitespace is the same request. Marshalling
+	// strings cannot fail.
 	canon, _ := json.Marshal(in)
-	sum := sha256.Sum256(canon)
-	res, owner, prob := g.idem.begin(r.Context(), p.Subject+"\x00"+run+"\x00"+key, sum)
-	if prob != nil {
-		problem.Write(w, r, prob)
-		return
+	res, owner, err := g.idem.begin(ctx, idemKey, sha256.Sum256(canon))
+	if err != nil || owner == nil {
+		return res, err == nil, err
 	}
-	if owner == nil {
-		writeAccepted(w, res, true)
-		return
-	}
-	res, prob = g.produce(r, rec, ev.ID, run)
+	res, err = g.produce(rec, eventID, run)
 	g.idem.finish(owner, res)
-	if prob != nil {
-		problem.Write(w, r, prob)
-		return
-	}
-	writeAccepted(w, res, false)
+	return res, false, err
 }
 
 func tooLarge(n int64) *problem.Problem {
@@ -297,15 +334,17 @@ func contractDetail(err error) string {
 // ProduceTimeout. Only an acknowledged record is a success: a timeout is a
 // 503 even though the idempotent producer may still deliver the record
 // later, which a retry with the same Idempotency-Key makes harmless.
-func (g *Gateway) produce(r *http.Request, rec *kgo.Record, eventID, run string) (*accepted, *problem.Problem) {
+func (g *Gateway) produce(rec *kgo.Record, eventID, run string) (*accepted, error) {
 	type result struct {
 		rec *kgo.Record
 		err error
 	}
 	done := make(chan result, 1)
-	// The record's context is not the request's: a client that hangs up
-	// must not abort a record that may already be on its way.
-	g.cl.Produce(g.ctx, rec, func(rec *kgo.Record, err error) { done <- result{rec, err} })
+	// No context cancels the record: a client that hangs up must not abort
+	// a record that may already be on its way, and neither may Drain,
+	// which comes while Shutdown lets open requests finish. Its bound is
+	// the producer's RecordDeliveryTimeout; Close fails what is left.
+	g.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) { done <- result{rec, err} })
 	t := time.NewTimer(g.cfg.ProduceTimeout)
 	defer t.Stop()
 	select {

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/problem"
-	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // streamPos is where a wake stream stands: the next offset of the run's
@@ -74,140 +73,82 @@ func parseOffset(s string) (int64, error) {
 	return v, nil
 }
 
-// fetchErrorPause is how long a tail or a catch-up waits after a failed fetch.
-const fetchErrorPause = 500 * time.Millisecond
-
 // streamWriteTimeout bounds each write to a stream's client: a client that
 // takes longer to take one in is gone, and its stream ends.
 const streamWriteTimeout = 30 * time.Second
-
-// errTokenExpired is the cause of a stream's context when its token
-// expired: the stream ends with an event that says so.
-var errTokenExpired = errors.New("the token expired")
 
 // wakes is GET /v1/runs/{run_id}/wakes: the run's wakes, both lanes, as
 // Server-Sent Events, read_committed, so exactly the wakes of committed
 // projector transactions. Without Last-Event-ID it starts at the committed
 // end; the first event ("open") carries the position it starts from. The
-// stream is served by the partition's tail (tail.go), which this instance
-// shares among all its streams of the partition.
+// stream is served by the wake stream subsystem (streams.go), which reads
+// each partition once for all the streams of this instance.
 //
 // It ends with an event saying why when its token expires (token_expired)
 // or it falls more than Config.StreamQueue wakes behind (dropped); both name
 // the position to resume from.
-func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, run string) {
+func (g *Gateway) wakes(w http.ResponseWriter, r *http.Request, p *Principal, run string) error {
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		problem.Write(w, r, problem.New(http.StatusInternalServerError, problem.Internal, "the server cannot stream"))
-		return
+		return problem.New(http.StatusInternalServerError, problem.Internal, "the server cannot stream")
 	}
-	resume := r.Header.Get("Last-Event-ID")
-	var pos streamPos
-	if resume != "" {
+	var from *streamPos
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		var pos streamPos
 		var err error
-		if pos.normal, pos.priority, err = ParseStreamPos(resume); err != nil {
-			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "Last-Event-ID: %v", err))
-			return
+		if pos.normal, pos.priority, err = ParseStreamPos(id); err != nil {
+			return problem.New(http.StatusBadRequest, problem.BadRequest, "Last-Event-ID: %v", err)
 		}
+		from = &pos
 	}
-	if prob := g.authorize(r.Context(), p, run); prob != nil {
-		problem.Write(w, r, prob)
-		return
+	if err := g.authorize(r.Context(), p, run); err != nil {
+		return err
 	}
-	leave, prob := g.hub.admit(p.Subject)
-	if prob != nil {
-		problem.Write(w, r, prob)
-		return
-	}
-	defer leave()
-	g.wg.Add(1)
-	defer g.wg.Done()
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	stop := context.AfterFunc(g.ctx, func() { cancel(nil) }) // Close ends every stream
-	defer stop()
+	return g.streams.serve(w, fl, r, p, run, from)
+}
 
-	part := topics.Partition([]byte(run), g.partitions)
-	end, prob := g.streamEnd(ctx, part)
-	if prob == nil && resume != "" && (pos.normal > end.normal || pos.priority > end.priority) {
-		prob = problem.New(http.StatusBadRequest, problem.BadRequest,
-			"Last-Event-ID %s is past the end of run %q's wakes (%s: partition %d of the normal and the priority wake topic end at offsets %d and %d); "+
-				"an id this API sent is never past the end: reconnect without Last-Event-ID to start at the end",
-			resume, run, end, part, end.normal, end.priority)
-	}
-	if prob != nil {
-		problem.Write(w, r, prob)
-		return
-	}
-	if resume == "" {
-		pos = end
-	}
-	if !p.Expires.IsZero() {
-		// A timer, armed from the injected clock: a stream lasts no longer
-		// than its token.
-		left := p.Expires.Sub(g.cfg.Now())
-		expire := time.AfterFunc(max(left, 0), func() { cancel(errTokenExpired) })
-		defer expire.Stop()
-	}
+// wakeStream is the writing side of a wake stream.
+type wakeStream struct {
+	s   *wakeStreams
+	w   http.ResponseWriter
+	fl  http.Flusher
+	rc  *http.ResponseController
+	run string
+	p   *Principal
+	pos streamPos // every wake of the run below it was sent
+	buf bytes.Buffer
+}
 
-	t := g.hub.acquire(part, end)
-	defer g.hub.release(t)
-
-	h := w.Header()
+// stream writes the stream's headers and its open event, joins the
+// partition's tail t and sends the run's wakes until the stream ends.
+func (st *wakeStream) stream(ctx context.Context, cancel context.CancelCauseFunc, t *tail, part int32) {
+	h := st.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx would otherwise hold events back
-	w.WriteHeader(http.StatusOK)
-	st := &wakeStream{g: g, w: w, fl: fl, rc: http.NewResponseController(w), run: run, pos: pos, p: p}
-	defer st.rc.SetWriteDeadline(time.Time{}) // the connection may serve another request
-	fmt.Fprintf(&st.buf, "retry: %d\nevent: open\nid: %s\ndata: {\"run_id\":%q,\"partition\":%d}\n\n", g.cfg.RetryAfter.Milliseconds(), pos, run, part)
+	st.w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(&st.buf, "retry: %d\nevent: open\nid: %s\ndata: {\"run_id\":%q,\"partition\":%d}\n\n", st.s.cfg.RetryAfter.Milliseconds(), st.pos, st.run, part)
 	if st.flush() != nil {
 		return
 	}
-
-	sub := newSubscriber(run)
-	if !st.join(ctx, t, part, sub) {
+	sub := newSubscriber(st.run)
+	if !st.join(ctx, t, sub) {
 		return
 	}
 	defer t.leave(sub)
 	st.serve(ctx, cancel, sub)
 }
 
-// streamEnd resolves the committed end of partition part of both wake
-// topics. It is resolved here, not left to a consumer, so that the open
-// event can name it (a client that reconnects with it misses nothing sent
-// after it connected), a new tail starts there, and a Last-Event-ID past it
-// is refused.
-func (g *Gateway) streamEnd(ctx context.Context, part int32) (streamPos, *problem.Problem) {
-	normal, prio := g.cfg.Names.Wakes(), g.cfg.Names.PriorityWakes()
-	octx, ocancel := context.WithTimeout(ctx, g.cfg.KafkaTimeout)
-	ends, err := g.adm.ListCommittedOffsets(octx, normal, prio)
-	ocancel()
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		g.cfg.Logger.Warn("gateway: cannot read the wake topics' end offsets", "err", err)
-		return streamPos{}, g.unavailable(problem.Unavailable, "cannot read the wake topics' end offsets from Kafka in time; retry later")
-	}
-	n, ok1 := ends.Lookup(normal, part)
-	pr, ok2 := ends.Lookup(prio, part)
-	if !ok1 || !ok2 {
-		return streamPos{}, g.unavailable(problem.Unavailable, "the wake topics have no partition %d; check that they are co-partitioned", part)
-	}
-	return streamPos{n.Offset, pr.Offset}, nil
-}
-
 // join subscribes sub to the partition's tail t and sends what the stream
 // misses up to it: the tail's replay, and before it, when the stream starts
 // older than the tail's replay buffer, a catch-up read. It reports whether
 // the stream goes on; when it does, the caller leaves t.
-func (st *wakeStream) join(ctx context.Context, t *tail, part int32, sub *subscriber) bool {
+func (st *wakeStream) join(ctx context.Context, t *tail, sub *subscriber) bool {
 	replay, joined := t.join(sub, st.pos)
 	if !joined {
 		// Older than the tail's replay buffer: read up to it first.
 		var err error
-		if replay, err = st.catchUp(ctx, t, part, sub); err != nil {
+		if replay, err = st.catchUp(ctx, t, sub); err != nil {
 			st.end(ctx, err)
 			return false
 		}
@@ -223,11 +164,11 @@ func (st *wakeStream) join(ctx context.Context, t *tail, part int32, sub *subscr
 }
 
 // serve sends sub's wakes and a heartbeat until the stream ends: its
-// context ends (Close, the client, or its token's expiry, which cancel
-// records), it falls too far behind, or a write fails.
+// context ends (Drain or Close, the client, or its token's expiry, which
+// cancel records), it falls too far behind, or a write fails.
 func (st *wakeStream) serve(ctx context.Context, cancel context.CancelCauseFunc, sub *subscriber) {
-	g, p := st.g, st.p
-	hb := time.NewTicker(g.cfg.Heartbeat)
+	cfg, p := st.s.cfg, st.p
+	hb := time.NewTicker(cfg.Heartbeat)
 	defer hb.Stop()
 	var q []*item
 	for {
@@ -237,10 +178,10 @@ func (st *wakeStream) serve(ctx context.Context, cancel context.CancelCauseFunc,
 			return
 		case <-sub.dropped:
 			st.event("dropped", map[string]any{"reason": "slow", "position": st.pos.String(),
-				"detail": fmt.Sprintf("this stream fell more than %d wakes behind and was dropped; reconnect with Last-Event-ID %s to resume", g.cfg.StreamQueue, st.pos)})
+				"detail": fmt.Sprintf("this stream fell more than %d wakes behind and was dropped; reconnect with Last-Event-ID %s to resume", cfg.StreamQueue, st.pos)})
 			return
 		case <-hb.C:
-			if !p.Expires.IsZero() && !g.cfg.Now().Before(p.Expires) {
+			if !p.Expires.IsZero() && !cfg.Now().Before(p.Expires) {
 				cancel(errTokenExpired) // the injected clock got there first
 				continue
 			}
@@ -270,18 +211,6 @@ func (st *wakeStream) deliver(q []*item) error {
 		}
 	}
 	return st.flush()
-}
-
-// wakeStream is the writing side of a wake stream.
-type wakeStream struct {
-	g   *Gateway
-	w   http.ResponseWriter
-	fl  http.Flusher
-	rc  *http.ResponseController
-	run string
-	p   *Principal
-	pos streamPos // every wake of the run below it was sent
-	buf bytes.Buffer
 }
 
 // add buffers it as a wake event unless the stream is past it.
@@ -324,7 +253,7 @@ func (st *wakeStream) event(name string, data map[string]any) {
 func (st *wakeStream) end(ctx context.Context, err error) {
 	if ctx.Err() == nil {
 		if err != nil {
-			st.g.cfg.Logger.Warn("gateway: wake stream", "run", st.run, "err", err)
+			st.s.cfg.Logger.Warn("gateway: wake stream", "run", st.run, "err", err)
 		}
 		return
 	}
@@ -339,22 +268,12 @@ func (st *wakeStream) end(ctx context.Context, err error) {
 // its own, writing the run's wakes, until the position reaches the tail's
 // replay buffer; then it joins the tail and returns the wakes to write from
 // the buffer.
-func (st *wakeStream) catchUp(ctx context.Context, t *tail, part int32, sub *subscriber) ([]*item, error) {
-	h := st.g.hub
-	select {
-	case h.catchUps <- struct{}{}:
-		defer func() { <-h.catchUps }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	cl, err := kgo.NewClient(h.consumerOpts(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
-		h.normal: {part: kgo.NewOffset().At(st.pos.normal)},
-		h.prio:   {part: kgo.NewOffset().At(st.pos.priority)},
-	}))...)
+func (st *wakeStream) catchUp(ctx context.Context, t *tail, sub *subscriber) ([]*item, error) {
+	cl, done, err := st.s.catchUpClient(ctx, t.part, st.pos)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
+	defer done()
 	for {
 		if replay, ok := t.join(sub, st.pos); ok {
 			return replay, nil
@@ -368,63 +287,32 @@ func (st *wakeStream) catchUp(ctx context.Context, t *tail, part int32, sub *sub
 		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
 			n++
-			prio := r.Topic == h.prio
-			next := st.pos.at(prio)
-			if r.Offset < *next {
-				return
-			}
-			*next = r.Offset + 1
-			if r.Attrs.IsControl() || string(r.Key) != st.run {
-				return
-			}
-			fmt.Fprintf(&st.buf, "event: wake\nid: %s\n", st.pos)
-			st.buf.Write(renderData(r.Value))
-			st.buf.WriteByte('\n')
+			st.addRecord(r)
 		})
 		if err := st.flush(); err != nil {
 			return nil, err
 		}
 		if ferr != nil {
-			st.g.cfg.Logger.Warn("gateway: wake stream catch-up fetch", "run", st.run, "err", ferr)
-			if n == 0 {
-				pause := time.NewTimer(fetchErrorPause)
-				select {
-				case <-pause.C:
-				case <-ctx.Done():
-					pause.Stop()
-					return nil, ctx.Err()
-				}
+			st.s.cfg.Logger.Warn("gateway: wake stream catch-up fetch", "run", st.run, "err", ferr)
+			if n == 0 && !pause(ctx) {
+				return nil, ctx.Err()
 			}
 		}
 	}
 }
 
-// admit counts a stream of subject against the caps, or says which cap it
-// is over: the subject's (429) or the instance's (503).
-func (h *hub) admit(subject string) (release func(), prob *problem.Problem) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.bySubject[subject] >= h.cfg.MaxStreamsPerSubject {
-		prob := problem.New(http.StatusTooManyRequests, problem.RateLimited,
-			"token subject %q has its maximum of %d wake streams open on this gateway instance (MaxStreamsPerSubject); close one, or retry after the Retry-After seconds",
-			subject, h.cfg.MaxStreamsPerSubject)
-		prob.RetryAfter = h.cfg.RetryAfter
-		return nil, prob
+// addRecord buffers a record the catch-up read as a wake event when it is
+// one of the stream's run; a position moves past every record.
+func (st *wakeStream) addRecord(r *kgo.Record) {
+	next := st.pos.at(r.Topic == st.s.prio)
+	if r.Offset < *next {
+		return
 	}
-	if h.streams >= h.cfg.MaxStreams {
-		prob := problem.New(http.StatusServiceUnavailable, problem.Unavailable,
-			"the gateway serves its maximum of %d wake streams (MaxStreams); retry later", h.cfg.MaxStreams)
-		prob.RetryAfter = h.cfg.RetryAfter
-		return nil, prob
+	*next = r.Offset + 1
+	if r.Attrs.IsControl() || string(r.Key) != st.run {
+		return
 	}
-	h.streams++
-	h.bySubject[subject]++
-	return func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.streams--
-		if h.bySubject[subject]--; h.bySubject[subject] == 0 {
-			delete(h.bySubject, subject)
-		}
-	}, nil
+	fmt.Fprintf(&st.buf, "event: wake\nid: %s\n", st.pos)
+	st.buf.Write(renderData(r.Value))
+	st.buf.WriteByte('\n')
 }

@@ -28,7 +28,8 @@ import (
 	"github.com/canopy-dev/canopy/internal/testenv"
 )
 
-// The load of BenchmarkSSEFanout; the defaults are issue 21's.
+// The load of BenchmarkSSEFanout; the defaults are the load bench/RESULTS.md
+// reports ("Wake streams").
 var (
 	sseStreams   = flag.Int("sse.streams", 1000, "BenchmarkSSEFanout: wake streams, split over two gateway instances")
 	sseRuns      = flag.Int("sse.runs", 100, "BenchmarkSSEFanout: runs the streams watch")
@@ -139,7 +140,7 @@ func benchSSE(b *testing.B) {
 		testenv.WaitFor(b, 60*time.Second, func() error {
 			n := 0
 			for _, g := range gws {
-				n += g.hub.subscribed()
+				n += g.streams.subscribed()
 			}
 			if n != to {
 				return fmt.Errorf("%d of %d streams subscribed", n, to)
@@ -515,13 +516,13 @@ func (s *benchStream) once(ctx context.Context, base, last string, onOpen func()
 }
 
 // subscribed is how many streams the instance's tails hand wakes to.
-func (h *hub) subscribed() int {
-	h.mu.Lock()
-	ts := make([]*tail, 0, len(h.tails))
-	for _, t := range h.tails {
+func (s *wakeStreams) subscribed() int {
+	s.mu.Lock()
+	ts := make([]*tail, 0, len(s.tails))
+	for _, t := range s.tails {
 		ts = append(ts, t)
 	}
-	h.mu.Unlock()
+	s.mu.Unlock()
 	n := 0
 	for _, t := range ts {
 		t.mu.Lock()

@@ -36,9 +36,9 @@ func (e *env) streamConfig() Config {
 // subscribers is how many streams of run the gateway's tail hands wakes to.
 func subscribers(g *Gateway, run string) int {
 	t := func() *tail {
-		g.hub.mu.Lock()
-		defer g.hub.mu.Unlock()
-		return g.hub.tails[topics.Partition([]byte(run), g.partitions)]
+		g.streams.mu.Lock()
+		defer g.streams.mu.Unlock()
+		return g.streams.tails[topics.Partition([]byte(run), g.partitions)]
 	}()
 	if t == nil {
 		return 0
@@ -302,7 +302,7 @@ func testWakeStreamsShareOneTail(t *testing.T, broker *brokertest.Broker) {
 			s.close()
 		}
 	}
-	testenv.WaitFor(t, 10*time.Second, testenv.Until("the tails stop once idle", func() bool { return g.hub.running() == 0 }))
+	testenv.WaitFor(t, 10*time.Second, testenv.Until("the tails stop once idle", func() bool { return g.streams.running() == 0 }))
 	// The next stream starts a tail again.
 	s := openStream(t, srv, "run-1", tokAll, "")
 	s.next("open")

@@ -1,55 +1,14 @@
 package gateway
 
-// Wake streams share their Kafka reads. A gateway instance reads each wake
-// partition it serves once, whatever the number of streams:
-//
-//   - The hub owns one franz-go client for all tailing (read_committed,
-//     control records kept so that a position advances past transaction
-//     markers to exactly the last stable offset). Its partitions come and go
-//     with AddConsumePartitions and RemoveConsumePartitions, applied only by
-//     the hub's poll goroutine between polls, so that no fetch of a removed
-//     partition is ever handed to the tail that replaced it.
-//   - A tail is one partition of both wake topics: its position (the next
-//     offsets), a replay buffer of its latest wakes (every run's, at most
-//     Config.ReplayBytes), and its subscribers by run. A tail starts with
-//     its first stream, at the committed end of both topics, and stops
-//     Config.TailIdle after its last stream ended.
-//   - Each poll's records are handed out under the tail's lock: appended to
-//     the replay buffer and to the queues of the subscribers of the wake's
-//     run, without ever waiting for a subscriber. A queue is bounded: a
-//     subscriber that still has more than Config.StreamQueue wakes waiting
-//     when a later poll brings it another is dropped (its stream ends with
-//     a "dropped" event naming the position to resume from), so a slow
-//     client never stalls the tail or the other streams. The bound is
-//     checked once per poll, so that a burst one poll brings (a tail that
-//     fell behind, a busy run) does not drop a stream that keeps up.
-//   - A stream joins a tail at its start position: the wakes after it that
-//     the replay buffer holds are written first, then its queue. A position
-//     older than the buffer holds (a Last-Event-ID from long ago, or a tail
-//     that started after it) is read by a short-lived catch-up client of
-//     the stream's own (at most maxCatchUps at once per instance) until it
-//     reaches the buffer, and then joins. Joining and handing out are under
-//     the same lock, so each wake after the start is delivered exactly once.
-//
-// A stream thus costs a goroutine, its queue and its HTTP connection; the
-// broker connections of an instance are those of its producer and its one
-// tail client (one per broker it fetches from), plus a catch-up client's
-// while it runs.
-
 import (
-	"context"
-	"errors"
-	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// maxCatchUps bounds the catch-up clients an instance runs at once; a
-// stream that needs one waits for a turn.
-const maxCatchUps = 4
+// A tail is one partition of both wake topics, read for every stream of
+// the instance whose run is in it; streams.go says how the parts fit.
 
 // itemOverhead is what a replay buffer entry costs beyond its data, for
 // Config.ReplayBytes.
@@ -128,9 +87,21 @@ type tail struct {
 
 	polls uint64 // deliver calls, for the queue bound
 
-	// Guarded by the hub's mu.
+	// Guarded by wakeStreams.mu.
 	refs int         // streams using it, joined or catching up
 	idle *time.Timer // stops it; set while refs is 0
+}
+
+// newTail is partition part's tail, starting at start.
+func newTail(part int32, start streamPos) *tail {
+	return &tail{part: part, pos: start, ringStart: start, subs: map[string]map[*subscriber]struct{}{}}
+}
+
+// position is where the tail reads next.
+func (t *tail) position() streamPos {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pos
 }
 
 // deliver takes a poll's records of one topic of the tail's partition, in
@@ -236,219 +207,3 @@ func (t *tail) leave(s *subscriber) {
 	defer t.mu.Unlock()
 	t.remove(s)
 }
-
-// tailOp is a change to the tail client's partitions, applied by the poll
-// goroutine.
-type tailOp struct {
-	add bool
-	t   *tail
-}
-
-// hub is a gateway instance's tails and stream caps.
-type hub struct {
-	cfg    *Config
-	cl     *kgo.Client // the tail client
-	normal string
-	prio   string
-	stats  *kafkaStats
-
-	mu        sync.Mutex
-	tails     map[int32]*tail
-	ops       []tailOp
-	kick      context.CancelFunc // wakes the poll goroutine
-	streams   int
-	bySubject map[string]int
-
-	catchUps chan struct{}
-	ctx      context.Context
-	cancel   context.CancelFunc
-	done     chan struct{}
-}
-
-// newHub starts the tail client and its poll goroutine.
-func newHub(cfg *Config, stats *kafkaStats) (*hub, error) {
-	h := &hub{cfg: cfg, normal: cfg.Names.Wakes(), prio: cfg.Names.PriorityWakes(), stats: stats,
-		tails: map[int32]*tail{}, bySubject: map[string]int{}, catchUps: make(chan struct{}, maxCatchUps), done: make(chan struct{})}
-	var err error
-	h.cl, err = kgo.NewClient(h.consumerOpts()...)
-	if err != nil {
-		return nil, err
-	}
-	h.ctx, h.cancel = context.WithCancel(context.Background())
-	go h.run()
-	return h, nil
-}
-
-// consumerOpts are the options of the tail client and the catch-up clients.
-func (h *hub) consumerOpts(more ...kgo.Opt) []kgo.Opt {
-	return append(append(h.cfg.kafkaOpts(),
-		kgo.WithHooks(h.stats),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(),
-		kgo.FetchMaxWait(500*time.Millisecond),
-	), more...)
-}
-
-// close stops the poll goroutine and the tail client. The streams must have
-// ended.
-func (h *hub) close() {
-	h.cancel()
-	<-h.done
-	h.mu.Lock()
-	for _, t := range h.tails {
-		if t.idle != nil {
-			t.idle.Stop()
-		}
-	}
-	h.mu.Unlock()
-	h.cl.Close()
-}
-
-// acquire returns the partition's tail, starting it at start if it is not
-// running, and counts the caller among its users until release.
-func (h *hub) acquire(part int32, start streamPos) *tail {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t := h.tails[part]
-	if t == nil {
-		t = &tail{part: part, pos: start, ringStart: start, subs: map[string]map[*subscriber]struct{}{}}
-		h.tails[part] = t
-		h.ops = append(h.ops, tailOp{add: true, t: t})
-		h.wake()
-	}
-	t.refs++
-	if t.idle != nil {
-		t.idle.Stop()
-		t.idle = nil
-	}
-	return t
-}
-
-// release ends a use of t; the last one arms its idle stop.
-func (h *hub) release(t *tail) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	t.refs--
-	if t.refs > 0 {
-		return
-	}
-	var timer *time.Timer
-	timer = time.AfterFunc(h.cfg.TailIdle, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if t.idle != timer || t.refs > 0 {
-			return
-		}
-		t.idle = nil
-		delete(h.tails, t.part)
-		h.ops = append(h.ops, tailOp{t: t})
-		h.wake()
-	})
-	t.idle = timer
-}
-
-// running reports how many tails run (for tests).
-func (h *hub) running() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.tails)
-}
-
-// wake interrupts the poll goroutine's wait so that it applies h.ops.
-// h.mu is held.
-func (h *hub) wake() {
-	if h.kick != nil {
-		h.kick()
-	}
-}
-
-// run is the poll goroutine: it applies the partition changes between
-// polls and hands each poll's records to their tails.
-func (h *hub) run() {
-	defer close(h.done)
-	active := map[int32]*tail{} // what the client consumes, by partition
-	for {
-		h.mu.Lock()
-		ops := h.ops
-		h.ops = nil
-		pctx, cancel := context.WithCancel(h.ctx)
-		h.kick = cancel
-		h.mu.Unlock()
-		h.apply(ops, active)
-
-		fs := h.cl.PollFetches(pctx)
-		cancel()
-		if h.ctx.Err() != nil {
-			return
-		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				ferr = err
-			}
-		})
-		n := 0
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if t := active[p.Partition]; t != nil && len(p.Records) > 0 {
-				n += len(p.Records)
-				t.deliver(p.Topic == h.prio, p.Records, h.cfg.ReplayBytes, h.cfg.StreamQueue)
-			}
-		})
-		if ferr != nil {
-			h.cfg.Logger.Warn("gateway: wake tail fetch", "err", ferr)
-			if n == 0 {
-				// A broker in trouble can fail every fetch at once.
-				t := time.NewTimer(fetchErrorPause)
-				select {
-				case <-t.C:
-				case <-h.ctx.Done():
-					t.Stop()
-					return
-				}
-			}
-		}
-	}
-}
-
-// apply makes the tail client consume what ops say, in order.
-func (h *hub) apply(ops []tailOp, active map[int32]*tail) {
-	for _, op := range ops {
-		p := op.t.part
-		if !op.add {
-			if active[p] == op.t {
-				h.cl.RemoveConsumePartitions(map[string][]int32{h.normal: {p}, h.prio: {p}})
-				delete(active, p)
-			}
-			continue
-		}
-		if old := active[p]; old != nil {
-			// Cannot happen (a tail is removed before its partition gets
-			// another), but a client must never read for two.
-			h.cl.RemoveConsumePartitions(map[string][]int32{h.normal: {p}, h.prio: {p}})
-		}
-		op.t.mu.Lock()
-		pos := op.t.pos
-		op.t.mu.Unlock()
-		h.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{
-			h.normal: {p: kgo.NewOffset().At(pos.normal)},
-			h.prio:   {p: kgo.NewOffset().At(pos.priority)},
-		})
-		active[p] = op.t
-	}
-}
-
-// kafkaStats counts a gateway's franz-go clients and open broker
-// connections (tests and the benchmark read it).
-type kafkaStats struct {
-	clients, conns, dials atomic.Int64
-}
-
-func (s *kafkaStats) OnNewClient(*kgo.Client)    { s.clients.Add(1) }
-func (s *kafkaStats) OnClientClosed(*kgo.Client) { s.clients.Add(-1) }
-func (s *kafkaStats) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if err == nil {
-		s.conns.Add(1)
-		s.dials.Add(1)
-	}
-}
-func (s *kafkaStats) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { s.conns.Add(-1) }
