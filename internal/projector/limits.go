@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
@@ -82,6 +83,20 @@ func (p *Projector) checkRecordLimits(ctx context.Context, adm *kadm.Client) err
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	limits, err := cluster.RecordLimits(ctx, adm, written...)
+	for errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// Apache Kafka's brokers learn of a topic a moment after its
+		// creation is acknowledged: one created just before this start
+		// (the dead-letter topic is not among those CreateTopics waits
+		// for) may not be described yet.
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("projector: reading the topics' record limits: %w", err)
+		case <-t.C:
+		}
+		limits, err = cluster.RecordLimits(ctx, adm, written...)
+	}
 	if err != nil {
 		return fmt.Errorf("projector: reading the topics' record limits: %w", err)
 	}
