@@ -98,7 +98,7 @@ func (s *memStorage) Write(changes Changes, cp *Checkpoint, _ bool) error {
 // restart are recognised from the store.
 //
 // Runs leave memory by either bound: MaxHotNodes, or a memory Budget
-// smaller than the runs' working set (issue 18: eviction and reload give
+// smaller than the runs' working set (eviction and reload give
 // byte-identical wakes to a projection that never evicts); and the nodes of
 // a run larger than MaxHotNodesPerRun leave memory while the run stays.
 func TestStoreResumesAsIfNeverStopped(t *testing.T) {
