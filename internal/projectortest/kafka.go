@@ -422,7 +422,7 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 // history entries and dedupe ids, pkg/projection journal.go): every entry
 // the windows hold, no chunk wholly older than them (entries that left the
 // windows must have left the changelog too: a later load would ignore them,
-// hiding the leak from CompareRun), and no key of the earlier encoding.
+// hiding the leak from CompareRun), and no key of the legacy encoding.
 func checkJournal(rep *report, st *store.Store, ref *Reference, part int32) {
 	cfg := ref.cfg.WithDefaults()
 	keep := int64(max(cfg.HistorySize, cfg.DedupeWindow))
@@ -436,7 +436,7 @@ func checkJournal(rep *report, st *store.Store, ref *Reference, part int32) {
 			continue
 		}
 		if legacy > 0 {
-			rep.add("keys of the earlier encoding", "run %s: %d applied-id or history keys in the changelog", run, legacy)
+			rep.add("keys of the legacy encoding", "run %s: %d applied-id or history keys in the changelog", run, legacy)
 		}
 		seq := int64(ref.Events(run))
 		covered := map[int64]bool{}

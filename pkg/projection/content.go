@@ -38,7 +38,7 @@ import (
 // encoding of those values (appendContent): stable across builds and
 // machines, since it is state. Two contents with one hash (about one in
 // 2^64 per pair, more for a producer that crafts them) are taken for a
-// duplicate, as every repeated id was before hashes were kept.
+// duplicate, as an id from a journal without hashes is.
 
 // ErrDuplicateConflict is wrapped by the error of an event whose id its run
 // has applied with other content (DuplicateConflictError).

@@ -36,9 +36,9 @@ import (
 //	                           (journal.go); deleted once older than Config.HistorySize and
 //	                           Config.DedupeWindow
 //	'r' run 0x00 'x'           the run expired (retention.go): when (8 bytes, ms)
-//	'r' run 0x00 'e' event     (earlier encoding) an applied event id; deleted when its run
+//	'r' run 0x00 'e' event     (legacy encoding) an applied event id; deleted when its run
 //	                           is next committed
-//	'r' run 0x00 'h' seq       (earlier encoding) one history entry, JSON; turned into a
+//	'r' run 0x00 'h' seq       (legacy encoding) one history entry, JSON; turned into a
 //	                           journal chunk when its run is next committed
 //	(the storage's own)        changelog checkpoint (see Checkpoint), not state
 //
@@ -485,7 +485,7 @@ type dirt struct {
 	// plan created again (binrecord.go).
 	steps map[stepRef]struct{}
 	// journal are the entries applied since the last commit (journal.go);
-	// legacy the keys of the earlier encoding to delete.
+	// legacy the keys of the legacy encoding to delete.
 	journal []journalEntry
 	legacy  [][]byte
 }
