@@ -111,6 +111,13 @@ func parseArgs(args []string, stdout, stderr io.Writer) (harness.Config, outputs
 		return c, outputs{}, false
 	}
 	c.ProjectorArgs = strings.Fields(*f.projectorFlags)
+	for _, b := range strings.Split(*f.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Brokers = append(c.Brokers, b)
+		}
+	}
+	// After the brokers: -kafka real names the JSON file only when the
+	// harness starts that Kafka itself.
 	out := outputs{json: *f.jsonOut, results: *f.results}
 	switch out.json {
 	case "":
@@ -123,11 +130,6 @@ func parseArgs(args []string, stdout, stderr io.Writer) (harness.Config, outputs
 	}
 	if *f.scenarios != "standard" {
 		c.Scenarios = strings.Split(*f.scenarios, ",")
-	}
-	for _, b := range strings.Split(*f.brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			c.Brokers = append(c.Brokers, b)
-		}
 	}
 	for _, field := range strings.Split(*f.instances, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(field))
