@@ -30,15 +30,43 @@ import (
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c harness.Config
-	scenarios := fs.String("scenario", "standard", "comma-separated scenarios ("+strings.Join(harness.Scenarios, ", ")+", or "+
+	c, out, ok := parseArgs(args, stdout, stderr)
+	if !ok {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := harness.Run(ctx, c)
+	if rep != nil && len(rep.Scenarios) > 0 {
+		if werr := out.write(rep, err == nil, stdout); werr != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", werr)
+			return 1
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// flagValues are the flags that parseArgs turns into a harness.Config's
+// fields, or into outputs.
+type flagValues struct {
+	scenarios, brokers, projectorFlags, instances, jsonOut, results *string
+	quiet                                                           *bool
+}
+
+// addFlags defines bench's flags on fs: those of one field each set c's
+// fields, the others are returned.
+func addFlags(fs *flag.FlagSet, c *harness.Config) flagValues {
+	var f flagValues
+	f.scenarios = fs.String("scenario", "standard", "comma-separated scenarios ("+strings.Join(harness.Scenarios, ", ")+", or "+
 		strings.Join(harness.MoreScenarios, ", ")+", which run only when named), or standard for the standard set")
-	brokers := fs.String("brokers", "", "Kafka seed brokers, host:port,...; default a broker on loopback that -kafka names")
+	f.brokers = fs.String("brokers", "", "Kafka seed brokers, host:port,...; default a broker on loopback that -kafka names")
 	fs.StringVar(&c.Kafka, "kafka", harness.KafkaEmbedded, "the broker the harness starts when -brokers is empty: kfake (embedded, in this process) or\n"+
 		"real (Apache Kafka from tools/kafka/lib, a KRaft node in a child JVM; make test installs it)")
-	projectorFlags := fs.String("projector-flags", "", "more flags for every projector instance, e.g. \"-group-protocol consumer\"")
+	f.projectorFlags = fs.String("projector-flags", "", "more flags for every projector instance, e.g. \"-group-protocol consumer\"")
 	fs.StringVar(&c.Projector, "projector", "bin/projector", "the projector binary (make build)")
 	fs.IntVar(&c.Partitions, "partitions", 6, "partitions of every topic")
 	fs.DurationVar(&c.Duration, "duration", 30e9, "how long steady and priority measure")
@@ -50,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&c.HumanRate, "human-rate", 5, "human inputs per second through the gateway (steady, priority)")
 	fs.IntVar(&c.MaxEvents, "max-events", 200_000, "events of the closed-loop scenarios (max, scale)")
 	fs.IntVar(&c.Backlog, "backlog", 1_000_000, "agent-lane backlog of priority, in events")
-	instances := fs.String("instances", "1,2,3", "projector instance counts scale compares")
+	f.instances = fs.String("instances", "1,2,3", "projector instance counts scale compares")
 	fs.IntVar(&c.SoakEvents, "soak-events", 5_000_000, "events soak sends")
 	fs.Float64Var(&c.SoakRate, "soak-rate", 0, "soak's rate in events/s (default 60% of the maximum measured by max in the same run, at most 10,000)")
 	fs.IntVar(&c.SoakNodes, "soak-nodes", 20, "nodes of each of soak's runs, which finish")
@@ -61,43 +89,57 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.FailoverInstances, "failover-instances", 2, "instances in failover, one of which is killed")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 3e9, "the projectors' group session timeout (the harness's brokers allow 1s and more)")
 	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write a CPU profile of each projector instance here (<stage>-i<n>.cpu.pprof; go tool pprof)")
-	jsonOut := fs.String("json", "", "the JSON result file (default bench/results.json, with -kafka real bench/results-kafka.json; - : none)")
-	results := fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")
-	quiet := fs.Bool("quiet", false, "no progress lines")
+	f.jsonOut = fs.String("json", "", "the JSON result file (default bench/results.json, with -kafka real bench/results-kafka.json; - : none)")
+	f.results = fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")
+	f.quiet = fs.Bool("quiet", false, "no progress lines")
+	return f
+}
+
+// parseArgs returns the harness's configuration and bench's outputs from
+// the command line; false, with the problem on stderr, for a command line
+// that is not valid.
+func parseArgs(args []string, stdout, stderr io.Writer) (harness.Config, outputs, bool) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c harness.Config
+	f := addFlags(fs, &c)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return c, outputs{}, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return c, outputs{}, false
 	}
-	c.ProjectorArgs = strings.Fields(*projectorFlags)
-	switch *jsonOut {
-	case "":
-		*jsonOut = "bench/results.json"
-		if c.Kafka == harness.KafkaReal && len(c.Brokers) == 0 {
-			*jsonOut = "bench/results-kafka.json"
-		}
-	case "-":
-		*jsonOut = ""
-	}
-	if *scenarios != "standard" {
-		c.Scenarios = strings.Split(*scenarios, ",")
-	}
-	for _, b := range strings.Split(*brokers, ",") {
+	c.ProjectorArgs = strings.Fields(*f.projectorFlags)
+	for _, b := range strings.Split(*f.brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			c.Brokers = append(c.Brokers, b)
 		}
 	}
-	for _, f := range strings.Split(*instances, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+	// After the brokers: -kafka real names the JSON file only when the
+	// harness starts that Kafka itself.
+	out := outputs{json: *f.jsonOut, results: *f.results}
+	switch out.json {
+	case "":
+		out.json = "bench/results.json"
+		if c.Kafka == harness.KafkaReal && len(c.Brokers) == 0 {
+			out.json = "bench/results-kafka.json"
+		}
+	case "-":
+		out.json = ""
+	}
+	if *f.scenarios != "standard" {
+		c.Scenarios = strings.Split(*f.scenarios, ",")
+	}
+	for _, field := range strings.Split(*f.instances, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(field))
 		if err != nil {
-			fmt.Fprintf(stderr, "bench: -instances %q: want counts like 1,2,3\n", *instances)
-			return 2
+			fmt.Fprintf(stderr, "bench: -instances %q: want counts like 1,2,3\n", *f.instances)
+			return c, outputs{}, false
 		}
 		c.Instances = append(c.Instances, n)
 	}
-	if !*quiet {
+	if !*f.quiet {
 		c.Progress = stdout
 	}
 	c.Command = "go run ./bench " + strings.Join(args, " ")
@@ -106,32 +148,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
-		return 2
+		return c, outputs{}, false
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	rep, err := harness.Run(ctx, c)
-	if rep != nil && len(rep.Scenarios) > 0 {
-		fmt.Fprintln(stdout)
-		rep.WriteTable(stdout)
-		if *jsonOut != "" {
-			b, _ := json.MarshalIndent(rep, "", "  ")
-			if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil {
-				fmt.Fprintf(stderr, "bench: %v\n", werr)
-				return 1
-			}
+	return c, out, true
+}
+
+// outputs are where bench writes its report beside the table on stdout:
+// the JSON result file and the RESULTS.md whose harness section it
+// rewrites ("" for none).
+type outputs struct {
+	json, results string
+}
+
+// write prints rep's table on stdout and writes the JSON result file, and
+// RESULTS.md when every scenario succeeded.
+func (o outputs) write(rep *harness.Report, succeeded bool, stdout io.Writer) error {
+	fmt.Fprintln(stdout)
+	rep.WriteTable(stdout)
+	if o.json != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(o.json, append(b, '\n'), 0o644); err != nil {
+			return err
 		}
-		if *results != "" && err == nil {
-			if werr := harness.UpdateResults(*results, rep.Kafka, rep.Markdown()); werr != nil {
-				fmt.Fprintf(stderr, "bench: %v\n", werr)
-				return 1
-			}
-			fmt.Fprintf(stdout, "\nwrote %s\n", *results)
+	}
+	if o.results != "" && succeeded {
+		if err := harness.UpdateResults(o.results, rep.Kafka, rep.Markdown()); err != nil {
+			return err
 		}
+		fmt.Fprintf(stdout, "\nwrote %s\n", o.results)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "bench: %v\n", err)
-		return 1
-	}
-	return 0
+	return nil
 }

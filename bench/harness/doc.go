@@ -25,7 +25,7 @@
 // short -retention. soak, not part of the standard set (MoreScenarios),
 // sends millions of such events and samples the projector's RSS, Go heap,
 // Pebble bytes, the changelog topic's bytes and the live runs over time, to
-// show that state stays bounded (issue 18).
+// show that state stays bounded.
 //
 // Measurements: every latency and size is recorded in an HdrHistogram;
 // end-to-end latency runs from an event's append (its produce

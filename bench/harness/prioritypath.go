@@ -18,7 +18,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/projector"
 )
 
-// The priority path as the projector sees it (issue 19): the stages of
+// The priority path as the projector sees it: the stages of
 // each human input record, read from the projector's histogram
 // canopy_projector_priority_stage_seconds, and the agent lane's drain rate
 // with and without human input, read from its records_consumed_total.
@@ -134,7 +134,7 @@ func stagesNote(ss []stageFigures) string {
 
 // drainMeter samples the projector's agent records consumed, to compare
 // the agent lane's drain rate while human input is sent with the rate while
-// none is (issue 19: within 10%).
+// none is (the target: within 10%).
 type drainMeter struct {
 	url    string
 	topic  string

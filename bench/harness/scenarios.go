@@ -198,32 +198,12 @@ func (h *Harness) runSteady(ctx context.Context) (*ScenarioResult, error) {
 	s.latency = true
 	mix := workload.NewMix(workload.MixSpec{Prefix: "steady", Runs: h.cfg.Runs, Nodes: h.cfg.Nodes, HugeShare: h.cfg.HugeShare, HugeNodes: h.cfg.HugeNodes})
 	s.startSampler()
-	hctx, stopHumans := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	rng := rand.New(rand.NewPCG(7, 7))
-	var rngMu sync.Mutex
-	go func() {
-		defer wg.Done()
-		s.humanInputs(hctx, h.cfg.HumanRate, func() string { rngMu.Lock(); defer rngMu.Unlock(); return mix.ActiveRun(rng) })
-	}()
-	err = s.openLoop(ctx, mix, rate, h.cfg.Duration)
-	stopHumans()
-	wg.Wait()
-	if err != nil {
+	if err := h.openLoopWithHumans(ctx, s, mix, rate); err != nil {
 		return nil, err
 	}
 	inWindow := s.reader.stats().projected
 	s.drain(ctx, 15*time.Second)
-	var ss []stageFigures
-	var limit float64
-	fams, scrapeErr := scrapeFamilies(ctx, &http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/metrics")
-	if scrapeErr == nil {
-		ss = stages(fams)
-		if f := fams["canopy_projector_memory_limit_bytes"]; f != nil && len(f.GetMetric()) > 0 {
-			limit = f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
+	ss, limit, scrapeErr := scrapeStages(ctx, "http://"+addr+"/metrics")
 	st := s.sampler.close()
 	r := s.result("steady", fmt.Sprintf("steady state: %s events/s (%s) from %d runs under way (%d nodes; %.0f%% huge runs of %s nodes), %s human inputs/s through the gateway, 1 projector instance",
 		num(rate), why, h.cfg.Runs, h.cfg.Nodes, 100*max(h.cfg.HugeShare, 0), num(float64(h.cfg.HugeNodes)), num(h.cfg.HumanRate)), "open-loop", 1, st)
@@ -255,6 +235,38 @@ func (h *Harness) runSteady(ctx context.Context) (*ScenarioResult, error) {
 	return r, nil
 }
 
+// openLoopWithHumans sends mix open loop at rate for the configured
+// duration, and human input at HumanRate into its active runs meanwhile.
+func (h *Harness) openLoopWithHumans(ctx context.Context, s *stage, mix *workload.Mix, rate float64) error {
+	hctx, stopHumans := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	rng := rand.New(rand.NewPCG(7, 7))
+	var rngMu sync.Mutex
+	go func() {
+		defer wg.Done()
+		s.humanInputs(hctx, h.cfg.HumanRate, func() string { rngMu.Lock(); defer rngMu.Unlock(); return mix.ActiveRun(rng) })
+	}()
+	err := s.openLoop(ctx, mix, rate, h.cfg.Duration)
+	stopHumans()
+	wg.Wait()
+	return err
+}
+
+// scrapeStages reads the priority path's stages and the memory limit from
+// a projector's /metrics.
+func scrapeStages(ctx context.Context, url string) ([]stageFigures, float64, error) {
+	fams, err := scrapeFamilies(ctx, &http.Client{Timeout: 5 * time.Second}, url)
+	if err != nil {
+		return nil, 0, err
+	}
+	var limit float64
+	if f := fams["canopy_projector_memory_limit_bytes"]; f != nil && len(f.GetMetric()) > 0 {
+		limit = f.GetMetric()[0].GetGauge().GetValue()
+	}
+	return stages(fams), limit, nil
+}
+
 // growCheckpoints are the run sizes grow measures at.
 func growCheckpoints(total int) []int {
 	var cps []int
@@ -272,56 +284,16 @@ func growCheckpoints(total int) []int {
 // fast it was projecting.
 func (h *Harness) runGrow(ctx context.Context) (*ScenarioResult, error) {
 	cps := growCheckpoints(h.cfg.HugeNodes)
-	type row struct {
-		nodes, inRun          int
-		events                int
-		indexed, naive        time.Duration
-		bytes                 int
-		rss                   int64
-		seenAt                time.Time
-		seq                   int64
-		projRate              float64
-		projectorSeen, costOK bool
-	}
-	rows := make([]*row, len(cps))
+	rows := make([]*growRow, len(cps))
 	for i, c := range cps {
-		rows[i] = &row{nodes: c}
+		rows[i] = &growRow{nodes: c}
 	}
 	fmt.Fprintf(h.cfg.Progress, "grow: building snapshots in-process at %v nodes\n", cps)
-	p, err := projection.New(projection.Config{})
-	if err != nil {
+	// The in-process projection's memory goes before the projector's is
+	// measured: growInProcess keeps none of it.
+	if err := h.growInProcess(rows); err != nil {
 		return nil, err
 	}
-	tree := workload.NewTree(workload.TreeSpec{RunID: "grow-00000", SessionID: "bench", Nodes: h.cfg.HugeNodes, Seed: 42})
-	at := time.Now().Add(time.Hour)
-	next := 0
-	var run *projection.Run
-	for ev, ok := tree.Next(at); ; ev, ok = tree.Next(at) {
-		if ok {
-			p.Apply(&ev)
-			at = at.Add(time.Millisecond)
-			if run == nil {
-				run, _ = p.Run(tree.RunID())
-			}
-		}
-		for next < len(rows) && (run.Len() >= rows[next].nodes || !ok) {
-			r := rows[next]
-			r.inRun, r.events = run.Len(), tree.Emitted()
-			r.indexed, r.naive, r.bytes, err = buildCost(run, at, 21)
-			if err != nil {
-				return nil, err
-			}
-			r.costOK = true
-			next++
-		}
-		if !ok || next == len(rows) {
-			break
-		}
-	}
-	if err := p.Err(); err != nil {
-		return nil, err
-	}
-	p = nil // the in-process projection's memory goes before the projector's is measured
 
 	s, err := h.newStage(ctx, "grow")
 	if err != nil {
@@ -362,8 +334,66 @@ func (h *Harness) runGrow(ctx context.Context) (*ScenarioResult, error) {
 	r.AggregatedConsumeRate = rate
 	mu.Lock()
 	defer mu.Unlock()
-	var prev *row
-	began := s.sampler.began
+	growReport(r, rows, s.sampler.began)
+	return r, nil
+}
+
+// growRow is one of grow's sizes: what the in-process projection and the
+// projector instance showed there.
+type growRow struct {
+	nodes, inRun          int
+	events                int
+	indexed, naive        time.Duration
+	bytes                 int
+	rss                   int64
+	seenAt                time.Time
+	seq                   int64
+	projRate              float64
+	projectorSeen, costOK bool
+}
+
+// growInProcess projects grow's run with pkg/projection in this process
+// and, at each row's size, times a snapshot built by canopy's indexes and
+// by the naive strategy.
+func (h *Harness) growInProcess(rows []*growRow) error {
+	p, err := projection.New(projection.Config{})
+	if err != nil {
+		return err
+	}
+	tree := workload.NewTree(workload.TreeSpec{RunID: "grow-00000", SessionID: "bench", Nodes: h.cfg.HugeNodes, Seed: 42})
+	at := time.Now().Add(time.Hour)
+	next := 0
+	var run *projection.Run
+	for ev, ok := tree.Next(at); ; ev, ok = tree.Next(at) {
+		if ok {
+			p.Apply(&ev)
+			at = at.Add(time.Millisecond)
+			if run == nil {
+				run, _ = p.Run(tree.RunID())
+			}
+		}
+		for next < len(rows) && (run.Len() >= rows[next].nodes || !ok) {
+			r := rows[next]
+			r.inRun, r.events = run.Len(), tree.Emitted()
+			r.indexed, r.naive, r.bytes, err = buildCost(run, at, 21)
+			if err != nil {
+				return err
+			}
+			r.costOK = true
+			next++
+		}
+		if !ok || next == len(rows) {
+			break
+		}
+	}
+	return p.Err()
+}
+
+// growReport adds grow's rows to r as its steps, and its targets: snapshot
+// build time and projector RSS at the largest size against the smallest.
+// began is when the sends began.
+func growReport(r *ScenarioResult, rows []*growRow, began time.Time) {
+	var prev *growRow
 	for _, x := range rows {
 		if x.projectorSeen {
 			from, seq0 := began, int64(0)
@@ -390,7 +420,6 @@ func (h *Harness) runGrow(ctx context.Context) (*ScenarioResult, error) {
 	} else {
 		r.Notes = append(r.Notes, "the projector's RSS was not sampled at every size (no wake of the run at that size was read)")
 	}
-	return r, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -410,35 +439,10 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 		return nil, err
 	}
 	defer s.close()
-	// The query endpoint on a free loopback port: its /metrics has the
-	// priority path's stages and the records consumed.
-	s.args = []string{"-http-addr", "127.0.0.1:0"}
-	fmt.Fprintf(h.cfg.Progress, "priority: producing a backlog of %s events\n", num(float64(h.cfg.Backlog)))
-	runs := runsFor(h.cfg.Backlog, h.cfg.Nodes)
-	mix := workload.NewMix(workload.MixSpec{Prefix: "backlog", Runs: runs, Nodes: h.cfg.Nodes, HugeShare: -1})
-	if _, err := s.closedLoop(ctx, mix, h.cfg.Backlog); err != nil {
-		return nil, err
-	}
-	s.tr.mu.Lock()
-	s.tr.pending = map[string]*flight{} // only human input is measured
-	s.tr.mu.Unlock()
-	if err := s.startProjectors(ctx, 1, false); err != nil {
-		return nil, err
-	}
-	if err := s.waitAssigned(ctx, 1); err != nil {
-		return nil, err
-	}
-	if err := s.startGateway(ctx); err != nil {
-		return nil, err
-	}
-	if err := s.probe(ctx, s.names.HumanInput()); err != nil {
-		return nil, err
-	}
-	addr, err := s.procs[0].httpAddr()
+	mix, runs, metrics, err := h.priorityBacklog(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	metrics := "http://" + addr + "/metrics"
 	// The drain's first seconds run on what the projector fetched while
 	// it started, much faster than what follows: the windows begin after
 	// them (pacing, not synchronisation).
@@ -477,6 +481,49 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 	r := s.result("priority", fmt.Sprintf("human input at %s/s through the gateway in four of eight windows of %v (on, off, off, on, off, on, on, off) for %v, while %s agent events wait on the agent lane (%d runs of %d nodes), 1 projector instance",
 		num(h.cfg.HumanRate), window, h.cfg.Duration, num(float64(h.cfg.Backlog)), runs, h.cfg.Nodes), "open-loop", 1, st)
 	r.Notes = append(r.Notes, stagesNote(ss))
+	h.priorityReport(r, dm, projected)
+	return r, nil
+}
+
+// priorityBacklog produces priority's backlog, then starts the projector
+// (with its query endpoint on a free loopback port: its /metrics has the
+// priority path's stages and the records consumed) and the gateway. It
+// returns the backlog's mix and run count, and the projector's /metrics
+// URL.
+func (h *Harness) priorityBacklog(ctx context.Context, s *stage) (mix *workload.Mix, runs int, metrics string, err error) {
+	s.args = []string{"-http-addr", "127.0.0.1:0"}
+	fmt.Fprintf(h.cfg.Progress, "priority: producing a backlog of %s events\n", num(float64(h.cfg.Backlog)))
+	runs = runsFor(h.cfg.Backlog, h.cfg.Nodes)
+	mix = workload.NewMix(workload.MixSpec{Prefix: "backlog", Runs: runs, Nodes: h.cfg.Nodes, HugeShare: -1})
+	if _, err := s.closedLoop(ctx, mix, h.cfg.Backlog); err != nil {
+		return nil, 0, "", err
+	}
+	s.tr.mu.Lock()
+	s.tr.pending = map[string]*flight{} // only human input is measured
+	s.tr.mu.Unlock()
+	if err := s.startProjectors(ctx, 1, false); err != nil {
+		return nil, 0, "", err
+	}
+	if err := s.waitAssigned(ctx, 1); err != nil {
+		return nil, 0, "", err
+	}
+	if err := s.startGateway(ctx); err != nil {
+		return nil, 0, "", err
+	}
+	if err := s.probe(ctx, s.names.HumanInput()); err != nil {
+		return nil, 0, "", err
+	}
+	addr, err := s.procs[0].httpAddr()
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return mix, runs, "http://" + addr + "/metrics", nil
+}
+
+// priorityReport adds to r the agent lane's drain rates with human input
+// and without, the backlog left, and priority's targets. projected is the
+// events projected by the end.
+func (h *Harness) priorityReport(r *ScenarioResult, dm *drainMeter, projected int64) {
 	off, withHuman, derr := dm.rates()
 	if derr != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projector's /metrics failed: %v", derr))
@@ -499,7 +546,6 @@ func (h *Harness) runPriority(ctx context.Context) (*ScenarioResult, error) {
 		r.Targets = append(r.Targets, atLeast("priority", "agent drain rate with human input / without (interleaved windows of the same run)",
 			withHuman/off, 0.9, "x", fmt.Sprintf("%s vs %s agent records/s", num(withHuman), num(off))))
 	}
-	return r, nil
 }
 
 // priorityWarmUp is how long priority's projector drains its backlog before
@@ -608,30 +654,8 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 		return nil, err
 	}
 	defer s.close()
-	var mu sync.Mutex
-	var killedAt time.Time
-	victim := map[int32]bool{}
-	resumed := map[int32]time.Duration{}
-	s.reader.setOnWake(func(w *wakeInfo, _ *kgo.Record, at time.Time) {
-		mu.Lock()
-		defer mu.Unlock()
-		if killedAt.IsZero() {
-			return
-		}
-		p := topics.Partition([]byte(w.RunID), s.partitions)
-		if !victim[p] {
-			return
-		}
-		if _, ok := resumed[p]; ok {
-			return
-		}
-		for _, t := range w.Triggers {
-			if t.EventID != nil && strings.HasPrefix(*t.EventID, "heartbeat-probe-") && t.At.Std().After(killedAt) {
-				resumed[p] = at.Sub(killedAt)
-				return
-			}
-		}
-	})
+	fw := &failoverWatch{partitions: s.partitions, victim: map[int32]bool{}, resumed: map[int32]time.Duration{}}
+	s.reader.setOnWake(fw.onWake)
 	if err := s.startProjectors(ctx, h.cfg.FailoverInstances, true); err != nil {
 		return nil, err
 	}
@@ -657,21 +681,10 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 		}
 		return nil, err
 	}
-	a, err := cluster.Assignment(ctx, h.adm, s.group, s.names)
-	if err != nil {
+	if err := h.killFirst(ctx, s, fw); err != nil {
 		<-errc
 		return nil, err
 	}
-	mu.Lock()
-	for p, m := range a {
-		if m.Addr == "i0:1" {
-			victim[p] = true
-		}
-	}
-	killedAt = time.Now()
-	mu.Unlock()
-	fmt.Fprintf(h.cfg.Progress, "failover: SIGKILL %s, which owned partitions %v\n", s.procs[0].name, keys(victim))
-	s.procs[0].kill()
 	if err := <-errc; err != nil {
 		return nil, err
 	}
@@ -680,11 +693,72 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 	r := s.result("failover", fmt.Sprintf("%d projector instances under %s events/s (open loop); after %v one is SIGKILLed: the time until wakes flow again for each partition it owned",
 		h.cfg.FailoverInstances, num(rate), warm), "open-loop", h.cfg.FailoverInstances, st)
 	r.TargetRate = rate
-	mu.Lock()
-	defer mu.Unlock()
+	fw.report(r, h.cfg.SessionTimeout)
+	return r, nil
+}
+
+// failoverWatch is what failover learns from the wakes it reads: when each
+// partition of the killed instance (a victim) resumed after the kill.
+type failoverWatch struct {
+	partitions int32
+
+	mu       sync.Mutex
+	killedAt time.Time
+	victim   map[int32]bool
+	resumed  map[int32]time.Duration // since killedAt
+}
+
+// onWake notes a victim partition's resumption: the first wake read of a
+// heartbeat probe sent after the kill.
+func (fw *failoverWatch) onWake(w *wakeInfo, _ *kgo.Record, at time.Time) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.killedAt.IsZero() {
+		return
+	}
+	p := topics.Partition([]byte(w.RunID), fw.partitions)
+	if !fw.victim[p] {
+		return
+	}
+	if _, ok := fw.resumed[p]; ok {
+		return
+	}
+	for _, t := range w.Triggers {
+		if t.EventID != nil && strings.HasPrefix(*t.EventID, "heartbeat-probe-") && t.At.Std().After(fw.killedAt) {
+			fw.resumed[p] = at.Sub(fw.killedAt)
+			return
+		}
+	}
+}
+
+// killFirst notes the partitions of the stage's first instance as victims
+// and SIGKILLs it.
+func (h *Harness) killFirst(ctx context.Context, s *stage, fw *failoverWatch) error {
+	a, err := cluster.Assignment(ctx, h.adm, s.group, s.names)
+	if err != nil {
+		return err
+	}
+	fw.mu.Lock()
+	for p, m := range a {
+		if m.Addr == "i0:1" {
+			fw.victim[p] = true
+		}
+	}
+	fw.killedAt = time.Now()
+	fw.mu.Unlock()
+	fmt.Fprintf(h.cfg.Progress, "failover: SIGKILL %s, which owned partitions %v\n", s.procs[0].name, keys(fw.victim))
+	s.procs[0].kill()
+	return nil
+}
+
+// report adds each victim partition's failover time to r as its steps, and
+// failover's target against the session timeout.
+func (fw *failoverWatch) report(r *ScenarioResult, sessionTimeout time.Duration) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
 	var worst time.Duration
-	for _, p := range keys(victim) {
-		d, ok := resumed[p]
+	for _, p := range keys(fw.victim) {
+		d, ok := fw.resumed[p]
 		step := map[string]any{"partition": p, "resumed": ok}
 		if ok {
 			step["failoverSeconds"] = d.Seconds()
@@ -692,21 +766,20 @@ func (h *Harness) runFailover(ctx context.Context) (*ScenarioResult, error) {
 		}
 		r.Steps = append(r.Steps, step)
 	}
-	if len(resumed) < len(victim) {
-		r.Notes = append(r.Notes, fmt.Sprintf("only %d of the %d partitions of the killed instance resumed within the scenario", len(resumed), len(victim)))
+	if len(fw.resumed) < len(fw.victim) {
+		r.Notes = append(r.Notes, fmt.Sprintf("only %d of the %d partitions of the killed instance resumed within the scenario", len(fw.resumed), len(fw.victim)))
 	}
-	r.Baselines["sessionTimeoutSeconds"] = h.cfg.SessionTimeout.Seconds()
+	r.Baselines["sessionTimeoutSeconds"] = sessionTimeout.Seconds()
 	r.Baselines["failoverSeconds"] = worst.Seconds()
-	r.Baselines["failoverToSessionTimeout"] = worst.Seconds() / h.cfg.SessionTimeout.Seconds()
+	r.Baselines["failoverToSessionTimeout"] = worst.Seconds() / sessionTimeout.Seconds()
 	// The liveness target is a p90 over kills; one kill's worst moved
 	// partition is at least its p90. A partition that never resumed misses.
 	measured := worst.Seconds()
-	if len(resumed) < len(victim) {
+	if len(fw.resumed) < len(fw.victim) {
 		measured = math.Inf(1)
 	}
 	r.Targets = append(r.Targets, atMost("failover", "SIGKILL to wakes flowing again, worst moved partition", measured, 5, " s",
-		fmt.Sprintf("session timeout %v", h.cfg.SessionTimeout)))
-	return r, nil
+		fmt.Sprintf("session timeout %v", sessionTimeout)))
 }
 
 func keys(m map[int32]bool) []int32 {

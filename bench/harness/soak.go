@@ -23,7 +23,7 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// soak: bounded memory and state (issue 18). Runs that finish are sent open
+// soak: bounded memory and state. Runs that finish are sent open
 // loop, SoakEvents of them at SoakRate, to one projector instance with a
 // short -retention (SoakRetention), so that runs finish, expire and are
 // deleted all along. Every SoakSampleEvery the harness notes the
@@ -176,7 +176,56 @@ func (st *soakState) marker(run string, rec *kgo.Record) {
 
 func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	c := h.cfg
-	rate, why := c.SoakRate, "the rate given"
+	rate, why, err := h.soakRate()
+	if err != nil {
+		return nil, err
+	}
+	tombstones := soakTombstones(c.SoakRetention)
+	st, err := h.soakStage(ctx, tombstones)
+	if err != nil {
+		return nil, err
+	}
+	defer st.s.close()
+	defer st.client.CloseIdleConnections()
+	d := time.Duration(float64(c.SoakEvents)/rate*float64(time.Second)) + time.Millisecond
+	fmt.Fprintf(c.Progress, "soak: %s events at %s events/s (%v), runs of %d nodes that finish, -retention %v, changelog tombstones kept %v; a sample every %v\n",
+		num(float64(c.SoakEvents)), num(rate), d.Round(time.Second), c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery)
+	loadEnd, projectedInLoad, err := st.sendAndDrain(ctx, rate, d, c.SoakTimers+c.SoakRetention+30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	stats := st.s.sampler.close()
+	// What the changelog holds at the end, after a last compaction: live
+	// state, and tombstones of deleted keys.
+	if h.cluster != nil && c.SoakCompactEvery >= 0 {
+		h.cluster.Compact()
+	}
+	var end soakEnd
+	end.bytes, end.bytesOK, _ = st.changelogBytes(ctx)
+	end.census, end.censusErr = st.census(ctx)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.samples) == 0 {
+		return nil, errors.New("soak: no sample taken")
+	}
+	r := st.s.result("soak", fmt.Sprintf("bounded state: %s events/s (%s) open loop from %d runs under way, each of %d nodes and finishing "+
+		"(every lease released, the root completed), to 1 projector instance with -retention %v, its changelog keeping tombstones %v (delete.retention.ms; canopy's default: a day); "+
+		"sampled every %v during the sends (load) and after them until every ended run expired (drain)",
+		num(rate), why, c.Runs, c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery), "open-loop", 1, stats)
+	r.TargetRate = rate
+	r.DurationSeconds = loadEnd.Seconds()
+	r.AggregatedPublishRate = float64(st.s.acked.Load()) / loadEnd.Seconds()
+	r.AggregatedConsumeRate = float64(projectedInLoad) / loadEnd.Seconds()
+	r.Baselines["maxRate"] = h.maxRate
+	h.soakReport(r, st, end, tombstones)
+	r.Targets = append(r.Targets, soakTargets(st.samples, loadEnd, stats.projectorRSS, st.samples[len(st.samples)-1].memLimit)...)
+	return r, nil
+}
+
+// soakRate is soak's rate, and why that one: the one given, or soakShare
+// of max's, at most soakMaxRate.
+func (h *Harness) soakRate() (rate float64, why string, err error) {
+	rate, why = h.cfg.SoakRate, "the rate given"
 	if rate == 0 {
 		rate, why = soakShare*h.maxRate, fmt.Sprintf("%.0f%% of the maximum measured by max in this run", 100*soakShare)
 		if rate > soakMaxRate {
@@ -184,22 +233,34 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 		}
 	}
 	if rate <= 0 {
-		return nil, errors.New("no rate: give -soak-rate, or let max run first")
+		return 0, "", errors.New("no rate: give -soak-rate, or let max run first")
 	}
-	tombstones := soakTombstones(c.SoakRetention)
+	return rate, why, nil
+}
+
+// soakStage starts soak's stage: small segments for its input and wakes,
+// its changelog keeping tombstones for tombstones, one projector with
+// soak's retention and session, and the acks and wakes of the runs'
+// markers noted in the state it returns. On an error it closes what it
+// started.
+func (h *Harness) soakStage(ctx context.Context, tombstones time.Duration) (st *soakState, err error) {
+	c := h.cfg
 	s, err := h.newStage(ctx, "soak", topics.TombstoneRetention(tombstones))
 	if err != nil {
 		return nil, err
 	}
-	defer s.close()
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
 	seg := strconv.Itoa(soakSegmentBytes)
 	if _, err := h.adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "segment.bytes", Value: &seg}},
 		s.names.AgentEvents(), s.names.Wakes(), s.names.PriorityWakes()); err != nil {
 		return nil, fmt.Errorf("soak: small segments for its input and wakes: %w", err)
 	}
-	st := &soakState{s: s, client: &http.Client{Timeout: 5 * time.Second}, markerAt: map[string]markerRec{},
+	st = &soakState{s: s, client: &http.Client{Timeout: 5 * time.Second}, markerAt: map[string]markerRec{},
 		markerRead: map[string]bool{}, applied: map[int32]int64{}, read: map[topicPart]int64{}}
-	defer st.client.CloseIdleConnections()
 	s.args = []string{"-retention", c.SoakRetention.String(), "-http-addr", "127.0.0.1:0",
 		"-session-timeout", max(c.SessionTimeout, soakSessionTimeout).String()}
 	s.onAck = func(run, id string, rec *kgo.Record) {
@@ -228,9 +289,16 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	st.metrics = "http://" + addr + "/metrics"
 	s.resetMeasures()
 	st.mix = workload.NewMix(workload.MixSpec{Prefix: "soak", Runs: c.Runs, Nodes: c.SoakNodes, HugeShare: -1, Finish: true, FinishTimers: c.SoakTimers})
-	d := time.Duration(float64(c.SoakEvents)/rate*float64(time.Second)) + time.Millisecond
-	fmt.Fprintf(c.Progress, "soak: %s events at %s events/s (%v), runs of %d nodes that finish, -retention %v, changelog tombstones kept %v; a sample every %v\n",
-		num(float64(c.SoakEvents)), num(rate), d.Round(time.Second), c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery)
+	return st, nil
+}
+
+// sendAndDrain sends soak's runs open loop at rate for d, sampling and
+// compacting all along, then drains for at most drain: every run whose
+// traffic ended expires within SoakTimers + retention of its last event,
+// once its partition is caught up and a commit has written it. It returns
+// how long the sends took and the events projected meanwhile.
+func (st *soakState) sendAndDrain(ctx context.Context, rate float64, d, drain time.Duration) (loadEnd time.Duration, projectedInLoad int64, err error) {
+	s := st.s
 	s.startSampler()
 	began := time.Now()
 	sctx, stopSampling := context.WithCancel(ctx)
@@ -240,44 +308,31 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	go func() { defer sampling.Done(); st.sample(sctx, began, drainFrom) }()
 	go func() { defer sampling.Done(); st.compact(sctx) }()
 	err = s.openLoop(ctx, st.mix, rate, d)
-	loadEnd := time.Since(began)
-	projectedInLoad := s.reader.stats().projected
+	loadEnd = time.Since(began)
+	projectedInLoad = s.reader.stats().projected
 	drainFrom <- loadEnd
 	if err == nil {
-		// The drain: every run whose traffic ended expires within
-		// SoakTimers + retention of its last event, once its partition
-		// is caught up and a commit has written it.
-		err = st.drain(ctx, c.SoakTimers+c.SoakRetention+30*time.Second)
+		err = st.drain(ctx, drain)
 	}
 	stopSampling()
 	sampling.Wait()
-	if err != nil {
-		return nil, err
-	}
-	stats := s.sampler.close()
-	// What the changelog holds at the end, after a last compaction: live
-	// state, and tombstones of deleted keys.
-	if h.cluster != nil && c.SoakCompactEvery >= 0 {
-		h.cluster.Compact()
-	}
-	endBytes, endOK, _ := st.changelogBytes(ctx)
-	cen, cerr := st.census(ctx)
-	st.mu.Lock()
-	defer st.mu.Unlock()
+	return loadEnd, projectedInLoad, err
+}
+
+// soakEnd is what the changelog holds at soak's end.
+type soakEnd struct {
+	bytes     int64
+	bytesOK   bool
+	census    changelogCensus
+	censusErr error
+}
+
+// soakReport adds to r soak's samples (as its series and steps), its
+// baselines and its notes. st.mu is held.
+func (h *Harness) soakReport(r *ScenarioResult, st *soakState, end soakEnd, tombstones time.Duration) {
+	c := h.cfg
 	samples := st.samples
-	if len(samples) == 0 {
-		return nil, errors.New("soak: no sample taken")
-	}
 	last := samples[len(samples)-1]
-	r := s.result("soak", fmt.Sprintf("bounded state: %s events/s (%s) open loop from %d runs under way, each of %d nodes and finishing "+
-		"(every lease released, the root completed), to 1 projector instance with -retention %v, its changelog keeping tombstones %v (delete.retention.ms; canopy's default: a day); "+
-		"sampled every %v during the sends (load) and after them until every ended run expired (drain)",
-		num(rate), why, c.Runs, c.SoakNodes, c.SoakRetention, tombstones, c.SoakSampleEvery), "open-loop", 1, stats)
-	r.TargetRate = rate
-	r.DurationSeconds = loadEnd.Seconds()
-	r.AggregatedPublishRate = float64(s.acked.Load()) / loadEnd.Seconds()
-	r.AggregatedConsumeRate = float64(projectedInLoad) / loadEnd.Seconds()
-	r.Baselines["maxRate"] = h.maxRate
 	r.Baselines["retentionSeconds"] = c.SoakRetention.Seconds()
 	r.Baselines["changelogTombstoneRetentionSeconds"] = tombstones.Seconds()
 	r.Baselines["memoryLimitBytes"] = float64(last.memLimit)
@@ -294,23 +349,10 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 	}
 	r.Baselines["runsExpiredBySendsEnd"] = float64(atLoadEnd.expired)
 	r.Steps = tenths(samples)
-	if endOK {
-		r.Baselines["changelogBytesAtEnd"] = float64(endBytes)
+	if end.bytesOK {
+		r.Baselines["changelogBytesAtEnd"] = float64(end.bytes)
 	}
-	if cerr != nil {
-		r.Notes = append(r.Notes, fmt.Sprintf("the changelog's census at the end failed: %v", cerr))
-	} else {
-		r.Baselines["changelogRecordsAtEnd"] = float64(cen.values)
-		r.Baselines["changelogValueBytesAtEnd"] = float64(cen.valueBytes)
-		r.Baselines["changelogTombstonesAtEnd"] = float64(cen.tombstones)
-		r.Baselines["changelogTombstoneBytesAtEnd"] = float64(cen.tombstoneBytes)
-		perRun := 0.0
-		if last.expired > 0 {
-			perRun = float64(cen.tombstones) / float64(last.expired)
-		}
-		r.Notes = append(r.Notes, fmt.Sprintf("the changelog at the end, after a last compaction (%s MiB as the broker counts it): %s records with a value (%s MiB of keys and values: the state of the runs still under way, expiry markers, offsets) and %s tombstones (%s MiB of keys; %.1f per expired run), the keys deleted in the last %v (the topic's delete.retention.ms, %s the retention), which compaction keeps that long",
-			mb(endBytes), commas(cen.values), mb(cen.valueBytes), commas(cen.tombstones), mb(cen.tombstoneBytes), perRun, tombstones, times(tombstones, c.SoakRetention)))
-	}
+	soakChangelogNotes(r, end, last, tombstones, c.SoakRetention)
 	var top soakSample
 	for _, x := range samples {
 		if x.rss > top.rss {
@@ -321,18 +363,7 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 		r.Notes = append(r.Notes, fmt.Sprintf("at its largest sample the projector's RSS was %s MiB, of which its Go runtime held %s MiB (what GOMEMLIMIT bounds; heap in use %s MiB, hot runs %s MiB of a %s MiB budget): the other %s MiB were allocated outside Go (Pebble's memtables and block cache, through cgo) or are the binary's pages",
 			mb(top.rss), mb(top.goRuntime), mb(top.heap), mb(top.hot), mb(top.hotLimit), mb(top.rss-top.goRuntime)))
 	}
-	if n := len(st.compacts); n > 0 {
-		cs := slices.Clone(st.compacts)
-		slices.Sort(cs)
-		r.Baselines["compactions"] = float64(n)
-		r.Baselines["compactionMsMedian"] = ms(cs[n/2])
-		r.Baselines["compactionMsMax"] = ms(cs[n-1])
-		r.Notes = append(r.Notes, fmt.Sprintf("the embedded broker was compacted %d times (every %v; kfake's own cleaner runs hourly), %.0f ms each at the median, %.0f ms at most, during which the broker answered nothing; kfake compacts every batch but the last, whatever min.compaction.lag.ms says, and drops a tombstone once the topic's delete.retention.ms (here %v) has passed since its record's timestamp",
-			n, c.SoakCompactEvery, ms(cs[n/2]), ms(cs[n-1]), tombstones))
-	} else if h.cluster == nil {
-		r.Notes = append(r.Notes, fmt.Sprintf("the broker is not the embedded one: its own cleaner compacts the changelog, on its own schedule: closed segments only (this changelog's segment.ms: %v), and a tombstone goes in a cleaning once its delete.retention.ms (%v) has passed since the cleaning that first kept it",
-			topics.ChangelogSegment(tombstones), tombstones))
-	}
+	h.soakCompactionNotes(r, st.compacts, tombstones)
 	if st.scrapeErr != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projector's /metrics failed (those samples lack its figures): %v", st.scrapeErr))
 	}
@@ -340,7 +371,7 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 		r.Notes = append(r.Notes, fmt.Sprintf("some DescribeLogDirs of the changelog failed: %v", st.logDirErr))
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("runs: %s started, %s ended (their traffic over), %s expired by the end of the sends and %s by the end of the drain; live runs are started less expired (the %d probe runs, which never finish, are not counted)",
-		commas(last.started), commas(last.ended), commas(atLoadEnd.expired), commas(last.expired), s.partitions))
+		commas(last.started), commas(last.ended), commas(atLoadEnd.expired), commas(last.expired), st.s.partitions))
 	if r.Reassignments > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d partition reassignments after the first: the projector's group session expired (with the embedded broker, most likely while it compacted, answering nothing); a revoked partition's runs leave memory, so RSS, heap and hot-run bytes drop after each", r.Reassignments))
 	}
@@ -351,8 +382,42 @@ func (h *Harness) runSoak(ctx context.Context) (*ScenarioResult, error) {
 		r.Notes = append(r.Notes, fmt.Sprintf("the projector did not keep up with the schedule (%s of %s events/s projected): timers and expiry fire only when a partition is caught up",
 			num(r.AggregatedConsumeRate), num(r.AggregatedPublishRate)))
 	}
-	r.Targets = append(r.Targets, soakTargets(samples, loadEnd, stats.projectorRSS, last.memLimit)...)
-	return r, nil
+}
+
+// soakChangelogNotes adds the changelog's census at soak's end to r.
+func soakChangelogNotes(r *ScenarioResult, end soakEnd, last soakSample, tombstones, retention time.Duration) {
+	if end.censusErr != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("the changelog's census at the end failed: %v", end.censusErr))
+		return
+	}
+	cen := end.census
+	r.Baselines["changelogRecordsAtEnd"] = float64(cen.values)
+	r.Baselines["changelogValueBytesAtEnd"] = float64(cen.valueBytes)
+	r.Baselines["changelogTombstonesAtEnd"] = float64(cen.tombstones)
+	r.Baselines["changelogTombstoneBytesAtEnd"] = float64(cen.tombstoneBytes)
+	perRun := 0.0
+	if last.expired > 0 {
+		perRun = float64(cen.tombstones) / float64(last.expired)
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("the changelog at the end, after a last compaction (%s MiB as the broker counts it): %s records with a value (%s MiB of keys and values: the state of the runs still under way, expiry markers, offsets) and %s tombstones (%s MiB of keys; %.1f per expired run), the keys deleted in the last %v (the topic's delete.retention.ms, %s the retention), which compaction keeps that long",
+		mb(end.bytes), commas(cen.values), mb(cen.valueBytes), commas(cen.tombstones), mb(cen.tombstoneBytes), perRun, tombstones, times(tombstones, retention)))
+}
+
+// soakCompactionNotes adds to r how the changelog was compacted: by the
+// harness (the embedded broker), or by the broker's own cleaner.
+func (h *Harness) soakCompactionNotes(r *ScenarioResult, compacts []time.Duration, tombstones time.Duration) {
+	if n := len(compacts); n > 0 {
+		cs := slices.Clone(compacts)
+		slices.Sort(cs)
+		r.Baselines["compactions"] = float64(n)
+		r.Baselines["compactionMsMedian"] = ms(cs[n/2])
+		r.Baselines["compactionMsMax"] = ms(cs[n-1])
+		r.Notes = append(r.Notes, fmt.Sprintf("the embedded broker was compacted %d times (every %v; kfake's own cleaner runs hourly), %.0f ms each at the median, %.0f ms at most, during which the broker answered nothing; kfake compacts every batch but the last, whatever min.compaction.lag.ms says, and drops a tombstone once the topic's delete.retention.ms (here %v) has passed since its record's timestamp",
+			n, h.cfg.SoakCompactEvery, ms(cs[n/2]), ms(cs[n-1]), tombstones))
+	} else if h.cluster == nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("the broker is not the embedded one: its own cleaner compacts the changelog, on its own schedule: closed segments only (this changelog's segment.ms: %v), and a tombstone goes in a cleaning once its delete.retention.ms (%v) has passed since the cleaning that first kept it",
+			topics.ChangelogSegment(tombstones), tombstones))
+	}
 }
 
 // tenths returns the samples at about every tenth of the sends, and the

@@ -52,6 +52,8 @@ type devOptions struct {
 // loopback only.
 const devToken = "canopy-dev-token"
 
+// dev is `make run`: Kafka and canopy's topics, a projector and a gateway,
+// the demo workload and a printer of wakes, until a signal or o.duration.
 func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	// Caught from here on: a Ctrl-C while the broker starts still stops
 	// everything gracefully.
@@ -61,45 +63,17 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	// .stale at info) and partition start-up lines would only bury the
 	// wake lines `make run` is for.
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	brokers, names, what := o.brokers, topics.DefaultNames(), "Kafka"
-	switch {
-	case len(brokers) > 0:
-		if o.brokersFrom != "" {
-			// Said first: a variable exported for another canopy command
-			// should not send the demo to that Kafka unnoticed.
-			what = "Kafka from " + o.brokersFrom
-		}
-		// Topics of this session's own: an earlier session's state and
-		// changelog would otherwise be restored into the demo.
-		names.Prefix = fmt.Sprintf("canopy-dev-%d", time.Now().Unix())
-	case o.kafka == "real":
-		dir, err := os.MkdirTemp("", "canopy-dev-kafka-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		fmt.Fprintf(stdout, "canopy dev: starting Apache Kafka %s (a few seconds)\n", apachekafka.Version())
-		b, err := apachekafka.Start(ctx, apachekafka.Config{Dir: dir})
-		if err != nil {
-			return fmt.Errorf("starting Apache Kafka: %w", err)
-		}
-		defer b.Stop()
-		brokers, what = []string{b.Addr()}, "Apache Kafka "+apachekafka.Version()
-	default:
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return fmt.Errorf("starting the embedded broker: %w", err)
-		}
-		defer cluster.Close()
-		brokers, what = cluster.ListenAddrs(), "embedded Kafka"
+	k, stopKafka, err := startKafka(ctx, o, stdout)
+	if err != nil {
+		return err
 	}
-
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	defer stopKafka()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, o.partitions, 1); err != nil {
+	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), k.names, o.partitions, 1); err != nil {
 		return err
 	}
 	dir := o.dataDir
@@ -110,7 +84,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(dir)
 	}
 	fmt.Fprintf(stdout, "canopy dev: %s on %s, topics %s.*.v1 with %d partitions, state in %s\n",
-		what, brokers[0], names.Prefix, o.partitions, dir)
+		k.what, k.brokers[0], k.names.Prefix, o.partitions, dir)
 	fmt.Fprintf(stdout, "canopy dev: waves of %d demo runs of %d nodes at %.0f events/s; a human types into the newest wave every 10s (WAKE! = priority lane). Ctrl-C stops.\n\n",
 		o.runs, o.nodes, o.rate)
 
@@ -120,42 +94,117 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("the projector's query endpoint: %w (choose another with -http-addr)", err)
 	}
+	defer qLis.Close() // closed by its server too; this covers the early returns
 	gLis, err := net.Listen("tcp", o.gatewayAddr)
 	if err != nil {
-		qLis.Close()
 		return fmt.Errorf("the gateway: %w (choose another with -gateway-addr)", err)
 	}
-	defer qLis.Close() // closed by its server too; this covers the early returns
 	defer gLis.Close()
-	tokens := filepath.Join(dir, "dev-tokens.json")
-	if err := os.WriteFile(tokens, []byte(`{"`+devToken+`": {"sub": "dev", "runs": ["*"], "sessions": ["*"]}}`), 0o600); err != nil {
+	parts, stopParts, err := startParts(ctx, o, k, dir, log, qLis.Addr().String())
+	if err != nil {
 		return err
 	}
-	group := names.Prefix + "-dev"
-	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
-		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
+	defer stopParts()
+	printTryIt(stdout, gLis.Addr(), qLis.Addr())
+	s := &devSession{o: o, k: k, cl: cl, devParts: parts, qLis: qLis, gLis: gLis, stdout: stdout, stderr: stderr}
+	err = s.run(ctx, signals)
+	p := parts.p
+	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
+		p.Stats.Applied.Load(), p.Stats.Wakes.Load(), p.Stats.PriorityWakes.Load(), p.Stats.DeadLettered.Load())
+	return err
+}
+
+// devKafka is the Kafka `make run` uses and its topics' names.
+type devKafka struct {
+	brokers []string
+	names   topics.Names
+	what    string // "embedded Kafka", "Apache Kafka 4.1.1", "Kafka from CANOPY_BROKERS", ...
+}
+
+// startKafka starts the broker -kafka names, unless -brokers gives a Kafka
+// to use; stop stops it.
+func startKafka(ctx context.Context, o devOptions, stdout io.Writer) (k devKafka, stop func(), err error) {
+	k = devKafka{brokers: o.brokers, names: topics.DefaultNames(), what: "Kafka"}
+	switch {
+	case len(k.brokers) > 0:
+		if o.brokersFrom != "" {
+			// Said first: a variable exported for another canopy command
+			// should not send the demo to that Kafka unnoticed.
+			k.what = "Kafka from " + o.brokersFrom
+		}
+		// Topics of this session's own: an earlier session's state and
+		// changelog would otherwise be restored into the demo.
+		k.names.Prefix = fmt.Sprintf("canopy-dev-%d", time.Now().Unix())
+		return k, func() {}, nil
+	case o.kafka == "real":
+		dir, err := os.MkdirTemp("", "canopy-dev-kafka-")
+		if err != nil {
+			return k, nil, err
+		}
+		fmt.Fprintf(stdout, "canopy dev: starting Apache Kafka %s (a few seconds)\n", apachekafka.Version())
+		b, err := apachekafka.Start(ctx, apachekafka.Config{Dir: dir})
+		if err != nil {
+			os.RemoveAll(dir)
+			return k, nil, fmt.Errorf("starting Apache Kafka: %w", err)
+		}
+		k.brokers, k.what = []string{b.Addr()}, "Apache Kafka "+apachekafka.Version()
+		return k, func() { b.Stop(); os.RemoveAll(dir) }, nil
+	default:
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return k, nil, fmt.Errorf("starting the embedded broker: %w", err)
+		}
+		k.brokers, k.what = c.ListenAddrs(), "embedded Kafka"
+		return k, c.Close, nil
+	}
+}
+
+// devParts are the parts of canopy `make run` runs: the projector, its
+// query endpoint's handler, the gateway, and their instrumentation.
+type devParts struct {
+	p       *projector.Projector
+	queries *projector.QueryServer
+	gw      *gateway.Gateway
+	in      *projectormetrics.Instrumentation
+}
+
+// startParts makes the projector (its state in dir, its query endpoint
+// advertised at queryAddr) and the gateway, with a development token file
+// in dir; stop closes them.
+func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *slog.Logger, queryAddr string) (parts devParts, stop func(), err error) {
+	tokens := filepath.Join(dir, "dev-tokens.json")
+	if err := os.WriteFile(tokens, []byte(`{"`+devToken+`": {"sub": "dev", "runs": ["*"], "sessions": ["*"]}}`), 0o600); err != nil {
+		return parts, nil, err
+	}
+	group := k.names.Prefix + "-dev"
+	pcfg := projector.Config{Brokers: k.brokers, Names: k.names, DataDir: dir, Group: group, Logger: log,
+		AdvertiseAddr: queryAddr, MemTableSize: o.memTableSize}
 	pcfg.Projection.MaxHotNodes = o.maxHotNodes
 	pcfg.Projection.MaxHotNodesPerRun = o.maxHotPerRun
 	in, err := projectormetrics.Instrument(ctx, &pcfg)
 	if err != nil {
-		return err
+		return parts, nil, err
 	}
-	defer in.Shutdown()
+	defer func() {
+		if err != nil {
+			in.Shutdown()
+		}
+	}()
 	// The query endpoint is closed as in production: a secret of this
 	// session's own, which the gateway presents.
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
-		return err
+		return parts, nil, err
 	}
 	p, err := newProjector(ctx, pcfg, in)
 	if err != nil {
-		return err
+		return parts, nil, err
 	}
 	queries := projector.NewQueryServer(p)
 	queries.Secret = []byte(hex.EncodeToString(secret))
 	gm, err := telemetry.NewGatewayMetrics(in.Registry)
 	if err != nil {
-		return err
+		return parts, nil, err
 	}
 	// The development token is public: only requests that name this
 	// machine (or -gateway-addr's host) reach the gateway, so that a web
@@ -164,42 +213,57 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if h, _, err := net.SplitHostPort(o.gatewayAddr); err == nil && h != "" {
 		hosts = append(hosts, h)
 	}
-	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
+	gw, err := gateway.New(ctx, gateway.Config{Brokers: k.brokers, Names: k.names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
 		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: queries.Secret,
 		AllowedHosts: hosts})
 	if err != nil {
-		return err
+		return parts, nil, err
 	}
-	defer gw.Close()
-	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gLis.Addr(), devToken)
-	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gLis.Addr())
-	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n", devToken, gLis.Addr())
-	fmt.Fprintf(stdout, "canopy dev: live view: open http://%s/ui/#token=%s&run=run-1 (the token stays in the fragment, out of server logs)\n", gLis.Addr(), devToken) // issue 24
-	fmt.Fprintf(stdout, "canopy dev: Prometheus metrics on http://%s/metrics\n\n", qLis.Addr())
+	return devParts{p: p, queries: queries, gw: gw, in: in}, func() { gw.Close(); in.Shutdown() }, nil
+}
 
-	// The group's actors, in their stop order (lifecycle's package doc):
-	// the gateway first, so that no request is left waiting on a projector
-	// that stops; then the demo workload, the projector and the printer of
-	// wakes; the projector's query endpoint and /metrics last.
-	g := lifecycle.Group{Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+// printTryIt prints the gateway's address and token, commands to try
+// against it, the live view's URL and the metrics' URL.
+func printTryIt(stdout io.Writer, gateway, query net.Addr) {
+	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gateway, devToken)
+	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gateway)
+	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n", devToken, gateway)
+	fmt.Fprintf(stdout, "canopy dev: live view: open http://%s/ui/#token=%s&run=run-1 (the token stays in the fragment, out of server logs)\n", gateway, devToken)
+	fmt.Fprintf(stdout, "canopy dev: Prometheus metrics on http://%s/metrics\n\n", query)
+}
+
+// devSession is what `make run`'s actors use.
+type devSession struct {
+	o  devOptions
+	k  devKafka
+	cl *kgo.Client // the demo workload's producer
+	devParts
+	qLis, gLis     net.Listener // the projector's query endpoint's, the gateway's
+	stdout, stderr io.Writer
+}
+
+// run runs `make run`'s actors until a signal, -duration or the first to
+// fail. Their stop order (lifecycle's package doc): the gateway first, so
+// that no request is left waiting on a projector that stops; then the demo
+// workload, the projector and the printer of wakes; the projector's query
+// endpoint and /metrics last.
+func (s *devSession) run(ctx context.Context, signals lifecycle.Actor) error {
+	g := lifecycle.Group{Logger: slog.New(slog.NewTextHandler(s.stderr, nil))}
 	g.Add(signals)
-	if o.duration > 0 {
-		g.Add(lifecycle.After(o.duration))
+	if s.o.duration > 0 {
+		g.Add(lifecycle.After(s.o.duration))
 	}
 	var ready lifecycle.Readiness
 	g.Add(ready.Actor())
-	gsrv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
-	gsrv.RegisterOnShutdown(gw.Drain) // wake streams hold their connection
-	g.Add(lifecycle.HTTPServer("gateway", gsrv, gLis, 5*time.Second))
-	g.Add(lifecycle.Actor{Name: "demo workload", Run: func(ctx context.Context) error { return demoTraffic(ctx, cl, names, o) }})
-	g.Add(lifecycle.Actor{Name: "projector", Run: p.Run})
-	g.Add(lifecycle.Actor{Name: "wake printer", Run: func(ctx context.Context) error { return printWakes(ctx, brokers, names, stdout, in) }})
-	qsrv := &http.Server{Handler: in.Handler(queries, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
-	g.Add(lifecycle.HTTPServer("query endpoint", qsrv, qLis, 5*time.Second))
-	err = g.Run(ctx)
-	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
-		p.Stats.Applied.Load(), p.Stats.Wakes.Load(), p.Stats.PriorityWakes.Load(), p.Stats.DeadLettered.Load())
-	return err
+	gsrv := &http.Server{Handler: s.gw, ReadHeaderTimeout: 10 * time.Second}
+	gsrv.RegisterOnShutdown(s.gw.Drain) // wake streams hold their connection
+	g.Add(lifecycle.HTTPServer("gateway", gsrv, s.gLis, 5*time.Second))
+	g.Add(lifecycle.Actor{Name: "demo workload", Run: func(ctx context.Context) error { return demoTraffic(ctx, s.cl, s.k.names, s.o) }})
+	g.Add(lifecycle.Actor{Name: "projector", Run: s.p.Run})
+	g.Add(lifecycle.Actor{Name: "wake printer", Run: func(ctx context.Context) error { return printWakes(ctx, s.k.brokers, s.k.names, s.stdout, s.in) }})
+	qsrv := &http.Server{Handler: s.in.Handler(s.queries, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
+	g.Add(lifecycle.HTTPServer("query endpoint", qsrv, s.qLis, 5*time.Second))
+	return g.Run(ctx)
 }
 
 // newProjector makes the projector and registers its gauges: dev runs one

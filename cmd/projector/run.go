@@ -36,7 +36,6 @@ func runProjector(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f runFlags
 	f.register(fs)
-	cfg := &f.cfg
 	deprecated, err := flagenv.Parse(fs, args, kafkaconn.EnvAliases...)
 	if err != nil {
 		return 2
@@ -45,26 +44,7 @@ func runProjector(args []string, stderr io.Writer) int {
 		flagsParsed(fs)
 		return 0
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "projector run: -log-level %q: want debug, info, warn or error\n", f.logLevel)
-		return 2
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	warnDeprecated(cfg.Logger, deprecated)
-	cfg.Brokers, cfg.Names = f.k.BrokerList(), f.k.Names()
-	cfg.AtLeastOnce = !f.transactions
-	cfg.MemTableSize = int(f.memtableMB * (1 << 20))
-	if cfg.TLS, err = f.k.TLSConfig(); err == nil {
-		cfg.SASL, err = f.k.SASL()
-	}
-	if err == nil {
-		err = cfg.Validate()
-	}
-	var endpoint projector.QueryEndpoint
-	if err == nil {
-		endpoint, err = queryEndpoint(f.httpAddr, f.querySecretFile)
-	}
+	endpoint, err := f.configure(stderr, deprecated)
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
@@ -77,21 +57,67 @@ func runProjector(args []string, stderr io.Writer) int {
 	// (Config.GoMemLimit says what it leaves out). An operator's own
 	// GOMEMLIMIT, which the runtime has read already, stands.
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(cfg.GoMemLimit())
+		debug.SetMemoryLimit(f.cfg.GoMemLimit())
 	}
 	if f.cpuProfile != "" {
-		prof, err := os.Create(f.cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(prof)
-		}
+		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
 			fmt.Fprintf(stderr, "projector run: -cpu-profile: %v\n", err)
 			return 2
 		}
 		// Written when the run ends (SIGTERM, SIGINT), after every actor
 		// has stopped.
-		defer func() { pprof.StopCPUProfile(); prof.Close() }()
+		defer stop()
 	}
+	return serveProjector(&f.cfg, endpoint, stderr)
+}
+
+// configure completes f.cfg from the flags other than its own fields (the
+// logger, Kafka's connection, transactions, the memtable's size) and
+// validates it, and returns the query endpoint the flags ask for.
+func (f *runFlags) configure(stderr io.Writer, deprecated []string) (projector.QueryEndpoint, error) {
+	cfg := &f.cfg
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return projector.QueryEndpoint{}, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	warnDeprecated(cfg.Logger, deprecated)
+	cfg.Brokers, cfg.Names = f.k.BrokerList(), f.k.Names()
+	cfg.AtLeastOnce = !f.transactions
+	cfg.MemTableSize = int(f.memtableMB * (1 << 20))
+	var err error
+	if cfg.TLS, err = f.k.TLSConfig(); err == nil {
+		cfg.SASL, err = f.k.SASL()
+	}
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		return projector.QueryEndpoint{}, err
+	}
+	return queryEndpoint(f.httpAddr, f.querySecretFile)
+}
+
+// startCPUProfile starts a CPU profile written to path; stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	prof, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(prof)
+	}
+	if err != nil {
+		if prof != nil {
+			prof.Close()
+		}
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); prof.Close() }, nil
+}
+
+// serveProjector runs the projector of cfg, and its query endpoint when
+// endpoint has an address, until SIGTERM or SIGINT; it returns the exit
+// code.
+func serveProjector(cfg *projector.Config, endpoint projector.QueryEndpoint, stderr io.Writer) int {
 	// The group's actors, in their stop order (lifecycle's package doc):
 	// readiness off first, then the projector (it finishes and commits its
 	// batches), the query endpoint last, so that readers are answered until
@@ -165,7 +191,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 			"(/readyz says so, canopy_projector_partitions_stalled counts it); restarts of the instance do not reset the clock")
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group instance id, e.g. the pod name")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory of the projector's Pebble state")
-	fs.IntVar(&cfg.Chunk, "chunk", projector.DefaultChunk, "agent records applied between looks at the human input lane")
+	fs.IntVar(&cfg.Chunk, "chunk", projector.DefaultChunk, "agent records applied in one step, between checks for a full commit (-max-batch) and for stopping; human input preempts agent records between any two")
 	fs.IntVar(&cfg.MaxBatch, "max-batch", projector.DefaultMaxBatch, "records one commit holds at most; under a backlog a run's triggers coalesce into one wake per commit")
 	fs.Float64Var(&f.memtableMB, "memtable-mb", float64(projector.DefaultMemTableSize)/(1<<20), "size of each of Pebble's two memtables, in MiB")
 	cfg.MemoryLimit = projector.DefaultMemoryLimit

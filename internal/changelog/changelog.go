@@ -154,34 +154,13 @@ func Restore(ctx context.Context, cfg Config, partition int32, st *store.Store) 
 		want = last + 1
 	}
 	res.Tail = tail
-
-	cp, ok, err := st.Checkpoint()
+	from, wiped, err := resumeFrom(cfg, st, start, want)
 	if err != nil {
 		return fail(err)
 	}
-	now := cfg.Now()
-	switch {
-	case !ok:
-		empty, err := st.Empty()
-		if err != nil {
-			return fail(err)
-		}
-		if !empty {
-			res.Wiped = "state without a changelog checkpoint"
-		}
-	case cp.Next > want:
-		res.Wiped = fmt.Sprintf("state ahead of the changelog (checkpoint %d, last complete commit ends at %d)", cp.Next, want)
-	case cp.Next < start:
-		res.Wiped = fmt.Sprintf("checkpoint %d is before the changelog's start %d", cp.Next, start)
-	case cp.Next < want && now.Sub(time.UnixMilli(cp.At)) > cfg.MaxCheckpointAge:
-		res.Wiped = fmt.Sprintf("checkpoint written %v ago, more than %v", now.Sub(time.UnixMilli(cp.At)).Round(time.Second), cfg.MaxCheckpointAge)
-	}
-	from := start
-	if ok && res.Wiped == "" {
-		from = cp.Next
-	}
-	if res.Wiped != "" {
-		cfg.Logger.Warn("discarding partition state", "partition", partition, "reason", res.Wiped)
+	res.Wiped = wiped
+	if wiped != "" {
+		cfg.Logger.Warn("discarding partition state", "partition", partition, "reason", wiped)
 		if err := st.Wipe(); err != nil {
 			return fail(err)
 		}
@@ -191,7 +170,56 @@ func Restore(ctx context.Context, cfg Config, partition int32, st *store.Store) 
 	if total > 0 {
 		cfg.Logger.Info("restoring partition from the changelog", "partition", partition, "from", from, "to", want)
 	}
+	if err := copyCommitted(ctx, cfg, partition, st, woken, &res); err != nil {
+		return fail(err)
+	}
+	res.Elapsed = cfg.Now().Sub(began)
+	if total > 0 {
+		rate := float64(res.Records) / max(res.Elapsed.Seconds(), 1e-3)
+		cfg.Logger.Info("restored partition from the changelog", "partition", partition, "records", res.Records,
+			"elapsed", res.Elapsed.Round(time.Millisecond), "records_per_second", int64(rate), "tail", len(tail))
+	}
+	return res, nil
+}
 
+// resumeFrom returns the changelog offset from which st is restored to
+// want, the end of the last complete commit: its checkpoint when st can be
+// resumed, else start, the changelog's, with why st must be wiped first
+// ("" when it is empty already).
+func resumeFrom(cfg Config, st *store.Store, start, want int64) (from int64, wiped string, err error) {
+	cp, ok, err := st.Checkpoint()
+	if err != nil {
+		return 0, "", err
+	}
+	now := cfg.Now()
+	switch {
+	case !ok:
+		empty, err := st.Empty()
+		if err != nil {
+			return 0, "", err
+		}
+		if !empty {
+			wiped = "state without a changelog checkpoint"
+		}
+	case cp.Next > want:
+		wiped = fmt.Sprintf("state ahead of the changelog (checkpoint %d, last complete commit ends at %d)", cp.Next, want)
+	case cp.Next < start:
+		wiped = fmt.Sprintf("checkpoint %d is before the changelog's start %d", cp.Next, start)
+	case cp.Next < want && now.Sub(time.UnixMilli(cp.At)) > cfg.MaxCheckpointAge:
+		wiped = fmt.Sprintf("checkpoint written %v ago, more than %v", now.Sub(time.UnixMilli(cp.At)).Round(time.Second), cfg.MaxCheckpointAge)
+	}
+	if ok && wiped == "" {
+		return cp.Next, "", nil
+	}
+	return start, wiped, nil
+}
+
+// copyCommitted writes the changelog's records [res.From, res.To) to st in
+// batches of cfg.BatchRecords, each with its checkpoint, then woken (the
+// priority path's watermark after the last complete commit, if any) and
+// the final checkpoint, synced; it counts them in res.Records.
+func copyCommitted(ctx context.Context, cfg Config, partition int32, st *store.Store, woken *kgo.Record, res *Result) error {
+	total := res.To - res.From
 	var batch projection.Changes
 	flush := func(next int64) error {
 		if err := st.Write(batch, &projection.Checkpoint{Next: next, At: cfg.Now().UnixMilli()}, false); err != nil {
@@ -204,7 +232,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, st *store.Store) 
 		}
 		return nil
 	}
-	err = scan(ctx, cfg, partition, from, want, func(r *kgo.Record) error {
+	err := scan(ctx, cfg, partition, res.From, res.To, func(r *kgo.Record) error {
 		batch = append(batch, Change(r))
 		if len(batch) >= cfg.BatchRecords {
 			return flush(r.Offset + 1)
@@ -212,7 +240,7 @@ func Restore(ctx context.Context, cfg Config, partition int32, st *store.Store) 
 		return nil
 	})
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	// The priority path's watermark after the last complete commit is
 	// committed state too (read_committed): applied, though the
@@ -223,17 +251,11 @@ func Restore(ctx context.Context, cfg Config, partition int32, st *store.Store) 
 	}
 	// The last write is synced and carries the final checkpoint, also when
 	// nothing was read: a current store's checkpoint is thereby renewed.
-	if err := st.Write(batch, &projection.Checkpoint{Next: want, At: cfg.Now().UnixMilli()}, true); err != nil {
-		return fail(err)
+	if err := st.Write(batch, &projection.Checkpoint{Next: res.To, At: cfg.Now().UnixMilli()}, true); err != nil {
+		return err
 	}
 	res.Records += int64(len(batch))
-	res.Elapsed = cfg.Now().Sub(began)
-	if total > 0 {
-		rate := float64(res.Records) / max(res.Elapsed.Seconds(), 1e-3)
-		cfg.Logger.Info("restored partition from the changelog", "partition", partition, "records", res.Records,
-			"elapsed", res.Elapsed.Round(time.Millisecond), "records_per_second", int64(rate), "tail", len(tail))
-	}
-	return res, nil
+	return nil
 }
 
 // Rollback returns the changes that undo a torn commit's tail: every tail

@@ -52,9 +52,11 @@ type Config struct {
 	// Projection configures the projection and the snapshot limits. Its
 	// Memory budget, when nil, is made from MemoryLimit.
 	Projection projection.Config
-	// Chunk is how many agent records are applied between looks at the human
-	// input lane: human input waits at most one chunk behind a backlog, and
-	// is committed at once with whatever was applied. Default 500.
+	// Chunk is how many agent records the worker applies in one step;
+	// between steps it resumes the partition's paused fetching, commits
+	// when the commit is full (MaxBatch) and stops when asked. Human input
+	// does not wait for a step's end: it preempts agent records between any
+	// two. Default 500.
 	Chunk int
 	// MaxBatch is how many records one commit (one transaction) holds at
 	// most. While fetched agent records wait, the partition's owner goes on

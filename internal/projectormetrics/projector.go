@@ -123,6 +123,13 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		restoreTime: prometheus.NewHistogram(telemetry.HistogramOpts(sub, "restore_seconds",
 			"Time to restore one partition from the changelog.", []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600})),
 	}
+	return m, m.register(reg)
+}
+
+// register creates the series of every label value known in advance, so
+// that each shows from 0 (and increase() sees its first count), and
+// registers the metrics on reg.
+func (m *ProjectorMetrics) register(reg prometheus.Registerer) error {
 	for _, change := range []string{"assigned", "revoked"} {
 		m.partChanges.WithLabelValues(change)
 		m.rebalances.WithLabelValues(change)
@@ -142,10 +149,9 @@ func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*
 		m.stale.WithLabelValues(string(lane))
 		m.wakeLag.WithLabelValues(string(lane))
 	}
-	err := telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
+	return telemetry.Register(reg, m.consumed, m.deadLetters, m.reroutes, m.wakes, m.triggers, m.build, m.bytes, m.nodes, m.truncated, m.omitted, m.stale,
 		m.wakeLag, m.wakeLagClamped, m.commits, m.commitTime, m.partChanges, m.rebalances, m.restores, m.restoreTime, m.groupStalls, m.restarts, m.poison, m.rewinds, m.runsExpired,
 		m.priorityStages)
-	return m, err
 }
 
 // Source is what the gauges read at scrape time: a projector.Server, which

@@ -41,72 +41,29 @@ type Kafka struct {
 // exist, or if ctx ends before every partition has been read to its end.
 func ReadCommitted(ctx context.Context, opts []kgo.Opt, topicNames ...string) ([]*kgo.Record, error) {
 	opts = slices.Clip(opts) // appends below must copy
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topicNames...)
-	if err == nil {
-		err = starts.Error()
-	}
-	var ends kadm.ListedOffsets
-	if err == nil {
-		// The last stable offsets: everything before them is decided.
-		ends, err = adm.ListCommittedOffsets(ctx, topicNames...)
-		if err == nil {
-			err = ends.Error()
-		}
-	}
-	cl.Close()
+	starts, ends, err := listBounds(ctx, opts, topicNames)
 	if err != nil {
 		return nil, fmt.Errorf("listing the offsets of %s: %w", strings.Join(topicNames, ", "), err)
 	}
-
-	end := map[string]map[int32]int64{}       // partitions still to read, to their end
-	next := map[string]map[int32]int64{}      // the next offset of each, as read so far
-	from := map[string]map[int32]kgo.Offset{} // what to consume
-	left := 0
-	ends.Each(func(o kadm.ListedOffset) {
-		start, _ := starts.Lookup(o.Topic, o.Partition)
-		if o.Offset <= start.Offset {
-			return // empty
-		}
-		if end[o.Topic] == nil {
-			end[o.Topic], next[o.Topic], from[o.Topic] = map[int32]int64{}, map[int32]int64{}, map[int32]kgo.Offset{}
-		}
-		end[o.Topic][o.Partition], next[o.Topic][o.Partition] = o.Offset, start.Offset
-		from[o.Topic][o.Partition] = kgo.NewOffset().At(start.Offset)
-		left++
-	})
-	if left == 0 {
+	rp := newReadProgress(starts, ends)
+	if rp.left == 0 {
 		return nil, nil
 	}
 	// Control records (transaction markers) are kept so that every offset up
 	// to the end is seen: the last record before a partition's last stable
 	// offset is a marker whenever that partition was last written in a
 	// transaction, and may end an aborted one whose records are dropped.
-	rd, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(from),
+	rd, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(rp.from),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())...)
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Close()
 	var out []*kgo.Record
-	for left > 0 {
+	for rp.left > 0 {
 		fs := rd.PollFetches(ctx)
 		if ctx.Err() != nil {
-			var short []string
-			for t, parts := range end {
-				for p, e := range parts {
-					if next[t][p] < e {
-						short = append(short, fmt.Sprintf("%s/%d at %d of %d", t, p, next[t][p], e))
-					}
-				}
-			}
-			slices.Sort(short)
-			return nil, fmt.Errorf("reading committed records: %w with %d partition(s) not read to their end: %s",
-				ctx.Err(), len(short), strings.Join(short, ", "))
+			return nil, rp.shortError(ctx.Err())
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
@@ -118,20 +75,90 @@ func ReadCommitted(ctx context.Context, opts []kgo.Opt, topicNames ...string) ([
 			return nil, ferr
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			e, ok := end[r.Topic][r.Partition]
-			if !ok || r.Offset >= e {
-				return // produced after the listing
-			}
-			if !r.Attrs.IsControl() {
+			if rp.take(r) && !r.Attrs.IsControl() {
 				out = append(out, r)
 			}
-			if next[r.Topic][r.Partition] < e && r.Offset+1 >= e {
-				left--
-			}
-			next[r.Topic][r.Partition] = r.Offset + 1
 		})
 	}
 	return out, nil
+}
+
+// listBounds lists the topics' partitions' start offsets and last stable
+// offsets (everything before them is decided).
+func listBounds(ctx context.Context, opts []kgo.Opt, topicNames []string) (starts, ends kadm.ListedOffsets, err error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	starts, err = adm.ListStartOffsets(ctx, topicNames...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err == nil {
+		ends, err = adm.ListCommittedOffsets(ctx, topicNames...)
+		if err == nil {
+			err = ends.Error()
+		}
+	}
+	return starts, ends, err
+}
+
+// readProgress is how far ReadCommitted has read each partition that is
+// not empty.
+type readProgress struct {
+	end  map[string]map[int32]int64      // partitions still to read, to their end
+	next map[string]map[int32]int64      // the next offset of each, as read so far
+	from map[string]map[int32]kgo.Offset // what to consume
+	left int                             // partitions not read to their end
+}
+
+func newReadProgress(starts, ends kadm.ListedOffsets) *readProgress {
+	rp := &readProgress{end: map[string]map[int32]int64{}, next: map[string]map[int32]int64{}, from: map[string]map[int32]kgo.Offset{}}
+	ends.Each(func(o kadm.ListedOffset) {
+		start, _ := starts.Lookup(o.Topic, o.Partition)
+		if o.Offset <= start.Offset {
+			return // empty
+		}
+		if rp.end[o.Topic] == nil {
+			rp.end[o.Topic], rp.next[o.Topic], rp.from[o.Topic] = map[int32]int64{}, map[int32]int64{}, map[int32]kgo.Offset{}
+		}
+		rp.end[o.Topic][o.Partition], rp.next[o.Topic][o.Partition] = o.Offset, start.Offset
+		rp.from[o.Topic][o.Partition] = kgo.NewOffset().At(start.Offset)
+		rp.left++
+	})
+	return rp
+}
+
+// take notes a record read, and reports whether it is before its
+// partition's end as listed (else it was produced after the listing).
+func (rp *readProgress) take(r *kgo.Record) bool {
+	e, ok := rp.end[r.Topic][r.Partition]
+	if !ok || r.Offset >= e {
+		return false
+	}
+	if rp.next[r.Topic][r.Partition] < e && r.Offset+1 >= e {
+		rp.left--
+	}
+	rp.next[r.Topic][r.Partition] = r.Offset + 1
+	return true
+}
+
+// shortError is the error of a read that ctx ended (with err) before
+// every partition was read to its end: it names those that were not.
+func (rp *readProgress) shortError(err error) error {
+	var short []string
+	for t, parts := range rp.end {
+		for p, e := range parts {
+			if rp.next[t][p] < e {
+				short = append(short, fmt.Sprintf("%s/%d at %d of %d", t, p, rp.next[t][p], e))
+			}
+		}
+	}
+	slices.Sort(short)
+	return fmt.Errorf("reading committed records: %w with %d partition(s) not read to their end: %s",
+		err, len(short), strings.Join(short, ", "))
 }
 
 // CheckWakes reads every committed wake of both wake topics and checks them
@@ -155,59 +182,82 @@ func CheckWakes(ctx context.Context, tb testing.TB, k Kafka, ref *Reference) {
 	read := time.Since(began)
 	wakes, errs := decodeWakes(recs)
 	decoded := time.Since(began) - read
-	var rep report
-	expected := ref.triggering
-	where := map[string]string{}  // wake id -> where it was first read
-	woke := map[string][]string{} // triggering event id -> the wakes naming it
-	// triggering event id -> the parts naming it, nil for a wake not split:
-	// one event's triggers may be split over parts of one wake.
-	parts := map[string][]*topics.WakePart{}
-	triggers, priority := 0, 0
+	c := &wakeCheck{k: k, ref: ref, where: map[string]string{}, woke: map[string][]string{}, parts: map[string][]*topics.WakePart{}}
 	for i, r := range recs {
 		at := fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
-		w := wakes[i]
 		if errs[i] != nil {
-			rep.add("undecodable wakes", "wake at %s does not decode: %v", at, errs[i])
+			c.rep.add("undecodable wakes", "wake at %s does not decode: %v", at, errs[i])
 			continue
 		}
-		if first, dup := where[w.WakeID]; dup {
-			// Its triggers are not counted again: one problem, not two.
-			rep.add("wake ids committed twice", "wake %s of run %s is committed twice: at %s and at %s", w.WakeID, w.RunID, first, at)
-			continue
-		}
-		where[w.WakeID] = at
-		if w.Lane == topics.LanePriority {
-			priority++
-		}
-		if want := k.Names.WakeTopic(w.Lane); r.Topic != want {
-			rep.add("wakes on the wrong topic", "wake %s at %s: lane %s belongs on %s", w.WakeID, at, w.Lane, want)
-		}
-		if want := topics.Partition([]byte(w.RunID), ref.partitions); r.Partition != want {
-			rep.add("wakes in the wrong partition", "wake %s at %s: run %s lives in partition %d", w.WakeID, at, w.RunID, want)
-		}
-		if string(r.Key) != w.RunID {
-			rep.add("wakes with the wrong key", "wake %s at %s: keyed %q, want its run id %q", w.WakeID, at, r.Key, w.RunID)
-		}
-		var ids []string // distinct: an event may raise several triggers of one wake
-		for _, tr := range w.Triggers {
-			if tr.EventID != nil && !slices.Contains(ids, *tr.EventID) {
-				ids = append(ids, *tr.EventID)
-			}
-		}
-		for _, id := range ids {
-			triggers++
-			woke[id] = append(woke[id], w.WakeID+" at "+at)
-			parts[id] = append(parts[id], w.Part)
-			run, ok := expected[id]
-			switch {
-			case !ok:
-				rep.add("triggers by events that raise none in the reference", "wake %s at %s (run %s): a trigger names event %s, which raises no trigger in the reference",
-					w.WakeID, at, w.RunID, id)
-			case run != w.RunID:
-				rep.add("triggers in a wake of another run", "wake %s at %s is of run %s but a trigger names event %s of run %s", w.WakeID, at, w.RunID, id, run)
-			}
+		c.wake(r, wakes[i], at)
+	}
+	missing := c.missing()
+	tb.Logf("projectortest: %d committed wakes (%d priority, read in %v, decoded in %v) with %d event triggers; %d events raise a trigger in the reference, %d of them in no wake",
+		len(c.where), c.priority, read.Round(time.Millisecond), decoded.Round(time.Millisecond), c.triggers, len(ref.triggering), missing)
+	c.rep.flush(tb, "committed wakes against the reference")
+}
+
+// wakeCheck is what CheckWakes gathers from the committed wakes.
+type wakeCheck struct {
+	k   Kafka
+	ref *Reference
+	rep report
+
+	where map[string]string   // wake id -> where it was first read
+	woke  map[string][]string // triggering event id -> the wakes naming it
+	// triggering event id -> the parts naming it, nil for a wake not split:
+	// one event's triggers may be split over parts of one wake.
+	parts              map[string][]*topics.WakePart
+	triggers, priority int
+}
+
+// wake checks one committed wake w, read from r (at says where), and
+// notes the events its triggers name.
+func (c *wakeCheck) wake(r *kgo.Record, w *topics.Wake, at string) {
+	if first, dup := c.where[w.WakeID]; dup {
+		// Its triggers are not counted again: one problem, not two.
+		c.rep.add("wake ids committed twice", "wake %s of run %s is committed twice: at %s and at %s", w.WakeID, w.RunID, first, at)
+		return
+	}
+	c.where[w.WakeID] = at
+	if w.Lane == topics.LanePriority {
+		c.priority++
+	}
+	if want := c.k.Names.WakeTopic(w.Lane); r.Topic != want {
+		c.rep.add("wakes on the wrong topic", "wake %s at %s: lane %s belongs on %s", w.WakeID, at, w.Lane, want)
+	}
+	if want := topics.Partition([]byte(w.RunID), c.ref.partitions); r.Partition != want {
+		c.rep.add("wakes in the wrong partition", "wake %s at %s: run %s lives in partition %d", w.WakeID, at, w.RunID, want)
+	}
+	if string(r.Key) != w.RunID {
+		c.rep.add("wakes with the wrong key", "wake %s at %s: keyed %q, want its run id %q", w.WakeID, at, r.Key, w.RunID)
+	}
+	var ids []string // distinct: an event may raise several triggers of one wake
+	for _, tr := range w.Triggers {
+		if tr.EventID != nil && !slices.Contains(ids, *tr.EventID) {
+			ids = append(ids, *tr.EventID)
 		}
 	}
+	for _, id := range ids {
+		c.triggers++
+		c.woke[id] = append(c.woke[id], w.WakeID+" at "+at)
+		c.parts[id] = append(c.parts[id], w.Part)
+		run, ok := c.ref.triggering[id]
+		switch {
+		case !ok:
+			c.rep.add("triggers by events that raise none in the reference", "wake %s at %s (run %s): a trigger names event %s, which raises no trigger in the reference",
+				w.WakeID, at, w.RunID, id)
+		case run != w.RunID:
+			c.rep.add("triggers in a wake of another run", "wake %s at %s is of run %s but a trigger names event %s of run %s", w.WakeID, at, w.RunID, id, run)
+		}
+	}
+}
+
+// missing reports every event that raises a trigger in the reference but
+// is in no committed wake, or in several that are not parts of one, and
+// returns how many are in none.
+func (c *wakeCheck) missing() int {
+	expected := c.ref.triggering
 	ids := make([]string, 0, len(expected))
 	for id := range expected {
 		ids = append(ids, id)
@@ -215,17 +265,15 @@ func CheckWakes(ctx context.Context, tb testing.TB, k Kafka, ref *Reference) {
 	slices.Sort(ids)
 	missing := 0
 	for _, id := range ids {
-		switch n := len(woke[id]); {
+		switch n := len(c.woke[id]); {
 		case n == 0:
 			missing++
-			rep.add("triggering events in no wake", "event %s of run %s raises a trigger in the reference but is in no committed wake", id, expected[id])
-		case n > 1 && !partsOfOne(parts[id]):
-			rep.add("triggering events in several wakes", "event %s of run %s is a trigger of %d committed wakes: %s", id, expected[id], n, strings.Join(woke[id], "; "))
+			c.rep.add("triggering events in no wake", "event %s of run %s raises a trigger in the reference but is in no committed wake", id, expected[id])
+		case n > 1 && !partsOfOne(c.parts[id]):
+			c.rep.add("triggering events in several wakes", "event %s of run %s is a trigger of %d committed wakes: %s", id, expected[id], n, strings.Join(c.woke[id], "; "))
 		}
 	}
-	tb.Logf("projectortest: %d committed wakes (%d priority, read in %v, decoded in %v) with %d event triggers; %d events raise a trigger in the reference, %d of them in no wake",
-		len(where), priority, read.Round(time.Millisecond), decoded.Round(time.Millisecond), triggers, len(expected), missing)
-	rep.flush(tb, "committed wakes against the reference")
+	return missing
 }
 
 // partsOfOne says whether ps are distinct parts of one split wake: the
@@ -374,7 +422,7 @@ func checkPartition(ctx context.Context, tb testing.TB, rep *report, k Kafka, re
 // history entries and dedupe ids, pkg/projection journal.go): every entry
 // the windows hold, no chunk wholly older than them (entries that left the
 // windows must have left the changelog too: a later load would ignore them,
-// hiding the leak from CompareRun), and no key of the earlier encoding.
+// hiding the leak from CompareRun), and no key of the legacy encoding.
 func checkJournal(rep *report, st *store.Store, ref *Reference, part int32) {
 	cfg := ref.cfg.WithDefaults()
 	keep := int64(max(cfg.HistorySize, cfg.DedupeWindow))
@@ -388,7 +436,7 @@ func checkJournal(rep *report, st *store.Store, ref *Reference, part int32) {
 			continue
 		}
 		if legacy > 0 {
-			rep.add("keys of the earlier encoding", "run %s: %d applied-id or history keys in the changelog", run, legacy)
+			rep.add("keys of the legacy encoding", "run %s: %d applied-id or history keys in the changelog", run, legacy)
 		}
 		seq := int64(ref.Events(run))
 		covered := map[int64]bool{}

@@ -50,10 +50,9 @@ type Stats struct {
 // replay goes on. The error is for failures of the replay itself (reading,
 // writing), not of input lines.
 func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
-	var st Stats
 	p, err := projection.New(opts.Projection)
 	if err != nil {
-		return st, err
+		return Stats{}, err
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1
@@ -61,31 +60,7 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = 1 << 20
 	}
-	bw := bufio.NewWriter(out)
-	var pending projection.Pending
-	flush := func() error {
-		built, err := p.Wakes(&pending, opts.Now, topics.Time{})
-		pending.Reset()
-		if err != nil {
-			return err
-		}
-		for _, b := range built {
-			st.Wakes++
-			if opts.Summary {
-				bw.WriteString(wake.Line(b.Wake, wake.Received{}))
-				bw.WriteByte('\n')
-				continue
-			}
-			enc, err := topics.Marshal(b.Wake)
-			if err != nil {
-				return fmt.Errorf("replay: encoding wake %s: %w", b.Wake.WakeID, err)
-			}
-			bw.Write(enc)
-			bw.WriteByte('\n')
-		}
-		return nil
-	}
-
+	r := &replayer{p: p, opts: opts, bw: bufio.NewWriter(out), errw: errw}
 	br := bufio.NewReaderSize(in, 64<<10)
 	inBatch := 0
 	for {
@@ -94,69 +69,119 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 			break
 		}
 		if err != nil && err != io.EOF {
-			return st, fmt.Errorf("replay: reading input: %w", err)
+			return r.st, fmt.Errorf("replay: reading input: %w", err)
 		}
-		st.Lines++
-		switch {
-		case tooLong:
-			st.Invalid++
-			fmt.Fprintf(errw, "line %d: longer than %d bytes; skipped\n", st.Lines, opts.MaxLineBytes)
-		case len(bytes.TrimSpace(line)) == 0:
-			// Blank lines are allowed, for readability.
-		default:
-			ev, derr := topics.DecodeEvent(line)
-			switch {
-			case errors.Is(derr, topics.ErrUnknownType):
-				st.UnknownType++
-				fmt.Fprintf(errw, "line %d: skipped: %v\n", st.Lines, derr)
-			case derr != nil:
-				st.Invalid++
-				fmt.Fprintf(errw, "line %d: %v\n", st.Lines, derr)
-			default:
-				trigs, dup, aerr := p.ApplyEvent(ev)
-				switch {
-				case errors.Is(aerr, projection.ErrDuplicateConflict):
-					st.Conflicts++
-					fmt.Fprintf(errw, "line %d: %s: %v\n", st.Lines, projection.DuplicateConflictCode, aerr)
-				case aerr != nil:
-					// Without a store nothing else refuses an event: a bug.
-					return st, fmt.Errorf("replay: line %d: %w", st.Lines, aerr)
-				case dup:
-					st.Duplicates++
-				default:
-					st.Applied++
-				}
-				pending.Add(ev.RunID, trigs)
-			}
+		if aerr := r.line(line, tooLong); aerr != nil {
+			return r.st, aerr
 		}
 		if inBatch++; inBatch == opts.Batch {
 			inBatch = 0
-			if err := flush(); err != nil {
-				return st, err
+			if err := r.flush(); err != nil {
+				return r.st, err
 			}
 		}
 		if err == io.EOF {
 			break
 		}
 	}
-	if err := flush(); err != nil {
-		return st, err
+	if err := r.flush(); err != nil {
+		return r.st, err
 	}
 	if !opts.Now.IsZero() {
-		// Timers that would have fired by now, run by run in a stable order.
-		ids := p.RunIDs()
-		slices.Sort(ids)
-		for _, id := range ids {
-			pending.Add(id, p.Advance(id, topics.NewTime(opts.Now)))
-		}
-		if err := flush(); err != nil {
-			return st, err
+		if err := r.advance(); err != nil {
+			return r.st, err
 		}
 	}
-	if err := bw.Flush(); err != nil {
-		return st, fmt.Errorf("replay: writing output: %w", err)
+	if err := r.bw.Flush(); err != nil {
+		return r.st, fmt.Errorf("replay: writing output: %w", err)
 	}
-	return st, nil
+	return r.st, nil
+}
+
+// replayer is one replay: its projection, the triggers of the batch being
+// read, and where it writes.
+type replayer struct {
+	p       *projection.Projection
+	opts    Options
+	st      Stats
+	pending projection.Pending
+	bw      *bufio.Writer // the wakes
+	errw    io.Writer     // the lines that cannot be applied
+}
+
+// line applies one input line, or reports on errw why it cannot. The error
+// is a failure of the replay itself.
+func (r *replayer) line(line []byte, tooLong bool) error {
+	r.st.Lines++
+	switch {
+	case tooLong:
+		r.st.Invalid++
+		fmt.Fprintf(r.errw, "line %d: longer than %d bytes; skipped\n", r.st.Lines, r.opts.MaxLineBytes)
+		return nil
+	case len(bytes.TrimSpace(line)) == 0:
+		return nil // blank lines are allowed, for readability
+	}
+	ev, derr := topics.DecodeEvent(line)
+	switch {
+	case errors.Is(derr, topics.ErrUnknownType):
+		r.st.UnknownType++
+		fmt.Fprintf(r.errw, "line %d: skipped: %v\n", r.st.Lines, derr)
+		return nil
+	case derr != nil:
+		r.st.Invalid++
+		fmt.Fprintf(r.errw, "line %d: %v\n", r.st.Lines, derr)
+		return nil
+	}
+	trigs, dup, aerr := r.p.ApplyEvent(ev)
+	switch {
+	case errors.Is(aerr, projection.ErrDuplicateConflict):
+		r.st.Conflicts++
+		fmt.Fprintf(r.errw, "line %d: %s: %v\n", r.st.Lines, projection.DuplicateConflictCode, aerr)
+	case aerr != nil:
+		// Without a store nothing else refuses an event: a bug.
+		return fmt.Errorf("replay: line %d: %w", r.st.Lines, aerr)
+	case dup:
+		r.st.Duplicates++
+	default:
+		r.st.Applied++
+	}
+	r.pending.Add(ev.RunID, trigs)
+	return nil
+}
+
+// flush writes the wakes of the batch's triggers.
+func (r *replayer) flush() error {
+	built, err := r.p.Wakes(&r.pending, r.opts.Now, topics.Time{})
+	r.pending.Reset()
+	if err != nil {
+		return err
+	}
+	for _, b := range built {
+		r.st.Wakes++
+		if r.opts.Summary {
+			r.bw.WriteString(wake.Line(b.Wake, wake.Received{}))
+			r.bw.WriteByte('\n')
+			continue
+		}
+		enc, err := topics.Marshal(b.Wake)
+		if err != nil {
+			return fmt.Errorf("replay: encoding wake %s: %w", b.Wake.WakeID, err)
+		}
+		r.bw.Write(enc)
+		r.bw.WriteByte('\n')
+	}
+	return nil
+}
+
+// advance moves every run's clock to Options.Now and writes the wakes of
+// the timers that would have fired by then, run by run in a stable order.
+func (r *replayer) advance() error {
+	ids := r.p.RunIDs()
+	slices.Sort(ids)
+	for _, id := range ids {
+		r.pending.Add(id, r.p.Advance(id, topics.NewTime(r.opts.Now)))
+	}
+	return r.flush()
 }
 
 // readLine reads one line without its newline. A line longer than max is

@@ -8,10 +8,10 @@ import (
 	"slices"
 )
 
-// Node records are stored in a compact binary encoding (issue 17: JSON
-// encoding of nodes was most of a commit's state encoding). The first byte
-// says which: '{' is the earlier JSON (still read, so that a store or a
-// changelog written before loads), nodeBinaryVersion this one. Fields, in
+// Node records are stored in a compact binary encoding: JSON encoding of
+// nodes would be most of a commit's state encoding. The first byte says
+// which: '{' is the legacy JSON encoding (read, so that a store or a
+// changelog written by an older build loads), nodeBinaryVersion this one. Fields, in
 // nodeRecord's order: strings as a uvarint length and bytes, integers as
 // zigzag varints, booleans as one byte, string lists as a count and
 // strings, and the watchdog as a presence byte and its fields.
@@ -235,9 +235,9 @@ func decodeNode(v []byte) (nodeRecord, error) {
 	return r, rd.done("node record")
 }
 
-// Run meta records are binary too (issue 17: the last JSON a commit wrote
-// for every dirty run), versioned like node records: '{' is the earlier
-// JSON, still read; metaBinaryVersion this one. Fields in metaRecord's
+// Run meta records are binary too (a commit writes one for every dirty
+// run), versioned like node records: '{' is the legacy JSON encoding, read;
+// metaBinaryVersion this one. Fields in metaRecord's
 // order, then each diagnostic as kind, agent, time (Unix ms, 0 for none)
 // and detail.
 const metaBinaryVersion = 1

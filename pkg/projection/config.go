@@ -35,7 +35,7 @@ type Config struct {
 	// indexes, about a tenth of a node's footprint) and reads the others
 	// back from the Storage when an event, a timer or a snapshot needs one, so
 	// that a run's memory does not grow with its size. Runs at or under
-	// it are wholly in memory, as before. Default 4,096.
+	// it are wholly in memory. Default 4,096.
 	MaxHotNodesPerRun int
 	// Memory, when set, bounds the bytes of runs kept in memory, shared with
 	// every projection given the same Budget (a process's partitions);

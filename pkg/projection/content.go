@@ -38,7 +38,7 @@ import (
 // encoding of those values (appendContent): stable across builds and
 // machines, since it is state. Two contents with one hash (about one in
 // 2^64 per pair, more for a producer that crafts them) are taken for a
-// duplicate, as every repeated id was before hashes were kept.
+// duplicate, as an id from a journal without hashes is.
 
 // ErrDuplicateConflict is wrapped by the error of an event whose id its run
 // has applied with other content (DuplicateConflictError).
@@ -103,10 +103,22 @@ func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 	c.str(ev.ThreadID)
 	c.str(ev.CorrelationID)
 	c.str(ev.CausationID)
-	typed = true
-	switch p := ev.Data.(type) {
-	case nil:
-		c.flag(false)
+	typed = c.signalPayload(ev.Data) || c.treePayload(ev.Data)
+	if !typed {
+		enc, err := topics.Marshal(ev.Data)
+		if err != nil {
+			enc = []byte(err.Error())
+		}
+		c.str(string(enc))
+	}
+	return c.b, typed
+}
+
+// treePayload appends the content of a tree.* event's payload (and of
+// signal.result's, which tree.node_result shares); false, with nothing
+// appended, for another payload.
+func (c *contentWriter) treePayload(data any) bool {
+	switch p := data.(type) {
 	case *topics.NodeCreated:
 		c.str(p.ParentAgentID)
 		c.str(string(p.Role))
@@ -161,6 +173,19 @@ func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 	case *topics.ReplanRequested:
 		c.str(p.PlanID)
 		c.str(p.ReasonCode)
+	default:
+		return false
+	}
+	return true
+}
+
+// signalPayload appends the content of a lease.*, signal.* or
+// conductor.* event's payload, or of none; false, with nothing appended,
+// for another payload.
+func (c *contentWriter) signalPayload(data any) bool {
+	switch p := data.(type) {
+	case nil:
+		c.flag(false)
 	case *topics.Lease:
 		c.str(p.Owner)
 		c.time(p.ExpiresAt)
@@ -198,14 +223,9 @@ func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 		c.str(p.SnapshotID)
 		c.strs(p.AgentIDs)
 	default:
-		typed = false
-		enc, err := topics.Marshal(p)
-		if err != nil {
-			enc = []byte(err.Error())
-		}
-		c.str(string(enc))
+		return false
 	}
-	return c.b, typed
+	return true
 }
 
 // restamped reports whether events of type t are sent again with a new

@@ -12,7 +12,7 @@ import (
 // TestLongIDsStayDistinctAndMatch: two agents whose ids share their first
 // 200 characters are two nodes in the snapshot, and each wake's trigger
 // names its agent (and correlation id) exactly as the snapshot does, so a
-// conductor can match them (issue 20; docs/CONTRACT.md "Cuts").
+// conductor can match them (docs/CONTRACT.md "Cuts").
 func TestLongIDsStayDistinctAndMatch(t *testing.T) {
 	p, _ := New(Config{})
 	shared := strings.Repeat("x", 200)

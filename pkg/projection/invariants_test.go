@@ -196,7 +196,7 @@ func TestReplayIsDeterministic(t *testing.T) {
 // TestEqualIDsMeanEqualContent: for random event logs (shuffled across runs,
 // with duplicates and late events), batch sizes, wall clocks and sources,
 // two wakes with one wake_id have byte-identical content but for the
-// wall-clock fields generated_at, snapshot_age_ms and stale (issue 20: a
+// wall-clock fields generated_at, snapshot_age_ms and stale (a
 // conductor may drop a wake by its id only if the id means the content).
 // Inclusion, truncation and lease_remaining_ms are decided on the run's
 // logical clock, never on the wall clock.

@@ -23,7 +23,7 @@ import (
 // journalVersion is the first byte of every chunk written: a build reads
 // only the versions it knows, and says which it found otherwise. Version 1
 // had no content hashes: its ids come back with hash 0, which any content
-// repeats (a plain duplicate, as before hashes were kept).
+// repeats (a plain duplicate).
 const (
 	journalVersion   = 2
 	journalVersionV1 = 1
@@ -35,7 +35,7 @@ var errJournalVersion = errors.New("journal chunk of an unknown encoding version
 
 // journalEntry is a journal entry: the history entry and the hash of the
 // applied event's content (0: unknown, from a version 1 chunk or an
-// earlier encoding).
+// legacy encoding).
 type journalEntry struct {
 	HistoryEntry
 	hash uint64
@@ -237,7 +237,7 @@ func (c *Config) journalKeep() int64 { return int64(max(c.HistorySize, c.DedupeW
 // writeJournal adds the run's journal changes to c: the entries applied
 // since the last commit (those still within the windows) as chunks of at
 // most maxJournalBytes, and deletes of the chunks now wholly older than
-// the windows, and of the keys of the earlier encoding (one per applied id
+// the windows, and of the keys of the legacy encoding (one per applied id
 // and per history entry) a run loaded from it still had.
 func writeJournal(c *Changes, r *Run, d *dirt, keep int64) {
 	for _, k := range d.legacy {
@@ -283,7 +283,7 @@ func (r *Run) loadJournal(entries []journalEntry, cfg *Config) {
 type JournalSpan struct{ First, Last int64 }
 
 // Journal returns the spans of run's stored journal chunks in s, oldest
-// first, and how many keys of the earlier encoding (per applied id, per
+// first, and how many keys of the legacy encoding (per applied id, per
 // history entry) the run still has: for checks and tools that look at a
 // store.
 func Journal(s Storage, run string) (spans []JournalSpan, legacy int, err error) {

@@ -12,7 +12,7 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// Run lifecycle and retention (issue 18). A run is finished when its root
+// Run lifecycle and retention. A run is finished when its root
 // node is terminal (completed or failed) and it holds no open request, no
 // lease and no timer: nothing more can happen to it unless an event comes.
 // Config.Retention after its clock (its last event's time) passes on the

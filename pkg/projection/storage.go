@@ -36,9 +36,9 @@ import (
 //	                           (journal.go); deleted once older than Config.HistorySize and
 //	                           Config.DedupeWindow
 //	'r' run 0x00 'x'           the run expired (retention.go): when (8 bytes, ms)
-//	'r' run 0x00 'e' event     (earlier encoding) an applied event id; deleted when its run
+//	'r' run 0x00 'e' event     (legacy encoding) an applied event id; deleted when its run
 //	                           is next committed
-//	'r' run 0x00 'h' seq       (earlier encoding) one history entry, JSON; turned into a
+//	'r' run 0x00 'h' seq       (legacy encoding) one history entry, JSON; turned into a
 //	                           journal chunk when its run is next committed
 //	(the storage's own)        changelog checkpoint (see Checkpoint), not state
 //
@@ -207,167 +207,220 @@ func (s *store) dues() (map[string]int64, error) {
 }
 
 // loadRun reads a run; ok is false when the store has none. A run stored in
-// the earlier encoding (an 'e' key per applied id, an 'h' key per history
+// the legacy encoding (an 'e' key per applied id, an 'h' key per history
 // entry) comes back with those keys to delete and its history entries as
 // its journal to write, at its next commit.
 func (s *store) loadRun(id string, cfg *Config) (r *Run, ok bool, err error) {
-	r = newRun(id)
-	r.dirty = newDirt()
-	r.store = s
-	prefix := rel([]byte{'r'}, []byte(id), []byte{0})
-	var meta *metaRecord
-	var expiredAt int64
-	var nodes []*node
-	hot := max(cfg.MaxHotNodesPerRun, 1)
-	var entries []journalEntry
-	var legacy []HistoryEntry
-	err = s.scan(prefix, func(k, v []byte) error {
-		if len(k) == 0 {
-			return fmt.Errorf("empty run key")
-		}
-		kind, rest := k[0], string(k[1:])
-		switch kind {
-		case 'm':
-			var err error
-			meta, err = decodeMeta(v)
-			if err != nil {
-				return fmt.Errorf("run meta: %w", err)
-			}
-		case 'n':
-			nr, err := decodeNode(v)
-			if err != nil {
-				return fmt.Errorf("node %q: %w", rest, err)
-			}
-			n := nr.node()
-			r.index(n)
-			r.nodes[n.AgentID] = nil
-			if len(nodes) < hot {
-				// The rest are read back when needed (Run.get): keys
-				// come in agent id order, so which stay is arbitrary
-				// but deterministic, and what the run uses next soon
-				// replaces them.
-				nodes = append(nodes, n)
-			}
-		case 'q':
-			var q requestRecord
-			if err := json.Unmarshal(v, &q); err != nil {
-				return fmt.Errorf("request %q: %w", rest, err)
-			}
-			r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires), dedupeKey: q.DedupeKey}
-			if q.Expires != 0 {
-				r.requestDue.ReplaceOrInsert(timed{q.Expires, rest})
-			}
-		case 'c':
-			at := int64(binary.BigEndian.Uint64(v))
-			r.corrAt[rest] = at
-			r.corrActive.ReplaceOrInsert(timed{at, rest})
-		case 'p':
-			pl, legacy, err := decodePlan(rest, v)
-			if err != nil {
-				return fmt.Errorf("plan %q: %w", rest, err)
-			}
-			r.plans[rest] = pl
-			if legacy {
-				// The earlier JSON held the steps: the next commit writes
-				// the plan as a header and step records.
-				r.mark('p', rest)
-				for i, b := range pl.Bands {
-					for j := range b.Steps {
-						r.markStep(rest, i, j)
-					}
-				}
-			}
-		case 's':
-			ref, ok := parseStepKey(rest)
-			if !ok {
-				return fmt.Errorf("step key %q", rest)
-			}
-			// Keys come in order: a plan's header ('p') before its steps,
-			// and each band's step records in order.
-			pl := r.plans[ref.plan]
-			if pl == nil {
-				return fmt.Errorf("steps of band %d of plan %q, which the run does not have", ref.band, ref.plan)
-			}
-			b := pl.band(ref.band)
-			if ref.chunk*stepsPerRecord != len(b.Steps) {
-				return fmt.Errorf("step record %d of band %d of plan %q follows %d steps", ref.chunk, ref.band, ref.plan, len(b.Steps))
-			}
-			steps, err := decodeSteps(v)
-			if err != nil {
-				return fmt.Errorf("plan %q: %w", ref.plan, err)
-			}
-			b.Steps = append(b.Steps, steps...)
-		case 'j':
-			if len(rest) != 8 {
-				return fmt.Errorf("journal key of %d bytes", len(rest))
-			}
-			first := int64(binary.BigEndian.Uint64([]byte(rest)))
-			es, err := decodeJournal(v, first)
-			if err != nil {
-				return fmt.Errorf("run %q: %w", id, err)
-			}
-			if len(es) > 0 {
-				// Keys come in seq order: chunks are oldest first.
-				entries = append(entries, es...)
-				r.chunks = append(r.chunks, chunkRef{first, es[len(es)-1].Seq})
-			}
-		case 'x': // the run expired (retention.go): its marker
-			if len(v) != 8 {
-				return fmt.Errorf("expiry marker of %d bytes", len(v))
-			}
-			expiredAt = int64(binary.BigEndian.Uint64(v))
-		case 'e': // earlier encoding: dedupe now keeps ids in the journal
-			r.dirty.legacy = append(r.dirty.legacy, runKey(id, 'e', rest))
-		case 'h': // earlier encoding: one JSON history entry per key
-			if len(rest) != 8 {
-				return fmt.Errorf("history key of %d bytes", len(rest))
-			}
-			var hr historyRecord
-			if err := json.Unmarshal(v, &hr); err != nil {
-				return fmt.Errorf("history %x: %w", rest, err)
-			}
-			legacy = append(legacy, hr.entry(int64(binary.BigEndian.Uint64([]byte(rest)))))
-			r.dirty.legacy = append(r.dirty.legacy, runKey(id, 'h', rest))
-		}
-		return nil
-	})
-	if err == nil && meta == nil && expiredAt != 0 {
-		err = &ExpiredError{RunID: id, At: time.UnixMilli(expiredAt)}
+	l := &runLoad{r: newRun(id), id: id, hot: max(cfg.MaxHotNodesPerRun, 1)}
+	l.r.dirty = newDirt()
+	l.r.store = s
+	err = s.scan(rel([]byte{'r'}, []byte(id), []byte{0}), l.key)
+	if err == nil && l.meta == nil && l.expiredAt != 0 {
+		err = &ExpiredError{RunID: id, At: time.UnixMilli(l.expiredAt)}
 	}
-	if err != nil || meta == nil {
+	if err != nil || l.meta == nil {
 		return nil, false, err
 	}
+	if err := l.finish(cfg); err != nil {
+		return nil, false, err
+	}
+	return l.r, true, nil
+}
+
+// runLoad is what loadRun gathers while it scans a run's keys, in key
+// order, for finish.
+type runLoad struct {
+	r   *Run
+	id  string
+	hot int // the most nodes read into memory (Config.MaxHotNodesPerRun)
+
+	meta      *metaRecord
+	expiredAt int64   // the expiry marker's time (Unix ms), when the run expired
+	nodes     []*node // the nodes read into memory
+	entries   []journalEntry
+	legacy    []HistoryEntry // the legacy encoding's history ('h' keys)
+}
+
+// key reads one of the run's keys (its first byte the kind, the rest the
+// key within the run) and its value.
+func (l *runLoad) key(k, v []byte) error {
+	if len(k) == 0 {
+		return fmt.Errorf("empty run key")
+	}
+	r := l.r
+	kind, rest := k[0], string(k[1:])
+	switch kind {
+	case 'm':
+		var err error
+		if l.meta, err = decodeMeta(v); err != nil {
+			return fmt.Errorf("run meta: %w", err)
+		}
+	case 'n':
+		return l.node(rest, v)
+	case 'q':
+		var q requestRecord
+		if err := json.Unmarshal(v, &q); err != nil {
+			return fmt.Errorf("request %q: %w", rest, err)
+		}
+		r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires), dedupeKey: q.DedupeKey}
+		if q.Expires != 0 {
+			r.requestDue.ReplaceOrInsert(timed{q.Expires, rest})
+		}
+	case 'c':
+		at := int64(binary.BigEndian.Uint64(v))
+		r.corrAt[rest] = at
+		r.corrActive.ReplaceOrInsert(timed{at, rest})
+	case 'p':
+		return l.plan(rest, v)
+	case 's':
+		return l.steps(rest, v)
+	case 'j':
+		return l.journal(rest, v)
+	case 'x': // the run expired (retention.go): its marker
+		if len(v) != 8 {
+			return fmt.Errorf("expiry marker of %d bytes", len(v))
+		}
+		l.expiredAt = int64(binary.BigEndian.Uint64(v))
+	case 'e': // legacy encoding: an applied id, which the journal keeps instead
+		r.dirty.legacy = append(r.dirty.legacy, runKey(l.id, 'e', rest))
+	case 'h':
+		return l.history(rest, v)
+	}
+	return nil
+}
+
+// node indexes a node record and keeps the node in memory while fewer
+// than l.hot are.
+func (l *runLoad) node(id string, v []byte) error {
+	nr, err := decodeNode(v)
+	if err != nil {
+		return fmt.Errorf("node %q: %w", id, err)
+	}
+	n := nr.node()
+	l.r.index(n)
+	l.r.nodes[n.AgentID] = nil
+	if len(l.nodes) < l.hot {
+		// The rest are read back when needed (Run.get): keys come in
+		// agent id order, so which stay is arbitrary but deterministic,
+		// and what the run uses next soon replaces them.
+		l.nodes = append(l.nodes, n)
+	}
+	return nil
+}
+
+// plan reads a plan's header, or a legacy plan record whose JSON holds its
+// steps: the next commit writes that one as a header and step records.
+func (l *runLoad) plan(id string, v []byte) error {
+	r := l.r
+	pl, legacy, err := decodePlan(id, v)
+	if err != nil {
+		return fmt.Errorf("plan %q: %w", id, err)
+	}
+	r.plans[id] = pl
+	if legacy {
+		r.mark('p', id)
+		for i, b := range pl.Bands {
+			for j := range b.Steps {
+				r.markStep(id, i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// steps reads a step record into its plan's band.
+func (l *runLoad) steps(key string, v []byte) error {
+	ref, ok := parseStepKey(key)
+	if !ok {
+		return fmt.Errorf("step key %q", key)
+	}
+	// Keys come in order: a plan's header ('p') before its steps, and
+	// each band's step records in order.
+	pl := l.r.plans[ref.plan]
+	if pl == nil {
+		return fmt.Errorf("steps of band %d of plan %q, which the run does not have", ref.band, ref.plan)
+	}
+	b := pl.band(ref.band)
+	if ref.chunk*stepsPerRecord != len(b.Steps) {
+		return fmt.Errorf("step record %d of band %d of plan %q follows %d steps", ref.chunk, ref.band, ref.plan, len(b.Steps))
+	}
+	steps, err := decodeSteps(v)
+	if err != nil {
+		return fmt.Errorf("plan %q: %w", ref.plan, err)
+	}
+	b.Steps = append(b.Steps, steps...)
+	return nil
+}
+
+// journal reads a journal chunk, keyed by the seq of its first entry.
+func (l *runLoad) journal(key string, v []byte) error {
+	if len(key) != 8 {
+		return fmt.Errorf("journal key of %d bytes", len(key))
+	}
+	first := int64(binary.BigEndian.Uint64([]byte(key)))
+	es, err := decodeJournal(v, first)
+	if err != nil {
+		return fmt.Errorf("run %q: %w", l.id, err)
+	}
+	if len(es) > 0 {
+		// Keys come in seq order: chunks are oldest first.
+		l.entries = append(l.entries, es...)
+		l.r.chunks = append(l.r.chunks, chunkRef{first, es[len(es)-1].Seq})
+	}
+	return nil
+}
+
+// history reads a legacy history entry, one JSON entry per key keyed by
+// its seq, and marks the key to delete.
+func (l *runLoad) history(key string, v []byte) error {
+	if len(key) != 8 {
+		return fmt.Errorf("history key of %d bytes", len(key))
+	}
+	var hr historyRecord
+	if err := json.Unmarshal(v, &hr); err != nil {
+		return fmt.Errorf("history %x: %w", key, err)
+	}
+	l.legacy = append(l.legacy, hr.entry(int64(binary.BigEndian.Uint64([]byte(key)))))
+	l.r.dirty.legacy = append(l.r.dirty.legacy, runKey(l.id, 'h', key))
+	return nil
+}
+
+// finish sets the run's fields from its meta record, its nodes in memory
+// and its journal, once every key is read.
+func (l *runLoad) finish(cfg *Config) error {
+	r, meta := l.r, l.meta
 	r.seq, r.clock = meta.Seq, fromMs(meta.Clock)
 	r.sessionID, r.threadID, r.root = meta.SessionID, meta.ThreadID, meta.Root
 	r.lastProgressWake = fromMs(meta.LastProgressWake)
-	// Diagnostics stored before maxDiagnosticBytes are trimmed to it; a
-	// meta record's plan order (earlier builds) is read and dropped.
+	// Diagnostics over maxDiagnosticBytes (stored by builds without the
+	// bound) are trimmed to it; a plan order in the meta record (ditto) is
+	// read and dropped.
 	r.diagnostics = meta.Diagnostics
 	for i := range r.diagnostics {
 		r.diagBytes += diagnosticBytes(&r.diagnostics[i])
 	}
 	r.trimDiagnostics()
-	for _, n := range nodes {
+	for _, n := range l.nodes {
 		r.nodes[n.AgentID] = n
 	}
-	r.resident = len(nodes)
+	r.resident = len(l.nodes)
 	if root := r.root; root != "" {
 		r.get(root) // the root is always in memory (Run.trim)
 		if r.nodeErr != nil {
-			return nil, false, r.nodeErr
+			return r.nodeErr
 		}
 	}
-	// The scan gave the earlier encoding's entries ('h') before the
-	// journal's ('j'): both in seq order, and the former all older. Their
-	// contents are unknown (hash 0).
-	old := make([]journalEntry, len(legacy))
-	for i, e := range legacy {
+	// The scan gave the legacy entries ('h') before the journal's ('j'):
+	// both in seq order, and the former all older. Their contents are
+	// unknown (hash 0).
+	old := make([]journalEntry, len(l.legacy))
+	for i, e := range l.legacy {
 		old[i] = journalEntry{HistoryEntry: e}
 	}
-	r.loadJournal(append(old, entries...), cfg)
-	// An earlier encoding's entries become the run's first journal chunks.
+	r.loadJournal(append(old, l.entries...), cfg)
+	// The legacy entries become the run's first journal chunks.
 	r.dirty.journal = old
-	return r, true, nil
+	return nil
 }
 
 // loadNode reads one node of a run.
@@ -432,7 +485,7 @@ type dirt struct {
 	// plan created again (binrecord.go).
 	steps map[stepRef]struct{}
 	// journal are the entries applied since the last commit (journal.go);
-	// legacy the keys of the earlier encoding to delete.
+	// legacy the keys of the legacy encoding to delete.
 	journal []journalEntry
 	legacy  [][]byte
 }

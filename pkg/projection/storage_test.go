@@ -98,7 +98,7 @@ func (s *memStorage) Write(changes Changes, cp *Checkpoint, _ bool) error {
 // restart are recognised from the store.
 //
 // Runs leave memory by either bound: MaxHotNodes, or a memory Budget
-// smaller than the runs' working set (issue 18: eviction and reload give
+// smaller than the runs' working set (eviction and reload give
 // byte-identical wakes to a projection that never evicts); and the nodes of
 // a run larger than MaxHotNodesPerRun leave memory while the run stays.
 func TestStoreResumesAsIfNeverStopped(t *testing.T) {
@@ -322,7 +322,7 @@ func testStoreResumes(t *testing.T, cfg Config) {
 		}
 		for _, kind := range []byte{'e', 'h'} {
 			_ = store.store.scan((rel([]byte{'r'}, []byte(run), []byte{0, kind})), func(k, v []byte) error {
-				t.Fatalf("%s: a key of the earlier encoding (%c) was written", run, kind)
+				t.Fatalf("%s: a key of the legacy encoding (%c) was written", run, kind)
 				return nil
 			})
 		}
@@ -359,7 +359,7 @@ func historyDump(t *testing.T, p *Projection, run string) string {
 	}
 }
 
-// TestEarlierEncodingMigrates: a store written by the earlier encoding (an
+// TestEarlierEncodingMigrates: a store written by the legacy encoding (an
 // 'e' key per applied id, an 'h' JSON key per history entry) still loads:
 // its history is served and its recent ids are duplicates; the run's next
 // commit deletes those keys and writes them as a journal chunk, which loads
@@ -367,7 +367,7 @@ func historyDump(t *testing.T, p *Projection, run string) string {
 func TestEarlierEncodingMigrates(t *testing.T) {
 	st := newMemStorage()
 	run := "run-old"
-	// The earlier encoding of a run of three events.
+	// The legacy encoding of a run of three events.
 	meta, _ := json.Marshal(metaRecord{Seq: 3, Clock: 3000, SessionID: "s", Root: "root"})
 	node, _ := json.Marshal((&node{Node: snapshot.Node{AgentID: "root", Role: topics.RoleConductor, Status: topics.StatusRunning}, created: true}).record())
 	old := Changes{{Key: runKey(run, 'm', ""), Value: meta}, {Key: runKey(run, 'n', "root"), Value: node}}
@@ -407,7 +407,7 @@ func TestEarlierEncodingMigrates(t *testing.T) {
 		}
 	}
 	p := open()
-	check("loaded from the earlier encoding", p)
+	check("loaded from the legacy encoding", p)
 	if err := p.Commit(map[string]int64{"t": 1}); err != nil {
 		t.Fatal(err)
 	}

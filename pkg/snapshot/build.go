@@ -249,7 +249,48 @@ func slabbed[T any](slab *[]T, v T, n int) *T {
 // ...). ok is false when not even the envelope with the root fits, or b.err
 // is set.
 func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.AgentTreeSnapshot, int, bool) {
-	l := b.limits
+	s, handles := b.envelope(t, w, stats)
+	// The strings cut in the envelope, its handles aside: a dropped handle
+	// is counted in omitted_correlation_handles, not in cut_strings.
+	envCuts := b.cuts - b.handleCuts[len(handles)]
+	if !b.digestAll(cands) {
+		return s, 0, false
+	}
+	m := &sizer{b: b, s: s, stats: stats, handles: handles, envCuts: envCuts}
+
+	// The most nodes that fit, dropping from the lowest rank; the envelope is
+	// re-measured for each count because its counters change width. A digest
+	// or a handle adds more bytes than the counters can lose (a digit or
+	// two), so the size grows strictly with the nodes and with the handles,
+	// and a binary search finds the same counts as trying every count from
+	// the most down, in O(log) encodings of the envelope rather than
+	// O(max_nodes x max_correlation_handles).
+	minNodes := 0
+	if s.RootAgentID != nil && len(cands) > 0 {
+		minNodes = 1
+	}
+	// Handles give way only when not even the root fits with all of them:
+	// drop them from the tail, then give up on this string length.
+	nh := len(handles)
+	if !m.fits(nh, minNodes) {
+		if b.err != nil || !m.fits(0, minNodes) {
+			return s, 0, false
+		}
+		nh = largest(0, nh-1, func(n int) bool { return m.fits(n, minNodes) })
+	}
+	k := largest(minNodes, len(cands), func(k int) bool { return m.fits(nh, k) })
+	n := m.size(nh, k) // leaves s's counters set for nh handles and k nodes
+	if !b.check(s, k, n) {
+		return s, 0, false
+	}
+	b.place(s, k)
+	return s, n, true
+}
+
+// envelope returns the snapshot without its nodes, and the handles of its
+// summary (up to MaxCorrelationHandles, at the builder's cut). It leaves
+// in b.handleCuts[i] the strings cut in the first i handles.
+func (b *builder) envelope(t Tree, w Wake, stats Stats) (*topics.AgentTreeSnapshot, []string) {
 	s := &topics.AgentTreeSnapshot{
 		SnapshotID:   w.SnapshotID,
 		GeneratedAt:  widestGeneratedAt,
@@ -264,13 +305,13 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 	if root, ok := t.Root(); ok {
 		s.RootAgentID = b.ptr(root.AgentID)
 	}
-	handles := make([]string, 0, l.MaxCorrelationHandles)
+	handles := make([]string, 0, b.limits.MaxCorrelationHandles)
 	before := b.cuts
 	b.handleCuts = append(b.handleCuts[:0], 0)
 	for h := range t.ActiveCorrelations() {
 		handles = append(handles, b.str(h))
 		b.handleCuts = append(b.handleCuts, b.cuts-before)
-		if len(handles) == l.MaxCorrelationHandles {
+		if len(handles) == b.limits.MaxCorrelationHandles {
 			break
 		}
 	}
@@ -283,11 +324,15 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 		ActiveCorrelationHandles: handles,
 		OpenRequestCount:         stats.OpenRequests,
 	}
+	return s, handles
+}
 
-	// Each candidate's digest at this cut, its encoded size and the
-	// strings cut in it, as sums over the first k candidates: sums[k],
-	// cutSums[k].
-	envCuts := b.cuts
+// digestAll puts each candidate's digest at the builder's cut in b.encs
+// (digested again when the cut is not the usual one), its lease remaining
+// time in b.rems, and, as sums over the first k candidates, their encoded
+// size in b.sums[k] and the strings cut in them in b.cutSums[k]. It is
+// false, with b.err set, when a digest does not encode.
+func (b *builder) digestAll(cands []candidate) bool {
 	b.encs = resize(b.encs, len(cands))
 	b.rems = resize(b.rems, len(cands))
 	b.sums = resize(b.sums, len(cands)+1)
@@ -296,7 +341,7 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 	sums[0], cutSums[0] = 0, 0
 	for i, c := range cands {
 		e := c.e
-		if b.cut != l.MaxStringLength {
+		if b.cut != b.limits.MaxStringLength {
 			n := c.node
 			if n == nil {
 				n = nodeOf(&e.d)
@@ -304,7 +349,7 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			var err error
 			if e, err = b.digest(n, nil); err != nil {
 				b.err = err
-				return s, 0, false
+				return false
 			}
 		}
 		b.encs[i], b.rems[i] = e, c.rem
@@ -313,92 +358,95 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 		sums[i+1] = sums[i] + e.size(widestRemainingMs)
 		cutSums[i+1] = cutSums[i] + e.cuts
 	}
+	return true
+}
 
-	// The most nodes that fit, dropping from the lowest rank; the envelope is
-	// re-measured for each count because its counters change width. A digest
-	// or a handle adds more bytes than the counters can lose (a digit or
-	// two), so the size grows strictly with the nodes and with the handles,
-	// and a binary search finds the same counts as trying every count from
-	// the most down, in O(log) encodings of the envelope rather than
-	// O(max_nodes x max_correlation_handles).
-	minNodes := 0
-	if s.RootAgentID != nil && len(cands) > 0 {
-		minNodes = 1
-	}
-	handleCuts := b.handleCuts
-	envCuts -= handleCuts[len(handles)]
-	// The envelope is encoded once for each handle count tried (one, but
-	// when the handles do not fit): for other node counts only its
-	// counters change, and its size with them by their widths
-	// (counterWidth). The search tries some ten counts.
-	type envBase struct{ nh, size int } // the envelope's size less counterWidth
-	var bases [16]envBase
-	nbases := 0
-	size := func(nh, k int) int {
-		// A dropped handle is counted in omitted_correlation_handles, not
-		// in cut_strings.
-		s.Summary.ActiveCorrelationHandles = handles[:nh]
-		b.account(s, k, stats, nh, envCuts+handleCuts[nh]+cutSums[k])
-		i := 0
-		for i < nbases && bases[i].nh != nh {
-			i++
-		}
-		if i == nbases {
-			env, err := b.envelopeSize(s)
-			if err != nil {
-				// Nothing fits; fit returns the error.
-				b.err = err
-				return math.MaxInt
-			}
-			i = min(nbases, len(bases)-1) // (the handle search tries a dozen at most)
-			bases[i] = envBase{nh, env - counterWidth(s)}
-			nbases = i + 1
-		}
-		n := bases[i].size + counterWidth(s) + sums[k]
-		if k > 1 {
-			n += k - 1
-		}
-		return n
-	}
-	fits := func(nh, k int) bool { return size(nh, k) <= l.MaxBytes }
-	// largest returns the largest n in [lo, hi] with ok(n), given ok(lo).
-	largest := func(lo, hi int, ok func(int) bool) int {
-		for lo < hi {
-			mid := lo + (hi-lo+1)/2
-			if ok(mid) {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
-		}
-		return lo
-	}
+// sizer measures fit's snapshot with its first nh handles and first k
+// candidates. The envelope is encoded once for each handle count tried
+// (one, but when the handles do not fit): for other node counts only its
+// counters change, and its size with them by their widths (counterWidth).
+// The search tries some ten counts.
+type sizer struct {
+	b       *builder
+	s       *topics.AgentTreeSnapshot
+	stats   Stats
+	handles []string
+	envCuts int // the strings cut in the envelope, its handles aside
+	bases   [16]envBase
+	nbases  int
+}
 
-	// Handles give way only when not even the root fits with all of them:
-	// drop them from the tail, then give up on this string length.
-	nh := len(handles)
-	if !fits(nh, minNodes) {
-		if b.err != nil || !fits(0, minNodes) {
-			return s, 0, false
-		}
-		nh = largest(0, nh-1, func(n int) bool { return fits(n, minNodes) })
+// envBase is the envelope's size less counterWidth, with nh handles.
+type envBase struct{ nh, size int }
+
+// size is the snapshot's encoded size with nh handles and k nodes, its
+// counters set for them; math.MaxInt, with b.err set, when the envelope
+// does not encode.
+func (m *sizer) size(nh, k int) int {
+	b, s := m.b, m.s
+	s.Summary.ActiveCorrelationHandles = m.handles[:nh]
+	b.account(s, k, m.stats, nh, m.envCuts+b.handleCuts[nh]+b.cutSums[k])
+	i := 0
+	for i < m.nbases && m.bases[i].nh != nh {
+		i++
 	}
-	k := largest(minNodes, len(cands), func(k int) bool { return fits(nh, k) })
-	n := size(nh, k) // leaves s's counters set for nh handles and k nodes
+	if i == m.nbases {
+		env, err := b.envelopeSize(s)
+		if err != nil {
+			// Nothing fits; fit returns the error.
+			b.err = err
+			return math.MaxInt
+		}
+		i = min(m.nbases, len(m.bases)-1) // (the handle search tries a dozen at most)
+		m.bases[i] = envBase{nh, env - counterWidth(s)}
+		m.nbases = i + 1
+	}
+	n := m.bases[i].size + counterWidth(s) + b.sums[k]
+	if k > 1 {
+		n += k - 1
+	}
+	return n
+}
+
+// fits: the snapshot with nh handles and k nodes is within the byte budget.
+func (m *sizer) fits(nh, k int) bool { return m.size(nh, k) <= m.b.limits.MaxBytes }
+
+// largest returns the largest n in [lo, hi] with ok(n), given ok(lo).
+func largest(lo, hi int, ok func(int) bool) int {
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if ok(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// check encodes the envelope that size left for k nodes and is true when
+// it is as measured (n bytes in all); else it sets b.err.
+func (b *builder) check(s *topics.AgentTreeSnapshot, k, n int) bool {
+	sums := b.sums
 	env, err := b.envelopeSize(s)
 	switch {
 	case b.err != nil:
-		return s, 0, false
+		return false
 	case err != nil:
 		b.err = err
-		return s, 0, false
+		return false
 	case env+sums[k]+max(k-1, 0) != n:
 		// A field that changes with the node count and that counterWidth
 		// misses: the search may have chosen wrong, and no snapshot is
 		// better than a wrong one (the tests see this).
 		b.err = fmt.Errorf("%w: envelope of %d bytes measured as %d", ErrAccounting, env, n-sums[k]-max(k-1, 0))
-		return s, 0, false
+		return false
 	}
+	return true
+}
+
+// place gives s the first k candidates' digests as its nodes.
+func (b *builder) place(s *topics.AgentTreeSnapshot, k int) {
 	b.encs, b.rems = b.encs[:k], b.rems[:k]
 	s.Nodes = make([]topics.NodeDigest, k)
 	for i, e := range b.encs {
@@ -407,7 +455,6 @@ func (b *builder) fit(t Tree, w Wake, cands []candidate, stats Stats) (*topics.A
 			s.Nodes[i].LeaseRemainingMs = slabbed(&b.ints, b.rems[i], k)
 		}
 	}
-	return s, n, true
 }
 
 // digest returns n's digest at the builder's cut and its encoding: the one

@@ -201,6 +201,18 @@ func intLen(v int64) int {
 // time outside years 0000-9999) is an error wrapping ErrEncoding.
 func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) (*digestEnc, error) {
 	e := &digestEnc{cut: cut, maxKeys: maxKeys}
+	e.digest(n)
+	if err := e.encode(scratch); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// digest sets e.d to n's digest under e's string cut and at most
+// e.maxKeys dedupe keys, its strings and times in e's own arrays, and
+// counts the strings it cut in e.cuts.
+func (e *digestEnc) digest(n *Node) {
+	cut, maxKeys := e.cut, e.maxKeys
 	// Ids are cut so as to stay distinct and matchable, text between
 	// grapheme clusters (cut.go).
 	str := func(s string, cutter func(string, int) (string, bool)) string {
@@ -266,10 +278,16 @@ func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) (*digestEnc, error
 	for i, k := range keys {
 		d.RecentRequestDedupeKeys[i] = id(k)
 	}
+}
 
+// encode sets e.enc to e.d's encoding without lease_remaining_ms's value,
+// and e.remAt to where that value goes (-1 without a lease), encoding in
+// *scratch first so that e.enc is one allocation of its exact size.
+func (e *digestEnc) encode(scratch *[]byte) error {
+	d := &e.d
 	enc, err := d.AppendJSON((*scratch)[:0])
 	if err != nil {
-		return nil, fmt.Errorf("%w: node %q: %w", ErrEncoding, d.AgentID, err)
+		return fmt.Errorf("%w: node %q: %w", ErrEncoding, d.AgentID, err)
 	}
 	*scratch = enc
 	e.remAt = -1
@@ -279,13 +297,13 @@ func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) (*digestEnc, error
 		const key = `,"lease_remaining_ms":`
 		i := bytes.Index(enc, []byte(key+"null,"))
 		if i < 0 {
-			return nil, fmt.Errorf("%w: no lease_remaining_ms in the encoding of node %q", ErrAccounting, d.AgentID)
+			return fmt.Errorf("%w: no lease_remaining_ms in the encoding of node %q", ErrAccounting, d.AgentID)
 		}
 		e.remAt = i + len(key)
 		enc = append(enc[:e.remAt], enc[e.remAt+len("null"):]...)
 	}
 	e.enc = bytes.Clone(enc)
-	return e, nil
+	return nil
 }
 
 // matches reports whether e is the digest newDigestEnc(n, cut, maxKeys)

@@ -62,7 +62,28 @@ var snakeHints = map[string]string{
 // ErrInvalidUTF8 when a string of the value is not valid UTF-8 (then its
 // problems are those alone, docs/CONTRACT.md "Text").
 func DecodeEvent(value []byte) (*Event, error) {
-	attrs, err := decodeObject(value)
+	return decodeEvent(value, fastPath)
+}
+
+// decodePath is how the decoder splits a JSON object into its members and
+// sets a payload's fields. Every path reaches the same event, or the same
+// error with the same problems: fastPath, the decoder's, validates and
+// splits an object in one pass (splitObject) and sets plain values
+// directly (decodeFast); FuzzDecodeDifferential holds it to a path that
+// validates first and splits in a second pass (decodeObjectTwoPass) and
+// leaves every payload to encoding/json.
+type decodePath struct {
+	object func(b []byte) (members, error)
+	// payload sets p's fields from ms, the members of its valid JSON
+	// object; false, with p as it was, leaves them to encoding/json.
+	payload func(p Payload, ms members) bool
+}
+
+var fastPath = decodePath{object: decodeObject, payload: decodeFast}
+
+// decodeEvent is DecodeEvent by path.
+func decodeEvent(value []byte, path decodePath) (*Event, error) {
+	attrs, err := path.object(value)
 	defer attrs.free()
 	if err != nil {
 		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: " + jsonProblem(err)}}}
@@ -109,7 +130,7 @@ func DecodeEvent(value []byte) (*Event, error) {
 			ps.add(name, "not a valid CloudEvents attribute name (lower-case letters and digits only)")
 		}
 	}
-	return decode(get, data, "", ps)
+	return decode(get, data, "", ps, path)
 }
 
 // DecodeRecord decodes an event from a Kafka record in either CloudEvents
@@ -159,7 +180,7 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 			}
 		}
 	}
-	ev, err := decode(get, data, "ce_", ps)
+	ev, err := decode(get, data, "ce_", ps, fastPath)
 	return checkKey(ev, err, key)
 }
 
@@ -257,61 +278,104 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 
 // decode is shared by both modes: get returns an attribute's string form
 // (whether present, and a problem with its JSON type, if any).
-func decode(get func(string) (string, bool, string), data []byte, prefix string, ps problems) (*Event, error) {
-	ev := &Event{}
-	attr := func(name string, required bool) string {
-		v, ok, bad := get(name)
-		switch {
-		case bad != "":
-			ps.add(prefix+name, bad)
-		case !ok && required:
-			ps.add(prefix+name, "required")
-		case v == "" && required:
-			ps.add(prefix+name, "required; got an empty string")
-		case ok && v == "" && prefix == "":
-			// Optional: absent, or null (CloudEvents' JSON format reads a
-			// null attribute as an absent one), but never empty. (An empty
-			// ce_ header in binary mode reads as absent, as before.)
-			ps.add(prefix+name, "empty; omit the attribute or send null")
-		}
-		return v
+func decode(get attrGetter, data []byte, prefix string, ps problems, path decodePath) (*Event, error) {
+	a := attrReader{get: get, prefix: prefix, ps: &ps}
+	ev := a.envelope()
+	kind := a.schemaVersion(ev)
+	if ev.Type != "" && !ev.Type.Known() && len(ps) == 0 {
+		return ev, &DecodeError{kind: ErrUnknownType, EventID: ev.ID, Type: string(ev.Type),
+			Problems: []Problem{{prefix + attrType, "unknown event type " + quote(string(ev.Type)) + " (newer producer?)"}}}
 	}
-	if v := attr(attrSpecVersion, true); v != "" && v != SpecVersion {
+	if ev.Type.Known() && kind == ErrInvalidEvent {
+		ev.Data = NewPayload(ev.Type)
+		decodePayload(ev.Data, data, &ps, path)
+	}
+	if len(ps) > 0 {
+		return nil, &DecodeError{kind: kind, EventID: ev.ID, Type: string(ev.Type), Problems: ps}
+	}
+	return ev, nil
+}
+
+// attrGetter returns an attribute's string form: whether it is present,
+// and a problem with its JSON type, if any.
+type attrGetter func(name string) (v string, ok bool, bad string)
+
+// attrReader reads an event's attributes in either mode, adding their
+// problems to *ps under the mode's prefix ("ce_" for binary mode's
+// headers).
+type attrReader struct {
+	get    attrGetter
+	prefix string
+	ps     *problems
+}
+
+// attr returns an attribute's value, adding a problem when it is required
+// and absent or empty, empty where it is optional, or not a string.
+func (a attrReader) attr(name string, required bool) string {
+	v, ok, bad := a.get(name)
+	switch {
+	case bad != "":
+		a.ps.add(a.prefix+name, bad)
+	case !ok && required:
+		a.ps.add(a.prefix+name, "required")
+	case v == "" && required:
+		a.ps.add(a.prefix+name, "required; got an empty string")
+	case ok && v == "" && a.prefix == "":
+		// Optional: absent, or null (CloudEvents' JSON format reads a
+		// null attribute as an absent one), but never empty. (An empty
+		// ce_ header in binary mode reads as absent.)
+		a.ps.add(a.prefix+name, "empty; omit the attribute or send null")
+	}
+	return v
+}
+
+// envelope returns the event with its attributes, each checked, but for
+// schemaversion and the payload.
+func (a attrReader) envelope() *Event {
+	ps, prefix := a.ps, a.prefix
+	ev := &Event{}
+	if v := a.attr(attrSpecVersion, true); v != "" && v != SpecVersion {
 		ps.add(prefix+attrSpecVersion, "want \"1.0\", got "+quote(v))
 	}
-	ev.ID = attr(attrID, true)
-	checkID(&ps, prefix+attrID, ev.ID, false)
-	ev.Source = attr(attrSource, true)
-	checkID(&ps, prefix+attrSource, ev.Source, false)
-	checkURIReference(&ps, prefix+attrSource, ev.Source)
-	ev.Type = EventType(attr(attrType, true))
-	if t := attr(attrTime, true); t != "" {
+	ev.ID = a.attr(attrID, true)
+	checkID(ps, prefix+attrID, ev.ID, false)
+	ev.Source = a.attr(attrSource, true)
+	checkID(ps, prefix+attrSource, ev.Source, false)
+	checkURIReference(ps, prefix+attrSource, ev.Source)
+	ev.Type = EventType(a.attr(attrType, true))
+	if t := a.attr(attrTime, true); t != "" {
 		tt, err := ParseTime(t)
 		if err != nil {
 			ps.add(prefix+attrTime, err.Error())
 		}
 		ev.Time = tt
 	}
-	if ct := attr(attrDataContentType, false); ct != "" && mediaType(ct) != ContentTypeJSON {
+	if ct := a.attr(attrDataContentType, false); ct != "" && mediaType(ct) != ContentTypeJSON {
 		ps.add(prefix+attrDataContentType, "want "+ContentTypeJSON+", got "+quote(ct))
 	}
-	checkURI(&ps, prefix+attrDataSchema, attr(attrDataSchema, false))
-	attr(attrSubject, false)
-	ev.RunID = attr(attrRunID, prefix == "") // binary mode may take it from the key
-	checkID(&ps, prefix+attrRunID, ev.RunID, false)
-	ev.AgentID = attr(attrAgentID, true)
-	checkID(&ps, prefix+attrAgentID, ev.AgentID, false)
-	ev.SessionID = attr(attrSessionID, false)
-	checkID(&ps, prefix+attrSessionID, ev.SessionID, false)
-	ev.ThreadID = attr(attrThreadID, false)
-	checkID(&ps, prefix+attrThreadID, ev.ThreadID, false)
-	ev.CorrelationID = attr(attrCorrelationID, false)
-	checkID(&ps, prefix+attrCorrelationID, ev.CorrelationID, false)
-	ev.CausationID = attr(attrCausationID, false)
-	checkID(&ps, prefix+attrCausationID, ev.CausationID, false)
+	checkURI(ps, prefix+attrDataSchema, a.attr(attrDataSchema, false))
+	a.attr(attrSubject, false)
+	ev.RunID = a.attr(attrRunID, prefix == "") // binary mode may take it from the key
+	checkID(ps, prefix+attrRunID, ev.RunID, false)
+	ev.AgentID = a.attr(attrAgentID, true)
+	checkID(ps, prefix+attrAgentID, ev.AgentID, false)
+	ev.SessionID = a.attr(attrSessionID, false)
+	checkID(ps, prefix+attrSessionID, ev.SessionID, false)
+	ev.ThreadID = a.attr(attrThreadID, false)
+	checkID(ps, prefix+attrThreadID, ev.ThreadID, false)
+	ev.CorrelationID = a.attr(attrCorrelationID, false)
+	checkID(ps, prefix+attrCorrelationID, ev.CorrelationID, false)
+	ev.CausationID = a.attr(attrCausationID, false)
+	checkID(ps, prefix+attrCausationID, ev.CausationID, false)
+	return ev
+}
 
-	kind := ErrInvalidEvent
-	switch v, ok, bad := get(attrSchemaVersion); {
+// schemaVersion sets ev.SchemaVersion and returns the kind of the event's
+// error, if it has one: ErrUnsupportedVersion for an otherwise valid event
+// newer than this build speaks, else ErrInvalidEvent.
+func (a attrReader) schemaVersion(ev *Event) error {
+	ps, prefix := a.ps, a.prefix
+	switch v, ok, bad := a.get(attrSchemaVersion); {
 	case bad != "":
 		ps.add(prefix+attrSchemaVersion, bad)
 	case !ok:
@@ -323,32 +387,20 @@ func decode(get func(string) (string, bool, string), data []byte, prefix string,
 			ps.add(prefix+attrSchemaVersion, "want a positive integer, got "+quote(v))
 		}
 	}
-	if ev.SchemaVersion > CurrentSchemaVersion && len(ps) == 0 {
-		kind = ErrUnsupportedVersion
+	if ev.SchemaVersion > CurrentSchemaVersion && len(*ps) == 0 {
 		ps.add(prefix+attrSchemaVersion, fmt.Sprintf("version %d is newer than this build speaks (%d); upgrade canopy", ev.SchemaVersion, CurrentSchemaVersion))
+		return ErrUnsupportedVersion
 	}
-
-	if ev.Type != "" && !ev.Type.Known() && len(ps) == 0 {
-		return ev, &DecodeError{kind: ErrUnknownType, EventID: ev.ID, Type: string(ev.Type),
-			Problems: []Problem{{prefix + attrType, "unknown event type " + quote(string(ev.Type)) + " (newer producer?)"}}}
-	}
-	if ev.Type.Known() && kind == ErrInvalidEvent {
-		ev.Data = NewPayload(ev.Type)
-		decodePayload(ev.Data, data, &ps)
-	}
-	if len(ps) > 0 {
-		return nil, &DecodeError{kind: kind, EventID: ev.ID, Type: string(ev.Type), Problems: ps}
-	}
-	return ev, nil
+	return ErrInvalidEvent
 }
 
-func decodePayload(p Payload, data []byte, ps *problems) {
+func decodePayload(p Payload, data []byte, ps *problems, path decodePath) {
 	if data != nil {
 		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
 			ps.add("data", "want a JSON object")
 			return
 		}
-		keys, err := decodeObject(data)
+		keys, err := path.object(data)
 		defer keys.free()
 		if err == nil {
 			// encoding/json matches keys case-insensitively; the contract does not.
@@ -365,7 +417,7 @@ func decodePayload(p Payload, data []byte, ps *problems) {
 			// data is one valid JSON object whose every key names a field:
 			// the fast path sets plain values (fastpayload.go); Unmarshal
 			// decodes the rest as the strict decoder below would.
-			if decodeFast(p, keys) {
+			if path.payload(p, keys) {
 				p.validate(ps)
 				return
 			}
@@ -405,10 +457,8 @@ func addPayloadError(p Payload, err error, ps *problems) {
 // but faster: once validJSON has checked b, a simple scan splits it into
 // members without reflection, and the values are slices of b, not copies.
 func decodeObject(b []byte) (members, error) {
-	if !oracle.Load() {
-		if ms, ok := splitObject(b); ok {
-			return ms, nil
-		}
+	if ms, ok := splitObject(b); ok {
+		return ms, nil
 	}
 	return decodeObjectTwoPass(b)
 }
@@ -433,9 +483,10 @@ func splitObject(b []byte) (members, bool) {
 	return ms, true
 }
 
-// decodeObjectTwoPass is decodeObject as it was: validJSON first, then a
-// scan of the valid text (the differential fuzz test's oracle, and the
-// path that reports what is wrong with an invalid object).
+// decodeObjectTwoPass is decodeObject in two passes: validJSON first, then
+// a scan of the valid text. It is the path that reports what is wrong with
+// an invalid object, and the one FuzzDecodeDifferential holds splitObject
+// to.
 func decodeObjectTwoPass(b []byte) (members, error) {
 	s := jsonScanner{b: b}
 	s.skipSpace()

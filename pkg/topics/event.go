@@ -34,7 +34,7 @@ const (
 )
 
 // Event is one agent event: a CloudEvents 1.0 event whose extension
-// attributes carry canopy's envelope fields. DESIGN.md names the fields
+// attributes carry canopy's envelope fields. The design card names the fields
 // event_id, occurred_at, run_id...; CloudEvents attribute names admit only
 // lower-case letters and digits, so they travel as id, time, runid...
 // docs/CONTRACT.md has the full mapping.

@@ -1,11 +1,13 @@
 package topics
 
-// DecodeEventOracle decodes value as DecodeEvent did before the throughput
-// work: every payload through encoding/json (not fastpayload.go), every
-// object validated and then split in a second pass (not splitObject). The
-// differential fuzz test compares the two.
+// DecodeEventOracle decodes value as DecodeEvent does, by the straightforward
+// path: every object validated and then split in a second pass
+// (decodeObjectTwoPass, not splitObject), every payload through
+// encoding/json (not decodeFast). The differential fuzz test compares the
+// two.
 func DecodeEventOracle(value []byte) (*Event, error) {
-	oracle.Store(true)
-	defer oracle.Store(false)
-	return DecodeEvent(value)
+	return decodeEvent(value, decodePath{
+		object:  decodeObjectTwoPass,
+		payload: func(Payload, members) bool { return false },
+	})
 }

@@ -229,8 +229,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// FuzzDecodeDifferential: the decoder with the payload fast path and the
-// decoder before it (every payload through encoding/json, the oracle) agree
+// FuzzDecodeDifferential: the decoder with its fast paths and the oracle
+// (objects validated, then split in a second pass; every payload through
+// encoding/json) agree
 // on every input: the same accept or reject, the same decoded event, the
 // same error, problems and fields included. Its corpus starts from
 // FuzzDecodeEvent's seeds and payloads aimed at the edges of the fast path

@@ -111,7 +111,7 @@ func TestDecodeRefusesInvalidUTF8(t *testing.T) {
 			if de.EventID != wantID {
 				t.Errorf("EventID %q, want %q", de.EventID, wantID)
 			}
-			// The old decoder's path (the differential test's oracle) says the same.
+			// The differential test's oracle says the same.
 			if _, oerr := topics.DecodeEventOracle(doc); oerr == nil || oerr.Error() != err.Error() {
 				t.Errorf("the oracle path says %v", oerr)
 			}

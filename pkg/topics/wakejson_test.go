@@ -14,9 +14,9 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// encodingJSON is what topics.Marshal was before the wake path had its own
-// encoders, and what they must still equal byte for byte: encoding/json,
-// compact, HTML escaping off, the Encoder's newline trimmed.
+// encodingJSON is the reference the wake path's own encoders must equal
+// byte for byte: encoding/json, compact, HTML escaping off, the Encoder's
+// newline trimmed.
 func encodingJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -65,7 +65,8 @@ var ErrConfig = errors.New("otlp: invalid OpenTelemetry configuration")
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_LOGS_ENDPOINT is
 // set, its OTEL_TRACES_EXPORTER / OTEL_LOGS_EXPORTER is not "none", and
 // OTEL_SDK_DISABLED is not "true"; otherwise Setup returns no-op
-// providers and no error, so a process without a collector runs as before.
+// providers and no error, so a process without a collector exports nothing
+// and pays next to nothing for its spans and events.
 // The exporter variables take "otlp" (the default) or "none"; any other
 // value is an error, since canopy has no other exporter. The protocol is
 // OTEL_EXPORTER_OTLP_PROTOCOL (or the per-signal variable): "grpc" or
@@ -95,20 +96,6 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 	if !traces && !logs {
 		return o, nil
 	}
-	protocol := func(signal string) (string, error) {
-		p := getenv("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL")
-		if p == "" {
-			p = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-		}
-		switch p {
-		case "", "http/protobuf":
-			return "http/protobuf", nil
-		case "grpc":
-			return "grpc", nil
-		}
-		return "", fmt.Errorf("%w: OTEL_EXPORTER_OTLP_%sPROTOCOL %q: want grpc or http/protobuf (http/json is not supported)",
-			ErrConfig, strings.TrimPrefix(signal+"_", "_"), p)
-	}
 	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
 	if cfg.Version != "" {
 		attrs = append(attrs, attribute.String("service.version", cfg.Version))
@@ -119,43 +106,77 @@ func Setup(ctx context.Context, cfg Config) (*Providers, error) {
 		return nil, fmt.Errorf("%w: resource: %w", ErrConfig, err)
 	}
 	if traces {
-		p, err := protocol("TRACES")
-		if err != nil {
+		if err := o.exportTraces(ctx, getenv, res); err != nil {
 			return nil, err
 		}
-		var exp sdktrace.SpanExporter
-		if p == "grpc" {
-			exp, err = otlptracegrpc.New(ctx)
-		} else {
-			exp, err = otlptracehttp.New(ctx)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("otlp: trace exporter: %w", err)
-		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-		o.Tracer, o.Protocol = tp, p
-		o.shutdown = append(o.shutdown, tp.Shutdown)
 	}
 	if logs {
-		p, err := protocol("LOGS")
-		if err != nil {
+		if err := o.exportLogs(ctx, getenv, res); err != nil {
 			return nil, o.shutdownWith(ctx, err)
 		}
-		var exp sdklog.Exporter
-		if p == "grpc" {
-			exp, err = otlploggrpc.New(ctx)
-		} else {
-			exp, err = otlploghttp.New(ctx)
-		}
-		if err != nil {
-			return nil, o.shutdownWith(ctx, fmt.Errorf("otlp: log exporter: %w", err))
-		}
-		lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)), sdklog.WithResource(res))
-		o.Logs, o.Protocol = lp, p
-		o.shutdown = append(o.shutdown, lp.Shutdown)
 	}
 	o.Enabled = true
 	return o, nil
+}
+
+// protocol is a signal's OTLP protocol ("TRACES" or "LOGS"; "" for the
+// variable of both): its own variable's, else OTEL_EXPORTER_OTLP_PROTOCOL's,
+// else http/protobuf.
+func protocol(getenv func(string) string, signal string) (string, error) {
+	p := getenv("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL")
+	if p == "" {
+		p = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch p {
+	case "", "http/protobuf":
+		return "http/protobuf", nil
+	case "grpc":
+		return "grpc", nil
+	}
+	return "", fmt.Errorf("%w: OTEL_EXPORTER_OTLP_%sPROTOCOL %q: want grpc or http/protobuf (http/json is not supported)",
+		ErrConfig, strings.TrimPrefix(signal+"_", "_"), p)
+}
+
+// exportTraces sets o.Tracer to a provider exporting spans of res.
+func (o *Providers) exportTraces(ctx context.Context, getenv func(string) string, res *resource.Resource) error {
+	p, err := protocol(getenv, "TRACES")
+	if err != nil {
+		return err
+	}
+	var exp sdktrace.SpanExporter
+	if p == "grpc" {
+		exp, err = otlptracegrpc.New(ctx)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("otlp: trace exporter: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	o.Tracer, o.Protocol = tp, p
+	o.shutdown = append(o.shutdown, tp.Shutdown)
+	return nil
+}
+
+// exportLogs sets o.Logs to a provider exporting log records of res.
+func (o *Providers) exportLogs(ctx context.Context, getenv func(string) string, res *resource.Resource) error {
+	p, err := protocol(getenv, "LOGS")
+	if err != nil {
+		return err
+	}
+	var exp sdklog.Exporter
+	if p == "grpc" {
+		exp, err = otlploggrpc.New(ctx)
+	} else {
+		exp, err = otlploghttp.New(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("otlp: log exporter: %w", err)
+	}
+	lp := sdklog.NewLoggerProvider(sdklog.WithProcessor(sdklog.NewBatchProcessor(exp)), sdklog.WithResource(res))
+	o.Logs, o.Protocol = lp, p
+	o.shutdown = append(o.shutdown, lp.Shutdown)
+	return nil
 }
 
 // exporterOn reads a signal's exporter variable (OTEL_TRACES_EXPORTER or
