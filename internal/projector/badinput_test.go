@@ -24,7 +24,7 @@ import (
 // projected, interleaved with good ones in one partition, go to the
 // dead-letter topic with why and whence in their headers; an event of a type
 // from a newer producer is counted and skipped; every good event around and
-// after them is applied and wakes its run (DESIGN.md "Events in").
+// after them is applied and wakes its run (the design card, "Events in").
 func TestBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T) {
 	brokertest.Run(t, testBadInputIsDeadLetteredAndNothingElseStalls)
 }
@@ -197,7 +197,7 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 // librdkafka client's default partitioner (CRC32 of the key) picks, which is
 // not the run's murmur2 partition, is rerouted to the run's partition
 // (counted), applied exactly once there, and wakes its run; the partition it
-// landed in never projects it (DESIGN.md "Topics").
+// landed in never projects it (the design card, "Topics").
 func TestWrongPartitionIsRerouted(t *testing.T) {
 	const partitions = 4
 	e := newEnv(t, partitions)

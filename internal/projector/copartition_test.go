@@ -20,7 +20,7 @@ import (
 
 // TestRefusesTopicsNotCoPartitioned: New refuses to start, with an error
 // wrapping ErrNotCoPartitioned that says what to fix, when the topics are
-// missing or when one of them has another partition count (DESIGN.md
+// missing or when one of them has another partition count (the design card,
 // "Topics"); once they agree it starts.
 func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
 	c := brokertest.NewKfake(t).Cluster

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// gate is an instance's priority gate (issue 19: a human always gets
+// gate is an instance's priority gate (a human always gets
 // through). While any of its partitions has human input on its way to a
 // committed wake, the others pause their bulk work at their next record
 // boundary, so that the priority path has the CPU, the Pebble and the

@@ -28,7 +28,7 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// Broker outages in the middle of a steady load (issue 4). Two projector
+// Broker outages in the middle of a steady load. Two projector
 // instances (in-process, each run by a Server, transactions on) share the load
 // while the broker goes away: in TestBrokerRestart the whole cluster stops
 // and starts again on the same ports and data directory; in

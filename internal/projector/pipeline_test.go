@@ -15,7 +15,7 @@ import (
 )
 
 // TestApplyWhileCommitting: the worker applies records while the commit
-// before them is in flight (issue 17, "pipeline the worker"), and the
+// before them is in flight, and the
 // pipeline keeps exactly-once. The broker holds a transaction's EndTxn; while
 // it is held the worker applies the next requests, and it commits nothing
 // more (one commit in flight at a time, the next prepared only after it).

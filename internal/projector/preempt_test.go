@@ -18,7 +18,7 @@ import (
 )
 
 // TestHumanPreemptsMidChunk: human input is noticed between two agent
-// records, not at the end of a chunk (issue 19). The worker applies its
+// records, not at the end of a chunk. The worker applies its
 // agent backlog in chunks of 20,000 records; a human input produced while
 // it is inside the first one is applied before the worker has applied
 // 20,000 agent records (it stops where it stands and commits the input).

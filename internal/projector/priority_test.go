@@ -18,7 +18,7 @@ import (
 // TestPriorityLaneOvertakesBacklog: with 100,000 agent events already waiting
 // when the projector starts, a human input produced afterwards is projected
 // and its wake published on the priority lane long before the agent backlog
-// is drained (DESIGN.md "Wakes out": human input preempts). Then the backlog
+// is drained (the design card, "Wakes out": human input preempts). Then the backlog
 // drains completely, every event applied once.
 //
 // Under the race detector the backlog is 25,000 events rather than 100,000:
@@ -30,7 +30,7 @@ import (
 // The backlog was appended an hour before the wall clock and the input at
 // it: the priority wake's snapshot must say it is an hour old and stale, for
 // the state behind it is that far behind the agent lane, however fresh the
-// input itself is (DESIGN.md: stale is honest).
+// input itself is (the design card: stale is honest).
 func TestPriorityLaneOvertakesBacklog(t *testing.T) {
 	brokertest.Run(t, testPriorityLaneOvertakesBacklog)
 }

@@ -22,7 +22,7 @@ import (
 // ends: nothing already applied is consumed again, event ids seen before are
 // recognised as duplicates, and the state it leaves in Pebble gives, run by
 // run, the same snapshot as an in-memory projection fed the same events in
-// order (DESIGN.md "State": a restart resumes exactly from there).
+// order (the design card, "State": a restart resumes exactly from there).
 func TestRestartResumesExactly(t *testing.T) { brokertest.Run(t, testRestartResumesExactly) }
 
 func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {

@@ -14,7 +14,7 @@ import (
 
 // TestTimersWakeWithoutEvents: a lease that is not renewed and a dispatch
 // whose expected_by passes without a completion receipt wake the conductor
-// on the wall clock, with no further event to carry them (DESIGN.md
+// on the wall clock, with no further event to carry them (the design card,
 // "Wakes out": lease expiry, watchdog findings). The triggers are the
 // timers' own: no event id, at the instant they fell due.
 func TestTimersWakeWithoutEvents(t *testing.T) { brokertest.Run(t, testTimersWakeWithoutEvents) }
