@@ -24,6 +24,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/apachekafka"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
@@ -94,7 +95,8 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		brokers, what = cluster.ListenAddrs(), "embedded Kafka"
 	}
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	conn := kafkaconn.Conn{Brokers: brokers} // the projector's, the gateway's and the demo workload's
+	cl, err := kgo.NewClient(conn.Opts(kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return err
 	}
@@ -132,7 +134,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	group := names.Prefix + "-dev"
-	pcfg := projector.Config{Brokers: brokers, Names: names, DataDir: dir, Group: group, Logger: log,
+	pcfg := projector.Config{Kafka: conn, Names: names, DataDir: dir, Group: group, Logger: log,
 		AdvertiseAddr: qLis.Addr().String(), MemTableSize: o.memTableSize}
 	pcfg.Projection.MaxHotNodes = o.maxHotNodes
 	pcfg.Projection.MaxHotNodesPerRun = o.maxHotPerRun
@@ -164,7 +166,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	if h, _, err := net.SplitHostPort(o.gatewayAddr); err == nil && h != "" {
 		hosts = append(hosts, h)
 	}
-	gw, err := gateway.New(ctx, gateway.Config{Brokers: brokers, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
+	gw, err := gateway.New(ctx, gateway.Config{Kafka: conn, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
 		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: queries.Secret,
 		AllowedHosts: hosts})
 	if err != nil {

@@ -52,13 +52,10 @@ func runProjector(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	warnDeprecated(cfg.Logger, deprecated)
-	cfg.Brokers, cfg.Names = f.k.BrokerList(), f.k.Names()
+	cfg.Names = f.k.Names()
 	cfg.AtLeastOnce = !f.transactions
 	cfg.MemTableSize = int(f.memtableMB * (1 << 20))
-	if cfg.TLS, err = f.k.TLSConfig(); err == nil {
-		cfg.SASL, err = f.k.SASL()
-	}
-	if err == nil {
+	if cfg.Kafka, err = f.k.Conn(); err == nil {
 		err = cfg.Validate()
 	}
 	var endpoint projector.QueryEndpoint
@@ -282,7 +279,7 @@ func createTopics(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "projector create-topics: -changelog-tombstone-retention %v: want at least 1ms\n", *tombstones)
 		return 2
 	}
-	opts, err := k.ClientOpts()
+	conn, err := k.Conn()
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 2
@@ -290,7 +287,7 @@ func createTopics(args []string, stderr io.Writer) int {
 	if *check {
 		return checkedConfig(stderr, "projector create-topics", "", fs, kafkaconn.EnvAliases...)
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1

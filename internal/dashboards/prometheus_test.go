@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"sigs.k8s.io/yaml"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -452,7 +453,7 @@ const devGroup = "canopy-dev"
 // restored partitions and committed batches of them.
 func (in *instance) join(t *testing.T, ctx context.Context) {
 	t.Helper()
-	cfg := projector.Config{Brokers: []string{in.kafkaAddr}, Names: topics.DefaultNames(), DataDir: in.dir, Group: devGroup,
+	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: []string{in.kafkaAddr}}, Names: topics.DefaultNames(), DataDir: in.dir, Group: devGroup,
 		Logger: slog.New(slog.NewTextHandler(in.logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Hooks: in.metrics,
 		KafkaHooks: telemetry.KafkaHooks(in.reg)}
 	var err error

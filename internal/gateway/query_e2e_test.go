@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -187,7 +188,7 @@ func (e *env) produceRoot(t *testing.T, id, run string) {
 // TestProjectorSecretValidated: a ProjectorSecret the projectors could not
 // hold (short, or unfit for a header) is a configuration error.
 func TestProjectorSecretValidated(t *testing.T) {
-	cfg := Config{Brokers: []string{"k:9092"}, JWTKey: jwtKey}
+	cfg := Config{Kafka: kafkaconn.Conn{Brokers: []string{"k:9092"}}, JWTKey: jwtKey}
 	for _, bad := range []string{"short", "a secret with spaces, long enough for the length"} {
 		cfg.ProjectorSecret = []byte(bad)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ProjectorSecret") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -48,7 +49,7 @@ func newUIStackWith(t *testing.T, hot int) *uiStack {
 	if hot == 0 {
 		p, _ = e.projector(qsrv.Listener.Addr().String())
 	} else {
-		cfg := projector.Config{Brokers: e.brokers, Names: e.names, DataDir: t.TempDir(), Group: e.group,
+		cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: e.brokers}, Names: e.names, DataDir: t.TempDir(), Group: e.group,
 			SessionTimeout: 2 * time.Second, AdvertiseAddr: qsrv.Listener.Addr().String(),
 			Projection: projection.Config{MaxHotNodesPerRun: hot},
 			Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}

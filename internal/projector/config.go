@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,11 +8,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -21,12 +20,9 @@ import (
 // Config is a projector instance's configuration. Zero fields take the
 // default their comment names.
 type Config struct {
-	// Brokers are the Kafka seed brokers, host:port. Required.
-	Brokers []string
-	// TLS, when set, is used for every broker connection.
-	TLS *tls.Config
-	// SASL, when set, authenticates every broker connection.
-	SASL sasl.Mechanism
+	// Kafka is the connection to the brokers (seed brokers, TLS, SASL)
+	// every client of the instance makes. Its Brokers are required.
+	Kafka kafkaconn.Conn
 	// Group is the consumer group of the projector instances; default
 	// "canopy-projector".
 	Group string
@@ -306,10 +302,10 @@ func (c Config) GoMemLimit() int64 {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []string
-	if len(c.Brokers) == 0 {
+	if len(c.Kafka.Brokers) == 0 {
 		errs = append(errs, "no brokers: set -brokers (or CANOPY_BROKERS) to host:port[,host:port...]")
 	}
-	for _, b := range c.Brokers {
+	for _, b := range c.Kafka.Brokers {
 		if !strings.Contains(b, ":") {
 			errs = append(errs, fmt.Sprintf("broker %q: want host:port", b))
 		}

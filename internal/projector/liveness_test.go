@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -227,7 +228,7 @@ func TestRestartLoopIsSeen(t *testing.T) {
 func TestServerSaysWhyItIsDown(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	clock := newTestClock(t0)
-	s, err := NewServer(Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir(), Now: clock.Now})
+	s, err := NewServer(Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir(), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
@@ -409,7 +410,7 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 	serveErrs := make([]error, 2)
 	serveExit := make(chan int, len(serveErrs)) // an instance's index once its Server.Run returned
 	for i := range serveErrs {
-		cfg := Config{Brokers: o.brokers, Names: o.names, DataDir: t.TempDir(), Group: "outage-" + o.names.Prefix,
+		cfg := Config{Kafka: kafkaconn.Conn{Brokers: o.brokers}, Names: o.names, DataDir: t.TempDir(), Group: "outage-" + o.names.Prefix,
 			ClientID: fmt.Sprintf("outage-%d", i), SessionTimeout: 2 * time.Second, TransactionTimeout: 20 * time.Second,
 			Logger: o.log.With("instance", i)}
 		serving.Add(1)

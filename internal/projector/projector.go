@@ -97,7 +97,7 @@ type Projector struct {
 	group      *kgo.Client // agent events, member of the group
 	human      *kgo.Client // human input, partitions follow the group's
 	prod       *kgo.Client // at least once: wakes, dead letters, reroutes, changelog
-	common     []kgo.Opt   // connection options every client shares
+	common     []kgo.Opt   // Config.Kafka.Opts(): what every client's options start from
 	partitions int32
 	// trust is how old a checkpoint may be and still be resumed from:
 	// half the changelog's delete.retention.ms (checkpointTrust).
@@ -171,18 +171,11 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 	p.db = db
 	fail := func(err error) (*Projector, error) { p.closeClients(); db.Close(); return nil, err }
 
-	common := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}
-	if cfg.TLS != nil {
-		common = append(common, kgo.DialTLSConfig(cfg.TLS))
-	}
-	if cfg.SASL != nil {
-		common = append(common, kgo.SASL(cfg.SASL))
-	}
-	// Each client's options are common plus its own; clipping makes every
-	// append below copy, so no client's options can overwrite another's.
-	common = slices.Clip(common)
-	p.common = common
-	common = slices.Clip(append(common, kgo.ClientID(cfg.ClientID)))
+	// Each client's options are the connection's plus its own: Opts's
+	// slices are full, so that every append below copies and no client's
+	// options can overwrite another's.
+	p.common = cfg.Kafka.Opts()
+	common := cfg.Kafka.Opts(kgo.ClientID(cfg.ClientID))
 	hooks := func(role string) kgo.Opt { return kgo.WithHooks(cfg.KafkaHooks(role)...) }
 	if p.prod, err = kgo.NewClient(append(common, hooks("producer"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(p.batchLimit))...); err != nil {

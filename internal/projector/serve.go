@@ -143,7 +143,7 @@ func (s *Server) runOnce(ctx context.Context) error {
 		return err
 	}
 	cfg := s.cfg
-	cfg.Logger.Info("projector started", "brokers", cfg.Brokers, "group", cfg.Group, "partitions", p.Partitions(),
+	cfg.Logger.Info("projector started", "brokers", cfg.Kafka.Brokers, "group", cfg.Group, "partitions", p.Partitions(),
 		"data_dir", cfg.DataDir, "transactions", !cfg.AtLeastOnce, "standby", cfg.Standby)
 	if s.started != nil {
 		s.started(p)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 )
 
 // TestServerCountsReplacedRestores: the Server answers for the instance it
@@ -11,7 +13,7 @@ import (
 // instance's restores stay counted), so that restored_records_total never
 // goes back when an instance fails. Without an instance its reads say so.
 func TestServerCountsReplacedRestores(t *testing.T) {
-	s, err := NewServer(Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	s, err := NewServer(Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

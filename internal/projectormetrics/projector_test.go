@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,7 +91,7 @@ func runProjector(t *testing.T, k *kafka, pm *projectormetrics.ProjectorMetrics,
 			t.Logf("projector %s log:\n%s", group, logs.String())
 		}
 	})
-	cfg := projector.Config{Brokers: k.brokers, Names: k.names, DataDir: t.TempDir(), Group: group,
+	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: k.brokers}, Names: k.names, DataDir: t.TempDir(), Group: group,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Hooks: pm, KafkaHooks: telemetry.KafkaHooks(reg)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := projector.New(ctx, cfg)
@@ -403,7 +404,7 @@ func TestRestartsAndPoisonCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := projector.NewServer(projector.Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	srv, err := projector.NewServer(projector.Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
