@@ -151,10 +151,26 @@ type Config struct {
 	// faults are set by this package's tests only (faults.go).
 	faults *faults
 
-	// progress, when set (by NewServer), is where the instance tracks the
-	// records its partitions wait on, shared with the instances the
-	// Server runs before and after it; else the instance keeps its own.
+	// progress is where an instance tracks the records its partitions
+	// wait on (set by prepare): its own for an instance New makes, shared
+	// by the instances a Server runs one after another.
 	progress *progress
+}
+
+// prepare validates c and completes it, once for what it configures: one
+// instance (New), or a Server and every instance it runs, which then share
+// the budget of runs in memory and the progress of the partitions, so that
+// the budget's counters and a stall go on across restarts.
+func (c Config) prepare() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	c = c.withDefaults()
+	if c.Projection.Memory == nil {
+		c.Projection.Memory = projection.NewBudget(c.HotRunBytes())
+	}
+	c.progress = newProgress()
+	return c, nil
 }
 
 // ErrConfig is wrapped by Validate's error.

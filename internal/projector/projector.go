@@ -97,7 +97,7 @@ type Projector struct {
 	group      *kgo.Client // agent events, member of the group
 	human      *kgo.Client // human input, partitions follow the group's
 	prod       *kgo.Client // at least once: wakes, dead letters, reroutes, changelog
-	common     []kgo.Opt   // Config.Kafka.Opts(): what every client's options start from
+	common     []kgo.Opt   // Config.Kafka.Opts(), for the clients made after New (a partition's producers, its restore)
 	partitions int32
 	// trust is how old a checkpoint may be and still be resumed from:
 	// half the changelog's delete.retention.ms (checkpointTrust).
@@ -149,18 +149,20 @@ type Projector struct {
 // New validates cfg, opens the state, connects to Kafka and checks that the
 // topics are co-partitioned. It consumes nothing until Run.
 func New(ctx context.Context, cfg Config) (*Projector, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.prepare()
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	if cfg.Projection.Memory == nil {
-		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
-	}
+	return newInstance(ctx, cfg)
+}
+
+// newInstance makes an instance of a prepared Config (Config.prepare), in
+// steps: open the state, connect, check the topics and their limits, then
+// the consumers, the group client last. A step that fails closes what the
+// steps before it opened.
+func newInstance(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
-		ready: make(chan struct{}), progress: cfg.progress}
-	if p.progress == nil {
-		p.progress = newProgress()
-	}
+		ready: make(chan struct{}), progress: cfg.progress, common: cfg.Kafka.Opts()}
 	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
 	p.hooks = tee{&p.Stats, cfg.Hooks}
 
@@ -169,32 +171,88 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		return nil, err
 	}
 	p.db = db
-	fail := func(err error) (*Projector, error) { p.closeClients(); db.Close(); return nil, err }
-
-	// Each client's options are the connection's plus its own: Opts's
-	// slices are full, so that every append below copies and no client's
-	// options can overwrite another's.
-	p.common = cfg.Kafka.Opts()
-	common := cfg.Kafka.Opts(kgo.ClientID(cfg.ClientID))
-	hooks := func(role string) kgo.Opt { return kgo.WithHooks(cfg.KafkaHooks(role)...) }
-	if p.prod, err = kgo.NewClient(append(common, hooks("producer"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(p.batchLimit))...); err != nil {
-		return fail(fmt.Errorf("projector: producer: %w", err))
+	adm, err := p.connect()
+	if err == nil {
+		err = p.checkTopics(ctx, adm)
 	}
-	adm := kadm.NewClient(p.prod)
-	if p.partitions, err = cluster.CheckTopics(ctx, adm, cfg.Names); err != nil {
-		return fail(err)
+	if err == nil {
+		err = p.startConsumers(ctx)
+	}
+	if err != nil {
+		p.closeClients()
+		db.Close()
+		return nil, err
+	}
+	close(p.ready)
+	return p, nil
+}
+
+// connect makes the instance's first client, the producer of its wakes,
+// dead letters, reroutes and (at least once) changelog records, whose
+// connection also carries the admin requests of New.
+func (p *Projector) connect() (*kadm.Client, error) {
+	var err error
+	p.prod, err = kgo.NewClient(p.clientOpts("producer", kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(p.batchLimit))...)
+	if err != nil {
+		return nil, fmt.Errorf("projector: producer: %w", err)
+	}
+	return kadm.NewClient(p.prod), nil
+}
+
+// clientOpts are the options of one of the instance's clients made in New:
+// the connection's, its client id and role's Kafka hooks, then its own.
+func (p *Projector) clientOpts(role string, own ...kgo.Opt) []kgo.Opt {
+	return p.cfg.Kafka.Opts(append([]kgo.Opt{kgo.ClientID(p.cfg.ClientID), kgo.WithHooks(p.cfg.KafkaHooks(role)...)}, own...)...)
+}
+
+// checkTopics checks what the instance cannot run without, so that it
+// refuses to start rather than fail later: the topics exist and are
+// co-partitioned (their partition count is the instance's), and the topics
+// it writes take records as large as it writes (limits.go); and reads how
+// long a checkpoint may be trusted (checkpointTrust).
+func (p *Projector) checkTopics(ctx context.Context, adm *kadm.Client) error {
+	var err error
+	if p.partitions, err = cluster.CheckTopics(ctx, adm, p.cfg.Names); err != nil {
+		return err
 	}
 	if err := p.checkRecordLimits(ctx, adm); err != nil {
-		return fail(err)
+		return err
 	}
-	p.trust = checkpointTrust(ctx, adm, cfg.Names, p.log)
-	if cfg.Standby {
+	p.trust = checkpointTrust(ctx, adm, p.cfg.Names, p.log)
+	return nil
+}
+
+// startConsumers makes the consumers: the standby replicas' (with
+// Config.Standby), the human input's, and the group member's last, which
+// starts joining the group at once.
+func (p *Projector) startConsumers(ctx context.Context) error {
+	var err error
+	if p.cfg.Standby {
 		if p.standby, err = newStandby(p); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	groupOpts := append(common, hooks("group"),
+	// The human client before the group's: the group's assignment
+	// callback uses it, and may run before NewClient returns the group
+	// client. Its fetches wait at most 100ms for data: partitions are added
+	// one by one as their restores finish, and a partition added while a
+	// fetch is out is first fetched when that fetch returns.
+	if p.human, err = kgo.NewClient(p.clientOpts("human", kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
+		kgo.FetchMaxWait(100*time.Millisecond))...); err != nil {
+		return fmt.Errorf("projector: human input consumer: %w", err)
+	}
+	if p.group, err = kgo.NewClient(p.groupOpts(ctx)...); err != nil {
+		return fmt.Errorf("projector: group consumer: %w", err)
+	}
+	return nil
+}
+
+// groupOpts are the group member's options: it consumes the agent events
+// topic, with the group's callbacks (assigned, revoked, adjustOffsets).
+func (p *Projector) groupOpts(ctx context.Context) []kgo.Opt {
+	cfg := p.cfg
+	opts := p.clientOpts("group",
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Names.AgentEvents()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -218,37 +276,25 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
 	)
 	if cfg.InstanceID != "" {
-		groupOpts = append(groupOpts, kgo.InstanceID(cfg.InstanceID))
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
 	if cfg.GroupProtocol == GroupProtocolConsumer {
 		// KIP-848: the cooperative-sticky balancer above is a sticky one,
 		// which franz-go requires to speak the new protocol; against a
 		// broker without it (before Kafka 4.0) the client falls back to
 		// the classic protocol.
-		groupOpts = append(groupOpts, kgo.ServerSideBalancer())
+		opts = append(opts, kgo.ServerSideBalancer())
 		if err := setGroupSession(ctx, p.prod, cfg.Group, cfg.SessionTimeout); err != nil {
 			p.log.Warn("the group's session timeout is the broker's (group.consumer.session.timeout.ms), not -session-timeout",
 				"err", err)
 		}
 	}
 	if cfg.AdvertiseAddr != "" {
-		// The member's client id carries where it answers: see cluster.Assignment.
-		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
+		// The member's client id carries where it answers: see
+		// cluster.Assignment. (A later kgo.ClientID wins.)
+		opts = append(opts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
 	}
-	// The human client first: the group's assignment callback uses it, and
-	// may run before NewClient returns the group client.
-	// Its fetches wait at most 100ms for data: partitions are added one by
-	// one as their restores finish, and a partition added while a fetch is
-	// out is first fetched when that fetch returns.
-	if p.human, err = kgo.NewClient(append(common, hooks("human"), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
-		kgo.FetchMaxWait(100*time.Millisecond))...); err != nil {
-		return fail(fmt.Errorf("projector: human input consumer: %w", err))
-	}
-	if p.group, err = kgo.NewClient(groupOpts...); err != nil {
-		return fail(fmt.Errorf("projector: group consumer: %w", err))
-	}
-	close(p.ready)
-	return p, nil
+	return opts
 }
 
 // Partitions is the partition count of the co-partitioned topics.

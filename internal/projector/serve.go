@@ -70,18 +70,10 @@ const failureWindow = 10 * time.Minute
 // NewServer validates cfg and returns a Server that has started no
 // instance yet: its reads answer ErrNoInstance until Run starts one.
 func NewServer(cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.prepare()
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	// One budget for every instance the Server starts, so that its
-	// counters carry across a restart.
-	if cfg.Projection.Memory == nil {
-		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
-	}
-	// And one record of what the partitions wait on, so that a stall goes
-	// on across restarts.
-	cfg.progress = newProgress()
 	return &Server{cfg: cfg}, nil
 }
 
@@ -137,7 +129,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 func (s *Server) runOnce(ctx context.Context) error {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := New(startCtx, s.cfg)
+	p, err := newInstance(startCtx, s.cfg)
 	cancel()
 	if err != nil {
 		return err
