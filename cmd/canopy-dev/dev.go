@@ -205,7 +205,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 }
 
 // newProjector makes the projector and registers its gauges: dev runs one
-// instance, with no restarts to hide behind a projector.Server.
+// instance, with no restarts to hide behind a projector.Supervisor.
 func newProjector(ctx context.Context, cfg projector.Config, in *projectormetrics.Instrumentation) (*projector.Projector, error) {
 	p, err := projector.New(ctx, cfg)
 	if err != nil {

@@ -104,19 +104,19 @@ func runProjector(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer in.Shutdown()
-	// The Server replaces a failed instance; the query endpoint and the
+	// The Supervisor replaces a failed instance; the query endpoint and the
 	// gauges read through it.
-	server, err := projector.NewServer(*cfg)
+	sup, err := projector.NewSupervisor(*cfg)
 	if err == nil {
-		err = projectormetrics.RegisterGauges(in.Registry, server)
+		err = projectormetrics.RegisterGauges(in.Registry, sup)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
 	}
-	qs := projector.NewQueryServer(server)
+	qs := projector.NewQueryServer(sup)
 	qs.Secret = endpoint.Secret
-	g.Add(lifecycle.Actor{Name: "projector", Run: server.Run})
+	g.Add(lifecycle.Actor{Name: "projector", Run: sup.Run})
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.

@@ -111,11 +111,11 @@ type Config struct {
 	// StallTimeout is how long the consumer group may give this instance no
 	// generation (it is joining: never joined, or rejoining after its
 	// session was lost) while the brokers answer, before the instance
-	// counts the group as stalled, stops, and lets the Server start a fresh
+	// counts the group as stalled, stops, and lets the Supervisor start a fresh
 	// member; default twice RebalanceTimeout, the longest a healthy
 	// rebalance takes.
 	StallTimeout time.Duration
-	// LockWait is how long a Server waits for a data directory that another
+	// LockWait is how long a Supervisor waits for a data directory that another
 	// process holds (ErrDataDirLocked) before it gives up with that error;
 	// default 10s.
 	LockWait time.Duration
@@ -131,7 +131,7 @@ type Config struct {
 	// fetched by this process, without a commit moving the partition's
 	// offsets past them, before the partition counts as stalled
 	// (PartitionStall: /readyz, canopy_projector_partitions_stalled). A
-	// Server's instances share the clock: the instance that replaces a
+	// Supervisor's instances share the clock: the instance that replaces a
 	// failed one fetches the same records again, and they go on waiting.
 	// Default 60s.
 	StalledAfter time.Duration
@@ -153,12 +153,12 @@ type Config struct {
 
 	// progress is where an instance tracks the records its partitions
 	// wait on (set by prepare): its own for an instance New makes, shared
-	// by the instances a Server runs one after another.
+	// by the instances a Supervisor runs one after another.
 	progress *progress
 }
 
 // prepare validates c and completes it, once for what it configures: one
-// instance (New), or a Server and every instance it runs, which then share
+// instance (New), or a Supervisor and every instance it runs, which then share
 // the budget of runs in memory and the progress of the partitions, so that
 // the budget's counters and a stall go on across restarts.
 func (c Config) prepare() (Config, error) {

@@ -24,7 +24,7 @@
 // transaction, acknowledged before Pebble is written.
 //
 // A failure the projector cannot go past (a transaction that does not
-// commit, a fenced producer, a storage error) stops Run with an error; a Server
+// commit, a fenced producer, a storage error) stops Run with an error; a Supervisor
 // starts a fresh instance, which resumes from what was committed.
 package projector
 
@@ -119,14 +119,14 @@ type Projector struct {
 	stopped []int32
 	failed  chan error // a worker that cannot go on reports here
 	// progress tracks the records the partitions wait on (progress.go),
-	// shared with the other instances of a Server.
+	// shared with the other instances of a Supervisor.
 	progress *progress
 	// ready is closed once New has set every field: the group client starts
 	// joining as soon as it is created, and its callbacks wait for this.
 	ready chan struct{}
 	// running is true while Run consumes, for Ready; joined once the group
 	// first gave this instance an assignment (empty or not), for a
-	// Server's held.
+	// Supervisor's held.
 	running, joined atomic.Bool
 	// lost is set when the group client lost its session at generation
 	// lostGen, until a later generation (watchGroup).
@@ -528,7 +528,7 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	p.mu.Unlock()
 	if !closing {
 		// They leave the process; at shutdown (the group client's last
-		// revocation) they stay the Server's until its next instance.
+		// revocation) they stay the Supervisor's until its next instance.
 		p.progress.released(parts)
 	}
 	for _, part := range parts {

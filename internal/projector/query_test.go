@@ -187,9 +187,9 @@ func TestQueries(t *testing.T) {
 	checkRun("A", a, runOfA)
 	checkRun("B", b, runOfB) // restored from the changelog
 
-	// The HTTP endpoint of A's process: first of a Server that has started
+	// The HTTP endpoint of A's process: first of a Supervisor that has started
 	// no instance yet, then of A.
-	idle, err := NewServer(cfgB)
+	idle, err := NewSupervisor(cfgB)
 	if err != nil {
 		t.Fatal(err)
 	}

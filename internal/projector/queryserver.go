@@ -38,7 +38,7 @@ import (
 // Retry-After, 400 BadRequest for a bad cursor or limit, 503 Unavailable
 // (with Retry-After) when no instance is running.
 //
-// It reads through a Reader: a process's Server, which answers for
+// It reads through a Reader: a process's Supervisor, which answers for
 // whichever instance runs now (503 Unavailable while none does), or one
 // Projector.
 type QueryServer struct {
@@ -56,7 +56,7 @@ type QueryServer struct {
 // an instance being replaced: restores and restarts take seconds.
 const retryRestoring = 2 * time.Second
 
-// Reader is what the query endpoint reads runs from: a Server, or one
+// Reader is what the query endpoint reads runs from: a Supervisor, or one
 // Projector.
 type Reader interface {
 	Ready() (ok bool, why string)
@@ -68,7 +68,7 @@ type Reader interface {
 }
 
 var (
-	_ Reader = (*Server)(nil)
+	_ Reader = (*Supervisor)(nil)
 	_ Reader = (*Projector)(nil)
 )
 
@@ -189,7 +189,7 @@ func queryProblem(err error) *problem.Problem {
 	case errors.Is(err, projection.ErrBadCursor), errors.Is(err, projection.ErrBadLimit):
 		pr = problem.New(http.StatusBadRequest, problem.BadRequest, "%v", err)
 	case errors.Is(err, ErrNoInstance), errors.Is(err, ErrStopped), errors.Is(err, projection.ErrStore):
-		// No instance runs, or it is going down: the Server starts
+		// No instance runs, or it is going down: the Supervisor starts
 		// another one.
 		pr = problem.New(http.StatusServiceUnavailable, problem.Unavailable, "%v", err)
 		pr.RetryAfter = retryRestoring

@@ -359,7 +359,7 @@ func TestRestoreProgressIsLive(t *testing.T) {
 	// An instance that replaces this one (here with empty state) restores
 	// the partition again: the hooks' counters go on from where the first
 	// left them. (Its gauges read a Source; that restored_records_total
-	// goes on across a projector.Server's replacements is internal/projector's
+	// goes on across a projector.Supervisor's replacements is internal/projector's
 	// TestServerCountsReplacedRestores.)
 	stop()
 	second := telemetry.NewRegistry()
@@ -391,20 +391,20 @@ func TestGroupStallsCount(t *testing.T) {
 	}
 }
 
-// TestRestartsAndPoisonCount: a Server's Restarting hook (a restart loop:
+// TestRestartsAndPoisonCount: a Supervisor's Restarting hook (a restart loop:
 // internal/projector's TestRestartLoopIsSeen) and a consumed record whose
 // outcome is poison are what the CanopyProjectorRestartLoop and
 // CanopyPoisonRecords alerts count, from series present at 0 before the
 // first, so that increase() sees the first one; a poison record is not a
 // dead letter of the contract's (dead_letters_total). The stalled
-// partitions gauge is present while a Server has no instance yet.
+// partitions gauge is present while a Supervisor has no instance yet.
 func TestRestartsAndPoisonCount(t *testing.T) {
 	reg := telemetry.NewRegistry()
 	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := projector.NewServer(projector.Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
+	srv, err := projector.NewSupervisor(projector.Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
