@@ -27,6 +27,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
@@ -145,16 +146,15 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	defer in.Shutdown()
 	// The query endpoint is closed as in production: a secret of this
 	// session's own, which the gateway presents.
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
 		return err
 	}
+	secret := []byte(hex.EncodeToString(raw))
 	p, err := newProjector(ctx, pcfg, in)
 	if err != nil {
 		return err
 	}
-	queries := projector.NewQueryServer(p)
-	queries.Secret = []byte(hex.EncodeToString(secret))
 	gm, err := telemetry.NewGatewayMetrics(in.Registry)
 	if err != nil {
 		return err
@@ -167,7 +167,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		hosts = append(hosts, h)
 	}
 	gw, err := gateway.New(ctx, gateway.Config{Kafka: conn, Names: names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
-		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: queries.Secret,
+		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: secret,
 		AllowedHosts: hosts})
 	if err != nil {
 		return err
@@ -196,8 +196,8 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	g.Add(lifecycle.Actor{Name: "demo workload", Run: func(ctx context.Context) error { return demoTraffic(ctx, cl, names, o) }})
 	g.Add(lifecycle.Actor{Name: "projector", Run: p.Run})
 	g.Add(lifecycle.Actor{Name: "wake printer", Run: func(ctx context.Context) error { return printWakes(ctx, brokers, names, stdout, in) }})
-	qsrv := &http.Server{Handler: in.Handler(queries, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
-	g.Add(lifecycle.HTTPServer("query endpoint", qsrv, qLis, 5*time.Second))
+	queries := projectorhttp.New(projectorhttp.Config{Source: p, Secret: secret, Metrics: telemetry.Handler(in.Registry), Serving: ready.Ready})
+	g.Add(queries.Actor(qLis, log))
 	err = g.Run(ctx)
 	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
 		p.Stats.Applied.Load(), p.Stats.Wakes.Load(), p.Stats.PriorityWakes.Load(), p.Stats.DeadLettered.Load())

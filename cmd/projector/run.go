@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
@@ -22,8 +21,10 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -58,7 +59,7 @@ func runProjector(args []string, stderr io.Writer) int {
 	if cfg.Kafka, err = f.k.Conn(); err == nil {
 		err = cfg.Validate()
 	}
-	var endpoint projector.QueryEndpoint
+	var endpoint projectorhttp.Endpoint
 	if err == nil {
 		endpoint, err = queryEndpoint(f.httpAddr, f.querySecretFile)
 	}
@@ -114,8 +115,6 @@ func runProjector(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
 	}
-	qs := projector.NewQueryServer(sup)
-	qs.Secret = endpoint.Secret
 	g.Add(lifecycle.Actor{Name: "projector", Run: sup.Run})
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
@@ -125,11 +124,12 @@ func runProjector(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
 			return 1
 		}
-		srv := &http.Server{Handler: in.Handler(qs, ready.Ready), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+		h := projectorhttp.New(projectorhttp.Config{Source: sup, Secret: endpoint.Secret, Metrics: telemetry.Handler(in.Registry),
+			Serving: ready.Ready})
 		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String(), "secret", len(endpoint.Secret) > 0)
 		// In-flight queries finish; the projector has stopped by now, so
 		// they are answered 503 at once.
-		g.Add(lifecycle.HTTPServer("query endpoint", srv, ln, 5*time.Second))
+		g.Add(h.Actor(ln, cfg.Logger))
 	}
 	if err := g.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
@@ -189,7 +189,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081")
 	fs.Var(&f.httpAddr, "http-addr",
 		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
-			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback")
+			projectorhttp.DefaultAddr+" with -query-secret-file, else "+projectorhttp.DefaultLoopbackAddr+": without a secret it must be loopback")
 	fs.StringVar(&f.querySecretFile, "query-secret-file", "",
 		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
 			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open")
@@ -217,9 +217,9 @@ func warnDeprecated(log *slog.Logger, vars []string) {
 // queryEndpoint is the query endpoint -http-addr and -query-secret-file
 // configure: closed to the network unless its callers present the secret.
 // Without one it listens on loopback by default, and an address beyond
-// loopback is refused (projector.QueryEndpoint.Validate).
-func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpoint, error) {
-	var e projector.QueryEndpoint
+// loopback is refused (projectorhttp.Endpoint.Validate).
+func queryEndpoint(addr optionalString, secretFile string) (projectorhttp.Endpoint, error) {
+	var e projectorhttp.Endpoint
 	if secretFile != "" {
 		s, err := cluster.ReadQuerySecret(secretFile)
 		if err != nil {
@@ -227,7 +227,7 @@ func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpo
 		}
 		e.Secret = s
 	}
-	e.Addr = addr.or(projector.DefaultQueryAddrFor(e.Secret))
+	e.Addr = addr.or(projectorhttp.DefaultAddrFor(e.Secret))
 	return e, e.Validate()
 }
 

@@ -15,12 +15,13 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestQueryRealProjectors: two projector instances, each with its
-// projector.QueryServer, which requires the projectors' shared secret; the
+// projectorhttp.Handler, which requires the projectors' shared secret; the
 // gateway's reads of runs on both partitions, with the secret, come back
 // from the instance that holds them, with the run's state. A gateway
 // without the secret, or with another, is refused by the projectors, and
@@ -124,7 +125,7 @@ func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 // owners are two projector instances of the env's group (two partitions),
 // each behind its own query server, as two projector processes are.
 type owners struct {
-	qs    [2]*projector.QueryServer
+	qs    [2]*projectorhttp.Handler
 	ps    [2]*projector.Projector
 	stops [2]func()
 }
@@ -150,8 +151,7 @@ func (e *env) twoOwnersWith(t *testing.T, secret []byte) *owners {
 	}
 	for i := range o.qs {
 		o.ps[i], o.stops[i] = e.projector(addrs[i])
-		o.qs[i] = projector.NewQueryServer(o.ps[i])
-		o.qs[i].Secret = secret
+		o.qs[i] = projectorhttp.New(projectorhttp.Config{Source: o.ps[i], Secret: secret})
 		srvs[i].Config.Handler = o.qs[i]
 		srvs[i].Start()
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -68,7 +69,7 @@ func newUIStackWith(t *testing.T, hot int) *uiStack {
 			}
 		})
 	}
-	qsrv.Config.Handler = projector.NewQueryServer(p)
+	qsrv.Config.Handler = projectorhttp.New(projectorhttp.Config{Source: p})
 	qsrv.Start()
 	testenv.WaitFor(t, 30*time.Second, testenv.Until("the projector owns both partitions", func() bool { return len(p.Owned()) == 2 }))
 	// The wall clock, not the env's frozen test clock: the page's lease

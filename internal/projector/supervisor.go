@@ -25,8 +25,8 @@ var ErrNoInstance = errors.New("projector: no projector instance is running in t
 // open, a storage error) is replaced by a new one after a backoff, which
 // resumes from what was committed, so nothing is lost or published twice.
 // Its reads (Snapshot, Ready, Owned, Counters, ...) answer for the instance
-// running now, so that the query endpoint (NewQueryServer) and the metrics
-// read through the Supervisor and never see an instance replaced.
+// running now, so that the query endpoint (internal/projectorhttp) and the
+// metrics read through the Supervisor and never see an instance replaced.
 //
 // A restart loop is not hidden: each failure is reported to
 // Hooks.Restarting; Ready says, until the next instance runs, when and why
