@@ -23,7 +23,7 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// soak: bounded memory and state (issue 18). Runs that finish are sent open
+// soak: bounded memory and state. Runs that finish are sent open
 // loop, SoakEvents of them at SoakRate, to one projector instance with a
 // short -retention (SoakRetention), so that runs finish, expire and are
 // deleted all along. Every SoakSampleEvery the harness notes the

@@ -176,7 +176,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gLis.Addr(), devToken)
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gLis.Addr())
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n", devToken, gLis.Addr())
-	fmt.Fprintf(stdout, "canopy dev: live view: open http://%s/ui/#token=%s&run=run-1 (the token stays in the fragment, out of server logs)\n", gLis.Addr(), devToken) // issue 24
+	fmt.Fprintf(stdout, "canopy dev: live view: open http://%s/ui/#token=%s&run=run-1 (the token stays in the fragment, out of server logs)\n", gLis.Addr(), devToken)
 	fmt.Fprintf(stdout, "canopy dev: Prometheus metrics on http://%s/metrics\n\n", qLis.Addr())
 
 	// The group's actors, in their stop order (lifecycle's package doc):

@@ -70,7 +70,7 @@ type Flags struct {
 // Register adds the flags to fs. Kafka's TLS flags are -kafka-tls,
 // -kafka-tls-ca, -kafka-tls-cert and -kafka-tls-key in every command, so
 // that no command's own -tls flags (the gateway's HTTPS) read the same
-// variable; EnvAliases keeps the variables they had before.
+// variable; EnvAliases reads their deprecated variables too.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Brokers, "brokers", "", "Kafka seed brokers, host:port,...")
 	fs.StringVar(&f.Prefix, "topic-prefix", topics.DefaultPrefix, "prefix of every topic name")
@@ -84,17 +84,17 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.SASLPassword, "sasl-password", "", "SASL password; never printed")
 }
 
-// RegisterTLSAliases adds the Kafka TLS flags' names before the rename
-// (-tls, -tls-ca, -tls-cert, -tls-key), deprecated, to a command that had
-// them (projector run and create-topics). Call it after Register.
+// RegisterTLSAliases adds the Kafka TLS flags' deprecated names (-tls,
+// -tls-ca, -tls-cert, -tls-key) to the commands that still accept them
+// (projector run and create-topics). Call it after Register.
 func RegisterTLSAliases(fs *flag.FlagSet) {
 	for _, n := range []string{"tls", "tls-ca", "tls-cert", "tls-key"} {
 		flagenv.Alias(fs, n, "kafka-"+n)
 	}
 }
 
-// EnvAliases are the Kafka TLS flags' variables before the rename, read,
-// deprecated, when the new ones are not set.
+// EnvAliases are the Kafka TLS flags' deprecated variables (CANOPY_TLS,
+// ...), read when the CANOPY_KAFKA_TLS* ones are not set.
 var EnvAliases = []flagenv.EnvAlias{
 	{Var: "CANOPY_TLS", Flag: "kafka-tls"},
 	{Var: "CANOPY_TLS_CA", Flag: "kafka-tls-ca"},

@@ -29,8 +29,8 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// Broker outages in the middle of a steady load (issue 4). Two projector
-// instances (in-process, each run by a Supervisor, transactions on) share the load
+// Broker outages in the middle of a steady load. Two projector instances
+// (in-process, each run by a Supervisor, transactions on) share the load
 // while the broker goes away: in TestBrokerRestart the whole cluster stops
 // and starts again on the same ports and data directory; in
 // TestInjectedFaults a share of the requests fails for a while. The

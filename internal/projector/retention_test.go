@@ -16,7 +16,7 @@ import (
 )
 
 // TestRetention: run lifecycle and retention through the projector, on the
-// injected clock (issue 18). A finished run expires Retention after its last
+// injected clock. A finished run expires Retention after its last
 // event: reads of it say it expired, an event for it is dead-lettered with
 // a run_expired reason, and a projector restoring the partition from the
 // changelog alone (its data directory wiped) brings back the live run and

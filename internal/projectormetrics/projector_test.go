@@ -240,7 +240,7 @@ func TestWakeLagCountsSkew(t *testing.T) {
 
 // TestRebalancesCountCallbacks: a rebalance that moves three partitions is
 // one rebalance and three partition changes; the Rebalances panel counts
-// the first, which the partition count used to stand in for.
+// the first, which the partition count cannot stand in for.
 func TestRebalancesCountCallbacks(t *testing.T) {
 	k := newKafka(t, "rebalance", 3)
 	reg := telemetry.NewRegistry()
@@ -267,8 +267,8 @@ func TestRebalancesCountCallbacks(t *testing.T) {
 
 // TestRestoreProgressIsLive: while a partition restores from a large
 // changelog, restored_records_total already counts what it wrote and
-// partitions_restoring says one is under way; the counter used to move only
-// when the restore ended. The broker holds the restore's reads past the
+// partitions_restoring says one is under way, rather than the counter
+// moving only when the restore ended. The broker holds the restore's reads past the
 // first batch until the test has looked. A second instance's restore adds
 // to the hooks' counters.
 func TestRestoreProgressIsLive(t *testing.T) {
