@@ -3,7 +3,6 @@ package harness
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,9 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/canopy-dev/canopy/internal/apachekafka"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 )
 
 // Harness runs scenarios against one broker.
@@ -29,9 +28,9 @@ type Harness struct {
 	began   time.Time
 	cluster *kfake.Cluster      // the embedded broker, or nil
 	apache  *apachekafka.Broker // Apache Kafka started here, or nil
-	brokers []string
-	tlsCfg  *tls.Config
-	sasl    sasl.Mechanism
+	// kafka is the broker's address: no TLS or SASL, since the
+	// projector processes are given -brokers only (stage.go).
+	kafka   kafkaconn.Conn
 	admCl   *kgo.Client
 	adm     *kadm.Client
 	work    string
@@ -67,7 +66,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case h.apache != nil:
 		rep.Broker, rep.Kafka = "Apache Kafka "+apachekafka.Version()+" (1 KRaft node, broker and controller in one JVM with a 2 GiB heap, loopback, a child process of the harness)", KafkaReal
 	default:
-		rep.Broker = strings.Join(h.brokers, ",")
+		rep.Broker = strings.Join(h.kafka.Brokers, ",")
 	}
 	if h.apache != nil {
 		// A JVM broker runs interpreted until its JIT has compiled the hot
@@ -142,16 +141,16 @@ func (h *Harness) open() error {
 		}
 		h.work, h.ownWork = dir, true
 	}
-	h.brokers = h.cfg.Brokers
-	if len(h.brokers) == 0 && h.cfg.Kafka == KafkaReal {
+	h.kafka.Brokers = h.cfg.Brokers
+	if len(h.kafka.Brokers) == 0 && h.cfg.Kafka == KafkaReal {
 		fmt.Fprintf(h.cfg.Progress, "starting Apache Kafka %s in %s\n", apachekafka.Version(), filepath.Join(h.work, "kafka"))
 		b, err := apachekafka.Start(context.Background(), apachekafka.Config{Dir: filepath.Join(h.work, "kafka"), Heap: "2g"})
 		if err != nil {
 			return fmt.Errorf("starting Apache Kafka: %w", err)
 		}
-		h.apache, h.brokers = b, []string{b.Addr()}
+		h.apache, h.kafka.Brokers = b, []string{b.Addr()}
 	}
-	if len(h.brokers) == 0 {
+	if len(h.kafka.Brokers) == 0 {
 		// kfake listens on 127.0.0.1. The projectors' session timeout must
 		// be allowed by the broker;
 		// replication is cosmetic in kfake (one copy), one broker keeps
@@ -161,27 +160,15 @@ func (h *Harness) open() error {
 		if err != nil {
 			return fmt.Errorf("starting the embedded broker: %w", err)
 		}
-		h.cluster, h.brokers = c, c.ListenAddrs()
+		h.cluster, h.kafka.Brokers = c, c.ListenAddrs()
 	}
 	var err error
-	h.admCl, err = kgo.NewClient(h.clientOpts()...)
+	h.admCl, err = kgo.NewClient(h.kafka.Opts()...)
 	if err != nil {
 		return err
 	}
 	h.adm = kadm.NewClient(h.admCl)
 	return nil
-}
-
-// clientOpts connect a client to the brokers.
-func (h *Harness) clientOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(h.brokers...)}
-	if h.tlsCfg != nil {
-		opts = append(opts, kgo.DialTLSConfig(h.tlsCfg))
-	}
-	if h.sasl != nil {
-		opts = append(opts, kgo.SASL(h.sasl))
-	}
-	return opts
 }
 
 func (h *Harness) close() {

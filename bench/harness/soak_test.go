@@ -180,7 +180,7 @@ func TestSoakTombstones(t *testing.T) {
 	}
 	h.cluster.Compact()
 
-	cl, err := kgo.NewClient(append(h.clientOpts(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	cl, err := kgo.NewClient(h.kafka.Opts(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

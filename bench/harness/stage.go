@@ -87,13 +87,13 @@ func (h *Harness) newStage(ctx context.Context, name string, opts ...topics.Spec
 		return nil, fmt.Errorf("%s: creating topics: %w", name, err)
 	}
 	var err error
-	s.producer, err = kgo.NewClient(append(h.clientOpts(), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	s.producer, err = kgo.NewClient(h.kafka.Opts(kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.MaxBufferedRecords(50_000), kgo.ProducerLinger(time.Millisecond))...)
 	if err != nil {
 		s.close()
 		return nil, err
 	}
-	s.reader, err = newWakeReader(h.clientOpts(), s.names, s.tr, nil)
+	s.reader, err = newWakeReader(h.kafka.Opts(), s.names, s.tr, nil)
 	if err != nil {
 		s.close()
 		return nil, err
@@ -107,7 +107,7 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 	for range n {
 		i := len(s.procs)
 		name := fmt.Sprintf("%s-i%d", s.name, i)
-		args := []string{"run", "-brokers", strings.Join(s.h.brokers, ","), "-topic-prefix", s.names.Prefix,
+		args := []string{"run", "-brokers", strings.Join(s.h.kafka.Brokers, ","), "-topic-prefix", s.names.Prefix,
 			"-data-dir", filepath.Join(s.h.work, name), "-group", s.group, "-session-timeout", s.h.cfg.SessionTimeout.String(),
 			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "", "-log-level", "info"}
 		if d := s.h.cfg.ProfileDir; d != "" {
@@ -417,7 +417,7 @@ func (s *stage) startGateway(ctx context.Context) error {
 	if err := os.WriteFile(tokens, []byte(`{"`+benchToken+`": {"sub": "bench", "runs": ["*"], "sessions": ["*"]}}`), 0o600); err != nil {
 		return err
 	}
-	gw, err := gateway.New(ctx, gateway.Config{Brokers: s.h.brokers, TLS: s.h.tlsCfg, SASL: s.h.sasl, Names: s.names,
+	gw, err := gateway.New(ctx, gateway.Config{Kafka: s.h.kafka, Names: s.names,
 		ProjectorGroup: s.group, TokenFile: tokens, RatePerSecond: 1e9, RateBurst: 1 << 30,
 		PreAuthRatePerSecond: 1e9, PreAuthBurst: 1 << 30, Logger: s.h.quiet})
 	if err != nil {

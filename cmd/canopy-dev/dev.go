@@ -24,8 +24,10 @@ import (
 	"github.com/canopy-dev/canopy/internal/apachekafka"
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/gateway"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
@@ -68,7 +70,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopKafka()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(k.conn().Opts(kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		return err
 	}
@@ -106,7 +108,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	defer stopParts()
 	printTryIt(stdout, gLis.Addr(), qLis.Addr())
-	s := &devSession{o: o, k: k, cl: cl, devParts: parts, qLis: qLis, gLis: gLis, stdout: stdout, stderr: stderr}
+	s := &devSession{o: o, k: k, cl: cl, devParts: parts, qLis: qLis, gLis: gLis, log: log, stdout: stdout, stderr: stderr}
 	err = s.run(ctx, signals)
 	p := parts.p
 	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
@@ -120,6 +122,10 @@ type devKafka struct {
 	names   topics.Names
 	what    string // "embedded Kafka", "Apache Kafka 4.1.1", "Kafka from CANOPY_BROKERS", ...
 }
+
+// conn is how every part of `make run` connects to k: the projector, the
+// gateway and the demo workload.
+func (k devKafka) conn() kafkaconn.Conn { return kafkaconn.Conn{Brokers: k.brokers} }
 
 // startKafka starts the broker -kafka names, unless -brokers gives a Kafka
 // to use; stop stops it.
@@ -159,13 +165,14 @@ func startKafka(ctx context.Context, o devOptions, stdout io.Writer) (k devKafka
 	}
 }
 
-// devParts are the parts of canopy `make run` runs: the projector, its
-// query endpoint's handler, the gateway, and their instrumentation.
+// devParts are the parts of canopy `make run` runs: the projector, the
+// secret its query endpoint requires, the gateway, and their
+// instrumentation.
 type devParts struct {
-	p       *projector.Projector
-	queries *projector.QueryServer
-	gw      *gateway.Gateway
-	in      *projectormetrics.Instrumentation
+	p      *projector.Projector
+	secret []byte
+	gw     *gateway.Gateway
+	in     *projectormetrics.Instrumentation
 }
 
 // startParts makes the projector (its state in dir, its query endpoint
@@ -177,7 +184,7 @@ func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *
 		return parts, nil, err
 	}
 	group := k.names.Prefix + "-dev"
-	pcfg := projector.Config{Brokers: k.brokers, Names: k.names, DataDir: dir, Group: group, Logger: log,
+	pcfg := projector.Config{Kafka: k.conn(), Names: k.names, DataDir: dir, Group: group, Logger: log,
 		AdvertiseAddr: queryAddr, MemTableSize: o.memTableSize}
 	pcfg.Projection.MaxHotNodes = o.maxHotNodes
 	pcfg.Projection.MaxHotNodesPerRun = o.maxHotPerRun
@@ -192,16 +199,15 @@ func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *
 	}()
 	// The query endpoint is closed as in production: a secret of this
 	// session's own, which the gateway presents.
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
 		return parts, nil, err
 	}
+	secret := []byte(hex.EncodeToString(raw))
 	p, err := newProjector(ctx, pcfg, in)
 	if err != nil {
 		return parts, nil, err
 	}
-	queries := projector.NewQueryServer(p)
-	queries.Secret = []byte(hex.EncodeToString(secret))
 	gm, err := telemetry.NewGatewayMetrics(in.Registry)
 	if err != nil {
 		return parts, nil, err
@@ -213,13 +219,13 @@ func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *
 	if h, _, err := net.SplitHostPort(o.gatewayAddr); err == nil && h != "" {
 		hosts = append(hosts, h)
 	}
-	gw, err := gateway.New(ctx, gateway.Config{Brokers: k.brokers, Names: k.names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
-		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: queries.Secret,
+	gw, err := gateway.New(ctx, gateway.Config{Kafka: k.conn(), Names: k.names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
+		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: secret,
 		AllowedHosts: hosts})
 	if err != nil {
 		return parts, nil, err
 	}
-	return devParts{p: p, queries: queries, gw: gw, in: in}, func() { gw.Close(); in.Shutdown() }, nil
+	return devParts{p: p, secret: secret, gw: gw, in: in}, func() { gw.Close(); in.Shutdown() }, nil
 }
 
 // printTryIt prints the gateway's address and token, commands to try
@@ -239,6 +245,7 @@ type devSession struct {
 	cl *kgo.Client // the demo workload's producer
 	devParts
 	qLis, gLis     net.Listener // the projector's query endpoint's, the gateway's
+	log            *slog.Logger
 	stdout, stderr io.Writer
 }
 
@@ -261,13 +268,13 @@ func (s *devSession) run(ctx context.Context, signals lifecycle.Actor) error {
 	g.Add(lifecycle.Actor{Name: "demo workload", Run: func(ctx context.Context) error { return demoTraffic(ctx, s.cl, s.k.names, s.o) }})
 	g.Add(lifecycle.Actor{Name: "projector", Run: s.p.Run})
 	g.Add(lifecycle.Actor{Name: "wake printer", Run: func(ctx context.Context) error { return printWakes(ctx, s.k.brokers, s.k.names, s.stdout, s.in) }})
-	qsrv := &http.Server{Handler: s.in.Handler(s.queries, ready.Ready), ReadHeaderTimeout: 10 * time.Second}
-	g.Add(lifecycle.HTTPServer("query endpoint", qsrv, s.qLis, 5*time.Second))
+	queries := projectorhttp.New(projectorhttp.Config{Source: s.p, Secret: s.secret, Metrics: telemetry.Handler(s.in.Registry), Serving: ready.Ready})
+	g.Add(queries.Actor(s.qLis, s.log))
 	return g.Run(ctx)
 }
 
 // newProjector makes the projector and registers its gauges: dev runs one
-// instance, with no restarts to hide behind a projector.Server.
+// instance, with no restarts to hide behind a projector.Supervisor.
 func newProjector(ctx context.Context, cfg projector.Config, in *projectormetrics.Instrumentation) (*projector.Projector, error) {
 	p, err := projector.New(ctx, cfg)
 	if err != nil {

@@ -132,20 +132,16 @@ func parseOptions(args []string, stderr io.Writer) (o options, ok bool) {
 // apply turns the flags into o's configuration and checks it.
 func (f *flags) apply(o *options) []error {
 	c := &o.cfg
-	c.Brokers, c.Names = f.kafka.BrokerList(), f.kafka.Names()
-	var errs []error
-	t, err := f.kafka.TLSConfig()
-	errs = append(errs, err)
-	c.TLS = t
+	var err error
+	c.Kafka, err = f.kafka.Conn()
+	c.Names = f.kafka.Names()
+	errs := []error{err}
 	if f.projectorTLS || f.projectorCA != "" {
 		t, err := kafkaconn.ClientTLS(f.projectorCA)
 		errs = append(errs, err)
 		c.ProjectorScheme = "https"
 		c.ProjectorClient = &http.Client{Timeout: projectorTimeout, Transport: &http.Transport{TLSClientConfig: t}}
 	}
-	m, err := f.kafka.SASL()
-	errs = append(errs, err)
-	c.SASL = m
 	if f.projectorSecret != "" {
 		secret, err := cluster.ReadQuerySecret(f.projectorSecret)
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
@@ -22,8 +21,10 @@ import (
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/lifecycle"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/telemetry/otlp"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -75,26 +76,23 @@ func runProjector(args []string, stderr io.Writer) int {
 // configure completes f.cfg from the flags other than its own fields (the
 // logger, Kafka's connection, transactions, the memtable's size) and
 // validates it, and returns the query endpoint the flags ask for.
-func (f *runFlags) configure(stderr io.Writer, deprecated []string) (projector.QueryEndpoint, error) {
+func (f *runFlags) configure(stderr io.Writer, deprecated []string) (projectorhttp.Endpoint, error) {
 	cfg := &f.cfg
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return projector.QueryEndpoint{}, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel)
+		return projectorhttp.Endpoint{}, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	warnDeprecated(cfg.Logger, deprecated)
-	cfg.Brokers, cfg.Names = f.k.BrokerList(), f.k.Names()
+	cfg.Names = f.k.Names()
 	cfg.AtLeastOnce = !f.transactions
 	cfg.MemTableSize = int(f.memtableMB * (1 << 20))
 	var err error
-	if cfg.TLS, err = f.k.TLSConfig(); err == nil {
-		cfg.SASL, err = f.k.SASL()
-	}
-	if err == nil {
+	if cfg.Kafka, err = f.k.Conn(); err == nil {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		return projector.QueryEndpoint{}, err
+		return projectorhttp.Endpoint{}, err
 	}
 	return queryEndpoint(f.httpAddr, f.querySecretFile)
 }
@@ -117,7 +115,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 // serveProjector runs the projector of cfg, and its query endpoint when
 // endpoint has an address, until SIGTERM or SIGINT; it returns the exit
 // code.
-func serveProjector(cfg *projector.Config, endpoint projector.QueryEndpoint, stderr io.Writer) int {
+func serveProjector(cfg *projector.Config, endpoint projectorhttp.Endpoint, stderr io.Writer) int {
 	// The group's actors, in their stop order (lifecycle's package doc):
 	// readiness off first, then the projector (it finishes and commits its
 	// batches), the query endpoint last, so that readers are answered until
@@ -133,19 +131,17 @@ func serveProjector(cfg *projector.Config, endpoint projector.QueryEndpoint, std
 		return 2
 	}
 	defer in.Shutdown()
-	// The Server replaces a failed instance; the query endpoint and the
-	// gauges read through it.
-	server, err := projector.NewServer(*cfg)
+	// The Supervisor replaces a failed instance; the query endpoint and
+	// the gauges read through it.
+	sup, err := projector.NewSupervisor(*cfg)
 	if err == nil {
-		err = projectormetrics.RegisterGauges(in.Registry, server)
+		err = projectormetrics.RegisterGauges(in.Registry, sup)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
 		return 2
 	}
-	qs := projector.NewQueryServer(server)
-	qs.Secret = endpoint.Secret
-	g.Add(lifecycle.Actor{Name: "projector", Run: server.Run})
+	g.Add(lifecycle.Actor{Name: "projector", Run: sup.Run})
 	if endpoint.Addr != "" {
 		// Listen before anything starts: a taken port is a configuration
 		// error to report at once, not after the partitions are restored.
@@ -154,11 +150,12 @@ func serveProjector(cfg *projector.Config, endpoint projector.QueryEndpoint, std
 			fmt.Fprintf(stderr, "projector run: -http-addr: %v\n", err)
 			return 1
 		}
-		srv := &http.Server{Handler: in.Handler(qs, ready.Ready), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+		h := projectorhttp.New(projectorhttp.Config{Source: sup, Secret: endpoint.Secret, Metrics: telemetry.Handler(in.Registry),
+			Serving: ready.Ready})
 		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String(), "secret", len(endpoint.Secret) > 0)
 		// In-flight queries finish; the projector has stopped by now, so
 		// they are answered 503 at once.
-		g.Add(lifecycle.HTTPServer("query endpoint", srv, ln, 5*time.Second))
+		g.Add(h.Actor(ln, cfg.Logger))
 	}
 	if err := g.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "projector run: %v\n", err)
@@ -218,7 +215,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 			"queries to it: where -http-addr is reachable from the gateway, e.g. pod-ip:8081")
 	fs.Var(&f.httpAddr, "http-addr",
 		"listen `host:port` of the internal HTTP endpoint (/internal/v1/runs/..., /healthz, /readyz, /metrics); empty disables it. Default\n"+
-			projector.DefaultQueryAddr+" with -query-secret-file, else "+projector.DefaultLoopbackQueryAddr+": without a secret it must be loopback")
+			projectorhttp.DefaultAddr+" with -query-secret-file, else "+projectorhttp.DefaultLoopbackAddr+": without a secret it must be loopback")
 	fs.StringVar(&f.querySecretFile, "query-secret-file", "",
 		"file holding the shared secret the query endpoint requires of its callers (the gateway's -projector-secret-file) as\n"+
 			"\"Authorization: Bearer <secret>\"; at least 32 bytes. /healthz, /readyz and /metrics stay open")
@@ -246,9 +243,9 @@ func warnDeprecated(log *slog.Logger, vars []string) {
 // queryEndpoint is the query endpoint -http-addr and -query-secret-file
 // configure: closed to the network unless its callers present the secret.
 // Without one it listens on loopback by default, and an address beyond
-// loopback is refused (projector.QueryEndpoint.Validate).
-func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpoint, error) {
-	var e projector.QueryEndpoint
+// loopback is refused (projectorhttp.Endpoint.Validate).
+func queryEndpoint(addr optionalString, secretFile string) (projectorhttp.Endpoint, error) {
+	var e projectorhttp.Endpoint
 	if secretFile != "" {
 		s, err := cluster.ReadQuerySecret(secretFile)
 		if err != nil {
@@ -256,7 +253,7 @@ func queryEndpoint(addr optionalString, secretFile string) (projector.QueryEndpo
 		}
 		e.Secret = s
 	}
-	e.Addr = addr.or(projector.DefaultQueryAddrFor(e.Secret))
+	e.Addr = addr.or(projectorhttp.DefaultAddrFor(e.Secret))
 	return e, e.Validate()
 }
 
@@ -308,7 +305,7 @@ func createTopics(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "projector create-topics: -changelog-tombstone-retention %v: want at least 1ms\n", *tombstones)
 		return 2
 	}
-	opts, err := k.ClientOpts()
+	conn, err := k.Conn()
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 2
@@ -316,7 +313,7 @@ func createTopics(args []string, stderr io.Writer) int {
 	if *check {
 		return checkedConfig(stderr, "projector create-topics", "", fs, kafkaconn.EnvAliases...)
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(conn.Opts()...)
 	if err != nil {
 		fmt.Fprintf(stderr, "projector create-topics: %v\n", err)
 		return 1

@@ -19,6 +19,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -119,7 +120,7 @@ func TestClientsDocExamples(t *testing.T) {
 	if err := cluster.CreateTopics(ctx, adm, names, partitions, 1); err != nil {
 		t.Fatal(err)
 	}
-	p, err := projector.New(ctx, projector.Config{Brokers: b.Addrs, Names: names, DataDir: t.TempDir(), Group: "canopy-projector",
+	p, err := projector.New(ctx, projector.Config{Kafka: kafkaconn.Conn{Brokers: b.Addrs}, Names: names, DataDir: t.TempDir(), Group: "canopy-projector",
 		Projection: projection.Config{ForwardGrace: time.Hour}, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/replay"
@@ -85,7 +86,7 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	// is out would otherwise share the next one); no timer falls due during
 	// the test (deadlines, leases and the forward grace are an hour away).
 	pcfg := projection.Config{ForwardGrace: time.Hour}
-	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: names.Prefix + "-projector",
+	p, err := projector.New(ctx, projector.Config{Kafka: kafkaconn.Conn{Brokers: brokers}, Names: names, DataDir: t.TempDir(), Group: names.Prefix + "-projector",
 		Chunk: 1, MaxBatch: 1, Projection: pcfg, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"os"
 )
 
-// The query endpoint of a projector (projector.QueryServer) answers with
+// The query endpoint of a projector (internal/projectorhttp) answers with
 // run data, so it is closed by default: either its callers present a shared
 // secret, or it listens on loopback only. The secret is a file's content,
 // the same file for every projector and every gateway (projector run

@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"sigs.k8s.io/yaml"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -54,7 +55,7 @@ func TestRulesFileChecks(t *testing.T) {
 // second projector instance that joins the group and leaves again (a
 // rebalance each way and restores with records to read) and whose
 // transactional producers are fenced meanwhile (failed commits, and a
-// restart of its instance by its projector.Server), an undecodable record
+// restart of its instance by its projector.Supervisor), an undecodable record
 // (a dead letter), a record in the wrong partition (a reroute) and requests
 // through the gateway; the demo's runs are big enough to truncate
 // snapshots. Then every query of every dashboard panel and every recording
@@ -413,7 +414,7 @@ func produceBadRecords(t *testing.T, ctx context.Context, kafkaAddr string) {
 }
 
 // instance is a second projector process in dev's group, a
-// projector.Server as `projector run` runs one, with its own state and its
+// projector.Supervisor as `projector run` runs one, with its own state and its
 // own /metrics.
 type instance struct {
 	dir         string
@@ -423,7 +424,7 @@ type instance struct {
 	srv         *httptest.Server
 	metricsAddr string
 	logs        *testenv.Buffer
-	server      *projector.Server
+	supervisor  *projector.Supervisor
 	stop        func() error
 }
 
@@ -452,23 +453,23 @@ const devGroup = "canopy-dev"
 // restored partitions and committed batches of them.
 func (in *instance) join(t *testing.T, ctx context.Context) {
 	t.Helper()
-	cfg := projector.Config{Brokers: []string{in.kafkaAddr}, Names: topics.DefaultNames(), DataDir: in.dir, Group: devGroup,
+	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: []string{in.kafkaAddr}}, Names: topics.DefaultNames(), DataDir: in.dir, Group: devGroup,
 		Logger: slog.New(slog.NewTextHandler(in.logs, &slog.HandlerOptions{Level: slog.LevelInfo})), Hooks: in.metrics,
 		KafkaHooks: telemetry.KafkaHooks(in.reg)}
 	var err error
-	if in.server, err = projector.NewServer(cfg); err != nil {
+	if in.supervisor, err = projector.NewSupervisor(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if err := projectormetrics.RegisterGauges(in.reg, in.server); err != nil {
+	if err := projectormetrics.RegisterGauges(in.reg, in.supervisor); err != nil {
 		t.Fatal(err)
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- in.server.Run(pctx) }()
+	go func() { done <- in.supervisor.Run(pctx) }()
 	in.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { in.stop() })
 	testenv.WaitFor(t, 90*time.Second, func() error {
-		if owned, commits := in.server.Owned(), in.counter(t, "canopy_projector_commits_total", "committed"); len(owned) == 0 || commits < 5 {
+		if owned, commits := in.supervisor.Owned(), in.counter(t, "canopy_projector_commits_total", "committed"); len(owned) == 0 || commits < 5 {
 			return fmt.Errorf("the second projector owns %v and committed %g batches, want partitions and 5", owned, commits)
 		}
 		return nil
@@ -477,11 +478,11 @@ func (in *instance) join(t *testing.T, ctx context.Context) {
 
 // restart fences the transactional producers of the partitions the
 // instance owns, as another owner of them would, and gives each a record:
-// its commits fail, and its Server replaces the instance with a fresh one.
+// its commits fail, and its Supervisor replaces the instance with a fresh one.
 // It returns once that one owns partitions and commits again.
 func (in *instance) restart(t *testing.T, ctx context.Context) {
 	t.Helper()
-	owned := in.server.Owned()
+	owned := in.supervisor.Owned()
 	commits := in.counter(t, "canopy_projector_commits_total", "committed")
 	var recs []*kgo.Record
 	for _, part := range owned {
@@ -518,9 +519,9 @@ func (in *instance) restart(t *testing.T, ctx context.Context) {
 	}
 	testenv.WaitFor(t, 90*time.Second, func() error {
 		restarts, failed := in.counter(t, "canopy_projector_instance_restarts_total", ""), in.counter(t, "canopy_projector_commits_total", "failed")
-		if now := in.counter(t, "canopy_projector_commits_total", "committed"); restarts < 1 || failed < 1 || len(in.server.Owned()) == 0 || now < commits+5 {
+		if now := in.counter(t, "canopy_projector_commits_total", "committed"); restarts < 1 || failed < 1 || len(in.supervisor.Owned()) == 0 || now < commits+5 {
 			return fmt.Errorf("the second projector fenced on %v: %g restarts, %g failed commits, owns %v, %g commits since; want a restart, a failure, partitions and 5",
-				owned, restarts, failed, in.server.Owned(), now-commits)
+				owned, restarts, failed, in.supervisor.Owned(), now-commits)
 		}
 		return nil
 	})

@@ -10,7 +10,6 @@
 package gateway
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,23 +20,20 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // Config configures a Gateway. Zero fields take the default their comment
 // names.
 type Config struct {
-	// Brokers are the Kafka seed brokers, host:port. Required.
-	Brokers []string
-	// TLS, when set, is used for every broker connection.
-	TLS *tls.Config
-	// SASL, when set, authenticates every broker connection.
-	SASL sasl.Mechanism
+	// Kafka is the connection to the brokers (seed brokers, TLS, SASL)
+	// every client of the gateway makes. Its Brokers are required.
+	Kafka kafkaconn.Conn
 	// Names are the topic names; default prefix "canopy", version 1.
 	Names topics.Names
 	// ProjectorGroup is the consumer group of the projector instances, whose
@@ -271,8 +267,8 @@ func orDefault[T comparable](v *T, def T) {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var ps []string
-	if len(c.Brokers) == 0 {
-		ps = append(ps, "Brokers: required (the Kafka seed brokers, host:port)")
+	if len(c.Kafka.Brokers) == 0 {
+		ps = append(ps, "Kafka.Brokers: required (the Kafka seed brokers, host:port)")
 	}
 	if err := c.Names.Validate(); err != nil {
 		ps = append(ps, "Names: "+err.Error())

@@ -24,6 +24,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -128,7 +129,7 @@ func newEnvOn(t testing.TB, broker *brokertest.Broker, partitions int32) *env {
 }
 
 func (e *env) config() Config {
-	return Config{Brokers: e.brokers, Names: e.names, ProjectorGroup: e.group, JWTKey: jwtKey, TokenFile: e.tokens,
+	return Config{Kafka: kafkaconn.Conn{Brokers: e.brokers}, Names: e.names, ProjectorGroup: e.group, JWTKey: jwtKey, TokenFile: e.tokens,
 		Now: e.clock.Now, Entropy: rand.NewChaCha8([32]byte{1}), ProduceTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 }
@@ -152,7 +153,7 @@ func (e *env) gateway(cfg Config) (*Gateway, *httptest.Server) {
 // projector runs a projector instance advertising addr until the test ends.
 func (e *env) projector(addr string) (*projector.Projector, func()) {
 	e.t.Helper()
-	cfg := projector.Config{Brokers: e.brokers, Names: e.names, DataDir: e.t.TempDir(), Group: e.group,
+	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: e.brokers}, Names: e.names, DataDir: e.t.TempDir(), Group: e.group,
 		SessionTimeout: 2 * time.Second, AdvertiseAddr: addr,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -61,14 +61,7 @@ type Gateway struct {
 
 // kafkaOpts are the connection options every client of the gateway shares.
 func (c *Config) kafkaOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.ClientID("canopy-gateway")}
-	if c.TLS != nil {
-		opts = append(opts, kgo.DialTLSConfig(c.TLS))
-	}
-	if c.SASL != nil {
-		opts = append(opts, kgo.SASL(c.SASL))
-	}
-	return opts
+	return c.Kafka.Opts(kgo.ClientID("canopy-gateway"))
 }
 
 // New validates cfg, connects to Kafka and checks the topics (their

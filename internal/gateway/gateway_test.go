@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -34,7 +35,7 @@ func TestConfigValidateListsEveryProblem(t *testing.T) {
 			t.Errorf("Validate: %v; refuses the valid host %s", err, ok)
 		}
 	}
-	if err := (Config{Brokers: []string{"x:1"}}).Validate(); err == nil || !strings.Contains(err.Error(), "JWTKey or TokenFile") {
+	if err := (Config{Kafka: kafkaconn.Conn{Brokers: []string{"x:1"}}}).Validate(); err == nil || !strings.Contains(err.Error(), "JWTKey or TokenFile") {
 		t.Errorf("Validate without keys: %v", err)
 	}
 }

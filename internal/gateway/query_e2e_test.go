@@ -12,14 +12,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestQueryRealProjectors: two projector instances, each with its
-// projector.QueryServer, which requires the projectors' shared secret; the
+// projectorhttp.Handler, which requires the projectors' shared secret; the
 // gateway's reads of runs on both partitions, with the secret, come back
 // from the instance that holds them, with the run's state. A gateway
 // without the secret, or with another, is refused by the projectors, and
@@ -123,7 +125,7 @@ func testQueryRetriesNewOwner(t *testing.T, broker *brokertest.Broker) {
 // owners are two projector instances of the env's group (two partitions),
 // each behind its own query server, as two projector processes are.
 type owners struct {
-	qs    [2]*projector.QueryServer
+	qs    [2]*projectorhttp.Handler
 	ps    [2]*projector.Projector
 	stops [2]func()
 }
@@ -149,8 +151,7 @@ func (e *env) twoOwnersWith(t *testing.T, secret []byte) *owners {
 	}
 	for i := range o.qs {
 		o.ps[i], o.stops[i] = e.projector(addrs[i])
-		o.qs[i] = projector.NewQueryServer(o.ps[i])
-		o.qs[i].Secret = secret
+		o.qs[i] = projectorhttp.New(projectorhttp.Config{Source: o.ps[i], Secret: secret})
 		srvs[i].Config.Handler = o.qs[i]
 		srvs[i].Start()
 	}
@@ -187,7 +188,7 @@ func (e *env) produceRoot(t *testing.T, id, run string) {
 // TestProjectorSecretValidated: a ProjectorSecret the projectors could not
 // hold (short, or unfit for a header) is a configuration error.
 func TestProjectorSecretValidated(t *testing.T) {
-	cfg := Config{Brokers: []string{"k:9092"}, JWTKey: jwtKey}
+	cfg := Config{Kafka: kafkaconn.Conn{Brokers: []string{"k:9092"}}, JWTKey: jwtKey}
 	for _, bad := range []string{"short", "a secret with spaces, long enough for the length"} {
 		cfg.ProjectorSecret = []byte(bad)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ProjectorSecret") {

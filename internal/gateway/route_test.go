@@ -21,7 +21,7 @@ import (
 )
 
 // fakeQuery stands in for a projector's query endpoint (the contract of
-// projector.QueryServer) so that routing is tested on its own: it says who
+// projectorhttp.Handler) so that routing is tested on its own: it says who
 // answered, and answers some runs with the contract's problems.
 type fakeQuery struct {
 	name string

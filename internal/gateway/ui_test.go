@@ -15,8 +15,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -48,7 +50,7 @@ func newUIStackWith(t *testing.T, hot int) *uiStack {
 	if hot == 0 {
 		p, _ = e.projector(qsrv.Listener.Addr().String())
 	} else {
-		cfg := projector.Config{Brokers: e.brokers, Names: e.names, DataDir: t.TempDir(), Group: e.group,
+		cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: e.brokers}, Names: e.names, DataDir: t.TempDir(), Group: e.group,
 			SessionTimeout: 2 * time.Second, AdvertiseAddr: qsrv.Listener.Addr().String(),
 			Projection: projection.Config{MaxHotNodesPerRun: hot},
 			Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
@@ -67,7 +69,7 @@ func newUIStackWith(t *testing.T, hot int) *uiStack {
 			}
 		})
 	}
-	qsrv.Config.Handler = projector.NewQueryServer(p)
+	qsrv.Config.Handler = projectorhttp.New(projectorhttp.Config{Source: p})
 	qsrv.Start()
 	testenv.WaitFor(t, 30*time.Second, testenv.Until("the projector owns both partitions", func() bool { return len(p.Owned()) == 2 }))
 	// The wall clock, not the env's frozen test clock: the page's lease

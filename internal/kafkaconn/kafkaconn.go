@@ -1,8 +1,9 @@
-// Package kafkaconn holds the Kafka connection settings every canopy command
-// takes (seed brokers, topic names, TLS, SASL), as flags (with CANOPY_*
-// environment variables by flagenv's rule), and turns them into franz-go
-// options. One place, so
-// that the projector and the gateway name and check them alike.
+// Package kafkaconn is how every canopy binary reaches Kafka: the
+// connection settings each command takes as flags (seed brokers, topic
+// names, TLS, SASL; CANOPY_* variables by flagenv's rule), and Conn, the
+// connection they make, which the projector's and the gateway's Config
+// carry and every Kafka client of theirs starts its options from. One
+// place, so that every binary names, checks and applies them alike.
 package kafkaconn
 
 import (
@@ -12,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,6 +24,36 @@ import (
 	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
+
+// Conn is a connection to Kafka: the seed brokers, and the TLS and SASL
+// every connection to them uses. The projector's and the gateway's Config,
+// canopy-dev and the bench harness each hold one, and each of their Kafka
+// clients starts from its Opts.
+type Conn struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// TLS, when set, is used for every broker connection.
+	TLS *tls.Config
+	// SASL, when set, authenticates every broker connection.
+	SASL sasl.Mechanism
+}
+
+// Opts are the franz-go options of a client of c: the seed brokers, TLS
+// and SASL, then more, the client's own (its kgo.ClientID among them;
+// without one franz-go names it "kgo"). The slice is new on every call and
+// full (its capacity is its length), so that a caller appending to it never
+// writes into another client's options.
+func (c Conn) Opts(more ...kgo.Opt) []kgo.Opt {
+	opts := make([]kgo.Opt, 0, 3+len(more))
+	opts = append(opts, kgo.SeedBrokers(c.Brokers...))
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
+	}
+	return slices.Clip(append(opts, more...))
+}
 
 // Flags are the connection settings. Register binds them to a flag set;
 // their CANOPY_* variables are flagenv's (flagenv.Parse), applied after the
@@ -38,7 +70,7 @@ type Flags struct {
 // Register adds the flags to fs. Kafka's TLS flags are -kafka-tls,
 // -kafka-tls-ca, -kafka-tls-cert and -kafka-tls-key in every command, so
 // that no command's own -tls flags (the gateway's HTTPS) read the same
-// variable; EnvAliases keeps the variables they had before.
+// variable; EnvAliases reads their deprecated variables too.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Brokers, "brokers", "", "Kafka seed brokers, host:port,...")
 	fs.StringVar(&f.Prefix, "topic-prefix", topics.DefaultPrefix, "prefix of every topic name")
@@ -52,17 +84,17 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.SASLPassword, "sasl-password", "", "SASL password; never printed")
 }
 
-// RegisterTLSAliases adds the Kafka TLS flags' names before the rename
-// (-tls, -tls-ca, -tls-cert, -tls-key), deprecated, to a command that had
-// them (projector run and create-topics). Call it after Register.
+// RegisterTLSAliases adds the Kafka TLS flags' deprecated names (-tls,
+// -tls-ca, -tls-cert, -tls-key) to the commands that still accept them
+// (projector run and create-topics). Call it after Register.
 func RegisterTLSAliases(fs *flag.FlagSet) {
 	for _, n := range []string{"tls", "tls-ca", "tls-cert", "tls-key"} {
 		flagenv.Alias(fs, n, "kafka-"+n)
 	}
 }
 
-// EnvAliases are the Kafka TLS flags' variables before the rename, read,
-// deprecated, when the new ones are not set.
+// EnvAliases are the Kafka TLS flags' deprecated variables (CANOPY_TLS,
+// ...), read when the CANOPY_KAFKA_TLS* ones are not set.
 var EnvAliases = []flagenv.EnvAlias{
 	{Var: "CANOPY_TLS", Flag: "kafka-tls"},
 	{Var: "CANOPY_TLS_CA", Flag: "kafka-tls-ca"},
@@ -142,23 +174,12 @@ func (f *Flags) SASL() (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", f.SASLMechanism)
 }
 
-// ClientOpts are franz-go options connecting to the brokers with the TLS and
-// SASL settings.
-func (f *Flags) ClientOpts() ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(f.BrokerList()...)}
-	t, err := f.TLSConfig()
-	if err != nil {
-		return nil, err
-	}
-	if t != nil {
-		opts = append(opts, kgo.DialTLSConfig(t))
-	}
-	m, err := f.SASL()
-	if err != nil {
-		return nil, err
-	}
-	if m != nil {
-		opts = append(opts, kgo.SASL(m))
-	}
-	return opts, nil
+// Conn is the connection the flags name, its TLS files and SASL mechanism
+// read now; the error reports the problems of both.
+func (f *Flags) Conn() (Conn, error) {
+	c := Conn{Brokers: f.BrokerList()}
+	var terr, serr error
+	c.TLS, terr = f.TLSConfig()
+	c.SASL, serr = f.SASL()
+	return c, errors.Join(terr, serr)
 }

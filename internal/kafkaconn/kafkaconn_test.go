@@ -49,8 +49,8 @@ func TestFlags(t *testing.T) {
 	if tc, err := f.TLSConfig(); tc != nil || err != nil {
 		t.Errorf("TLS without -kafka-tls: %v %v", tc, err)
 	}
-	if opts, err := f.ClientOpts(); err != nil || len(opts) != 2 {
-		t.Errorf("client opts: %d, %v", len(opts), err)
+	if c, err := f.Conn(); err != nil || len(c.Opts()) != 2 || c.TLS != nil || c.SASL == nil {
+		t.Errorf("conn %+v (%d options), %v; want the brokers and SASL", c, len(c.Opts()), err)
 	}
 
 	f.SASLMechanism = "GSSAPI"
@@ -64,6 +64,56 @@ func TestFlags(t *testing.T) {
 	f.TLSCA = bad
 	if _, err := f.TLSConfig(); err == nil || !strings.Contains(err.Error(), "no PEM certificates") {
 		t.Errorf("CA file without certificates: %v", err)
+	}
+	f.SASLMechanism = "GSSAPI"
+	if _, err := f.Conn(); err == nil || !strings.Contains(err.Error(), "no PEM certificates") || !strings.Contains(err.Error(), "-sasl-mechanism") {
+		t.Errorf("Conn with a bad CA file and mechanism: %v, want both reported", err)
+	}
+}
+
+// TestConnOpts: every client's options start from the same connection, and
+// a client's own options appended to them are its alone: two clients made
+// from one Conn, each with its own client id, are named as they asked, and
+// the options Opts returns are never shared (full slices, new each call).
+func TestConnOpts(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	c := Conn{Brokers: cluster.ListenAddrs()}
+	base := c.Opts()
+	if len(base) != cap(base) {
+		t.Errorf("Opts: length %d, capacity %d: an append would write into the caller's next slice", len(base), cap(base))
+	}
+	a := append(base, kgo.ClientID("client-a"))
+	b := append(base, kgo.ClientID("client-b"))
+	for want, opts := range map[string][]kgo.Opt{"client-a": a, "client-b": b, "own": c.Opts(kgo.ClientID("own"))} {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cl.OptValue(kgo.ClientID); got != want {
+			t.Errorf("client id %v, want %s", got, want)
+		}
+		if got := cl.OptValue(kgo.SeedBrokers); !slices.Equal(got.([]string), c.Brokers) {
+			t.Errorf("seed brokers %v, want %v", got, c.Brokers)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := cl.Ping(ctx); err != nil {
+			t.Errorf("%s: ping: %v", want, err)
+		}
+		cancel()
+		cl.Close()
+	}
+	tlsConn := Conn{Brokers: []string{"x:1"}, TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
+	cl, err := kgo.NewClient(tlsConn.Opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if got, _ := cl.OptValue(kgo.DialTLSConfig).(*tls.Config); got != tlsConn.TLS {
+		t.Errorf("TLS %v, want the Conn's", got)
 	}
 }
 
@@ -178,11 +228,11 @@ func TestMutualTLS(t *testing.T) {
 	brokers := strings.Join(cluster.ListenAddrs(), ",")
 
 	ping := func(f *Flags) error {
-		opts, err := f.ClientOpts()
+		c, err := f.Conn()
 		if err != nil {
-			t.Fatalf("client options: %v", err)
+			t.Fatalf("connection: %v", err)
 		}
-		cl, err := kgo.NewClient(append(opts, kgo.RetryTimeout(5*time.Second))...)
+		cl, err := kgo.NewClient(c.Opts(kgo.RetryTimeout(5 * time.Second))...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
@@ -116,7 +117,7 @@ func benchProjector(b *testing.B, atLeastOnce bool) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		names := load()
-		cfg := Config{Brokers: brokers, Names: names, DataDir: filepath.Join(b.TempDir(), "data"),
+		cfg := Config{Kafka: kafkaconn.Conn{Brokers: brokers}, Names: names, DataDir: filepath.Join(b.TempDir(), "data"),
 			Group: fmt.Sprintf("bench-projector-%d-%d", b.N, i), Logger: quiet, AtLeastOnce: atLeastOnce,
 			// The wall clock stands at the end of the workload, as in a
 			// live system keeping up: no timer of it falls due on a clock
@@ -208,7 +209,7 @@ func benchRestore(b *testing.B, addrs []string) {
 	brokers, load, events, end := benchLoad(b, addrs)
 	names := load()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := Config{Brokers: brokers, Names: names, DataDir: filepath.Join(b.TempDir(), "data"), Group: "g-" + names.Prefix,
+	cfg := Config{Kafka: kafkaconn.Conn{Brokers: brokers}, Names: names, DataDir: filepath.Join(b.TempDir(), "data"), Group: "g-" + names.Prefix,
 		Logger: quiet, Now: func() time.Time { return end }}
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := New(ctx, cfg)

@@ -1,7 +1,6 @@
 package projector
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,11 +8,11 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -21,12 +20,9 @@ import (
 // Config is a projector instance's configuration. Zero fields take the
 // default their comment names.
 type Config struct {
-	// Brokers are the Kafka seed brokers, host:port. Required.
-	Brokers []string
-	// TLS, when set, is used for every broker connection.
-	TLS *tls.Config
-	// SASL, when set, authenticates every broker connection.
-	SASL sasl.Mechanism
+	// Kafka is the connection to the brokers (seed brokers, TLS, SASL)
+	// every client of the instance makes. Its Brokers are required.
+	Kafka kafkaconn.Conn
 	// Group is the consumer group of the projector instances; default
 	// "canopy-projector".
 	Group string
@@ -117,11 +113,11 @@ type Config struct {
 	// StallTimeout is how long the consumer group may give this instance no
 	// generation (it is joining: never joined, or rejoining after its
 	// session was lost) while the brokers answer, before the instance
-	// counts the group as stalled, stops, and lets the Server start a fresh
+	// counts the group as stalled, stops, and lets the Supervisor start a fresh
 	// member; default twice RebalanceTimeout, the longest a healthy
 	// rebalance takes.
 	StallTimeout time.Duration
-	// LockWait is how long a Server waits for a data directory that another
+	// LockWait is how long a Supervisor waits for a data directory that another
 	// process holds (ErrDataDirLocked) before it gives up with that error;
 	// default 10s.
 	LockWait time.Duration
@@ -137,7 +133,7 @@ type Config struct {
 	// fetched by this process, without a commit moving the partition's
 	// offsets past them, before the partition counts as stalled
 	// (PartitionStall: /readyz, canopy_projector_partitions_stalled). A
-	// Server's instances share the clock: the instance that replaces a
+	// Supervisor's instances share the clock: the instance that replaces a
 	// failed one fetches the same records again, and they go on waiting.
 	// Default 60s.
 	StalledAfter time.Duration
@@ -154,10 +150,26 @@ type Config struct {
 	// Now is the wall clock; default time.Now. Tests inject one.
 	Now func() time.Time
 
-	// progress, when set (by NewServer), is where the instance tracks the
-	// records its partitions wait on, shared with the instances the
-	// Server runs before and after it; else the instance keeps its own.
+	// progress is where an instance tracks the records its partitions
+	// wait on (set by prepare): its own for an instance New makes, shared
+	// by the instances a Supervisor runs one after another.
 	progress *progress
+}
+
+// prepare validates c and completes it, once for what it configures: one
+// instance (New), or a Supervisor and every instance it runs, which then share
+// the budget of runs in memory and the progress of the partitions, so that
+// the budget's counters and a stall go on across restarts.
+func (c Config) prepare() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	c = c.withDefaults()
+	if c.Projection.Memory == nil {
+		c.Projection.Memory = projection.NewBudget(c.HotRunBytes())
+	}
+	c.progress = newProgress()
+	return c, nil
 }
 
 // ErrConfig is wrapped by Validate's error.
@@ -305,10 +317,10 @@ func (c Config) GoMemLimit() int64 {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []string
-	if len(c.Brokers) == 0 {
+	if len(c.Kafka.Brokers) == 0 {
 		errs = append(errs, "no brokers: set -brokers (or CANOPY_BROKERS) to host:port[,host:port...]")
 	}
-	for _, b := range c.Brokers {
+	for _, b := range c.Kafka.Brokers {
 		if !strings.Contains(b, ":") {
 			errs = append(errs, fmt.Sprintf("broker %q: want host:port", b))
 		}

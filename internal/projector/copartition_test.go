@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -35,7 +36,7 @@ func TestRefusesTopicsNotCoPartitioned(t *testing.T) {
 
 	names := topics.Names{Prefix: "copart", Version: 1}
 	dir := t.TempDir() // one data dir throughout: a refused New must release it
-	cfg := Config{Brokers: c.ListenAddrs(), Names: names, DataDir: dir, Group: "g-copart",
+	cfg := Config{Kafka: kafkaconn.Conn{Brokers: c.ListenAddrs()}, Names: names, DataDir: dir, Group: "g-copart",
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	refused := func(what string) string {
 		t.Helper()

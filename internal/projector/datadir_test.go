@@ -24,18 +24,18 @@ func TestLockedDataDir(t *testing.T) {
 	second.LockWait = 500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := NewServer(second)
+	s, err := NewSupervisor(second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.started = func(*Projector) { t.Error("a second instance started on a locked data directory") }
 	err = s.Run(ctx)
 	if ctx.Err() != nil {
-		t.Fatalf("Server.Run did not give up on a locked data directory within 60s")
+		t.Fatalf("Supervisor.Run did not give up on a locked data directory within 60s")
 	}
 	var locked *LockedError
 	if !errors.Is(err, ErrDataDirLocked) || !errors.As(err, &locked) {
-		t.Fatalf("Server.Run = %v, want ErrDataDirLocked", err)
+		t.Fatalf("Supervisor.Run = %v, want ErrDataDirLocked", err)
 	}
 	if want := fmt.Sprintf("pid %d", os.Getpid()); !strings.Contains(locked.Holder, want) || !strings.Contains(err.Error(), dir) {
 		t.Errorf("error %q: want the directory and the holder (%s)", err, want)

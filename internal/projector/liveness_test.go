@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -137,7 +138,7 @@ func (h *restartHooks) Restarting(error, time.Duration) { h.n.Add(1) }
 
 // TestRestartLoopIsSeen: a partition whose every commit fails (the broker
 // answers its transactional id's EndTxn PRODUCER_FENCED, as to a zombie)
-// makes each instance the Server starts fail in turn. Each failure is
+// makes each instance the Supervisor starts fail in turn. Each failure is
 // reported to Hooks.Restarting; while no instance runs, Ready says when and
 // why the last failed, how many failed in the last 10 minutes and when the
 // next starts; Lag keeps the partition's series at the records the next
@@ -165,7 +166,7 @@ func TestRestartLoopIsSeen(t *testing.T) {
 	}
 	e.produce(e.names.AgentEvents(), evs...)
 
-	s, err := NewServer(cfg)
+	s, err := NewSupervisor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestRestartLoopIsSeen(t *testing.T) {
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Server.Run: %v", err)
+			t.Errorf("Supervisor.Run: %v", err)
 		}
 	})
 
@@ -227,7 +228,7 @@ func TestRestartLoopIsSeen(t *testing.T) {
 func TestServerSaysWhyItIsDown(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	clock := newTestClock(t0)
-	s, err := NewServer(Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir(), Now: clock.Now})
+	s, err := NewSupervisor(Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir(), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package projector
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -31,19 +30,6 @@ func (p *Projector) Nodes(ctx context.Context, run, cursor string, limit int) (*
 		return err
 	})
 	return out, err
-}
-
-// nodes is GET /internal/v1/runs/{run_id}/nodes?cursor=&limit=.
-func (s *QueryServer) nodes(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, ok := queryLimit(w, r, projection.MaxNodesLimit, fmt.Sprintf("a whole number from 1 to %d", projection.MaxNodesLimit))
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
-	defer cancel()
-	pg, err := s.src.Nodes(ctx, r.PathValue("run_id"), q.Get("cursor"), limit)
-	s.reply(w, r, pg, err)
 }
 
 // RunsPage is one page of the runs a projector instance owns, by run id.
@@ -94,17 +80,4 @@ func (p *Projector) Runs(ctx context.Context, after string, limit int) (*RunsPag
 		out.Runs, out.More = out.Runs[:limit], true
 	}
 	return out, nil
-}
-
-// runs is GET /internal/v1/runs?after=&limit=.
-func (s *QueryServer) runs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, ok := queryLimit(w, r, projection.MaxRunsLimit, fmt.Sprintf("a whole number from 1 to %d", projection.MaxRunsLimit))
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.Timeout)
-	defer cancel()
-	pg, err := s.src.Runs(ctx, q.Get("after"), limit)
-	s.reply(w, r, pg, err)
 }

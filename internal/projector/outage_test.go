@@ -22,19 +22,20 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// Broker outages in the middle of a steady load. Two projector
-// instances (in-process, each run by a Server, transactions on) share the load
+// Broker outages in the middle of a steady load. Two projector instances
+// (in-process, each run by a Supervisor, transactions on) share the load
 // while the broker goes away: in TestBrokerRestart the whole cluster stops
 // and starts again on the same ports and data directory; in
 // TestInjectedFaults a share of the requests fails for a while. The
 // projectors and the test's producer retry, or fail and are replaced by
-// its Server, and once every run's last event has woken its conductor the
+// its Supervisor, and once every run's last event has woken its conductor the
 // instances stop and the checks of internal/projectortest must hold: every
 // run's state is what a projection that never stopped computes, every
 // triggering event is in exactly one committed wake, no wake id is committed
@@ -126,7 +127,7 @@ func (o *outageTest) down(ctx context.Context) {
 // so that the idempotent retries must be recognised as duplicates. Half way
 // through, two transactional produces fail with TRANSACTION_ABORTABLE and
 // one EndTxn with PRODUCER_FENCED: transactions that cannot commit, whose
-// instances a Server must replace.
+// instances a Supervisor must replace.
 func TestInjectedFaults(t *testing.T) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
@@ -399,7 +400,7 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 	stopWatcher := sync.OnceFunc(func() { stopWatching(); <-watchDone; watcher.Close() })
 	t.Cleanup(stopWatcher)
 
-	// The projector instances, each replaced by its Server when it fails.
+	// The projector instances, each replaced by its Supervisor when it fails.
 	var (
 		instMu    sync.Mutex
 		instances []*Projector
@@ -407,16 +408,16 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 	serveCtx, stopServing := context.WithCancel(ctx)
 	var serving sync.WaitGroup
 	serveErrs := make([]error, 2)
-	serveExit := make(chan int, len(serveErrs)) // an instance's index once its Server.Run returned
+	serveExit := make(chan int, len(serveErrs)) // an instance's index once its Supervisor.Run returned
 	for i := range serveErrs {
-		cfg := Config{Brokers: o.brokers, Names: o.names, DataDir: t.TempDir(), Group: "outage-" + o.names.Prefix,
+		cfg := Config{Kafka: kafkaconn.Conn{Brokers: o.brokers}, Names: o.names, DataDir: t.TempDir(), Group: "outage-" + o.names.Prefix,
 			ClientID: fmt.Sprintf("outage-%d", i), SessionTimeout: 2 * time.Second, TransactionTimeout: 20 * time.Second,
 			Logger: o.log.With("instance", i)}
 		serving.Add(1)
 		go func() {
 			defer serving.Done()
 			defer func() { serveExit <- i }()
-			srv, err := NewServer(cfg)
+			srv, err := NewSupervisor(cfg)
 			if err != nil {
 				serveErrs[i] = err
 				return
@@ -495,7 +496,7 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 			"%d commits, %d aborts, %d applied, %d duplicates, %d dead-lettered",
 			produced.Load(), len(o.records), w, c, outageRuns, n, commits, aborts, applied, dups, dead)
 	}
-	// waitUntil polls cond until it holds; the producer failing, a Server.Run
+	// waitUntil polls cond until it holds; the producer failing, a Supervisor.Run
 	// returning, a wake not decoding or the test's deadline passing fail
 	// the test.
 	waitUntil := func(what string, cond func() bool) {
@@ -521,7 +522,7 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 				}
 				prod = nil
 			case i := <-serveExit:
-				t.Fatalf("waiting for %s: Server.Run of instance %d returned: %v (%s)", what, i, serveErrs[i], stats())
+				t.Fatalf("waiting for %s: Supervisor.Run of instance %d returned: %v (%s)", what, i, serveErrs[i], stats())
 			case <-ctx.Done():
 				t.Fatalf("waiting for %s: %v (%s)", what, ctx.Err(), stats())
 			}
@@ -560,7 +561,7 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 	stopProjectors()
 	for i, err := range serveErrs {
 		if err != nil {
-			t.Errorf("Server.Run of instance %d: %v", i, err)
+			t.Errorf("Supervisor.Run of instance %d: %v", i, err)
 		}
 	}
 	stopWatcher()

@@ -24,7 +24,7 @@
 // transaction, acknowledged before Pebble is written.
 //
 // A failure the projector cannot go past (a transaction that does not
-// commit, a fenced producer, a storage error) stops Run with an error; a Server
+// commit, a fenced producer, a storage error) stops Run with an error; a Supervisor
 // starts a fresh instance, which resumes from what was committed.
 package projector
 
@@ -98,7 +98,7 @@ type Projector struct {
 	group      *kgo.Client // agent events, member of the group
 	human      *kgo.Client // human input, partitions follow the group's
 	prod       *kgo.Client // at least once: wakes, dead letters, reroutes, changelog
-	common     []kgo.Opt   // connection options every client shares
+	common     []kgo.Opt   // Config.Kafka.Opts(), for the clients made after New (a partition's producers, its restore)
 	partitions int32
 	// trust is how old a checkpoint may be and still be resumed from:
 	// half the changelog's delete.retention.ms (checkpointTrust).
@@ -120,14 +120,14 @@ type Projector struct {
 	stopped []int32
 	failed  chan error // a worker that cannot go on reports here
 	// progress tracks the records the partitions wait on (progress.go),
-	// shared with the other instances of a Server.
+	// shared with the other instances of a Supervisor.
 	progress *progress
 	// ready is closed once New has set every field: the group client starts
 	// joining as soon as it is created, and its callbacks wait for this.
 	ready chan struct{}
 	// running is true while Run consumes, for Ready; joined once the group
 	// first gave this instance an assignment (empty or not), for a
-	// Server's held.
+	// Supervisor's held.
 	running, joined atomic.Bool
 	// lost is set when the group client lost its session at generation
 	// lostGen, until a later generation (watchGroup).
@@ -150,18 +150,20 @@ type Projector struct {
 // New validates cfg, opens the state, connects to Kafka and checks that the
 // topics are co-partitioned. It consumes nothing until Run.
 func New(ctx context.Context, cfg Config) (*Projector, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg, err := cfg.prepare()
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	if cfg.Projection.Memory == nil {
-		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
-	}
+	return newInstance(ctx, cfg)
+}
+
+// newInstance makes an instance of a prepared Config (Config.prepare), in
+// steps: open the state, connect, check the topics and their limits, then
+// the consumers, the group client last. A step that fails closes what the
+// steps before it opened.
+func newInstance(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
-		ready: make(chan struct{}), progress: cfg.progress}
-	if p.progress == nil {
-		p.progress = newProgress()
-	}
+		ready: make(chan struct{}), progress: cfg.progress, common: cfg.Kafka.Opts()}
 	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
 	p.hooks = tee{&p.Stats, cfg.Hooks}
 
@@ -170,39 +172,88 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		return nil, err
 	}
 	p.db = db
-	fail := func(err error) (*Projector, error) { p.closeClients(); db.Close(); return nil, err }
+	adm, err := p.connect()
+	if err == nil {
+		err = p.checkTopics(ctx, adm)
+	}
+	if err == nil {
+		err = p.startConsumers(ctx)
+	}
+	if err != nil {
+		p.closeClients()
+		db.Close()
+		return nil, err
+	}
+	close(p.ready)
+	return p, nil
+}
 
-	common := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}
-	if cfg.TLS != nil {
-		common = append(common, kgo.DialTLSConfig(cfg.TLS))
+// connect makes the instance's first client, the producer of its wakes,
+// dead letters, reroutes and (at least once) changelog records, whose
+// connection also carries the admin requests of New.
+func (p *Projector) connect() (*kadm.Client, error) {
+	var err error
+	p.prod, err = kgo.NewClient(p.clientOpts("producer", kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(p.batchLimit))...)
+	if err != nil {
+		return nil, fmt.Errorf("projector: producer: %w", err)
 	}
-	if cfg.SASL != nil {
-		common = append(common, kgo.SASL(cfg.SASL))
-	}
-	// Each client's options are common plus its own; clipping makes every
-	// append below copy, so no client's options can overwrite another's.
-	common = slices.Clip(common)
-	p.common = common
-	common = slices.Clip(append(common, kgo.ClientID(cfg.ClientID)))
-	hooks := func(role string) kgo.Opt { return kgo.WithHooks(cfg.KafkaHooks(role)...) }
-	if p.prod, err = kgo.NewClient(append(common, hooks("producer"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0), kgo.ProducerBatchMaxBytesFn(p.batchLimit))...); err != nil {
-		return fail(fmt.Errorf("projector: producer: %w", err))
-	}
-	adm := kadm.NewClient(p.prod)
-	if p.partitions, err = cluster.CheckTopics(ctx, adm, cfg.Names); err != nil {
-		return fail(err)
+	return kadm.NewClient(p.prod), nil
+}
+
+// clientOpts are the options of one of the instance's clients made in New:
+// the connection's, its client id and role's Kafka hooks, then its own.
+func (p *Projector) clientOpts(role string, own ...kgo.Opt) []kgo.Opt {
+	return p.cfg.Kafka.Opts(append([]kgo.Opt{kgo.ClientID(p.cfg.ClientID), kgo.WithHooks(p.cfg.KafkaHooks(role)...)}, own...)...)
+}
+
+// checkTopics checks what the instance cannot run without, so that it
+// refuses to start rather than fail later: the topics exist and are
+// co-partitioned (their partition count is the instance's), and the topics
+// it writes take records as large as it writes (limits.go); and reads how
+// long a checkpoint may be trusted (checkpointTrust).
+func (p *Projector) checkTopics(ctx context.Context, adm *kadm.Client) error {
+	var err error
+	if p.partitions, err = cluster.CheckTopics(ctx, adm, p.cfg.Names); err != nil {
+		return err
 	}
 	if err := p.checkRecordLimits(ctx, adm); err != nil {
-		return fail(err)
+		return err
 	}
-	p.trust = checkpointTrust(ctx, adm, cfg.Names, p.log)
-	if cfg.Standby {
+	p.trust = checkpointTrust(ctx, adm, p.cfg.Names, p.log)
+	return nil
+}
+
+// startConsumers makes the consumers: the standby replicas' (with
+// Config.Standby), the human input's, and the group member's last, which
+// starts joining the group at once.
+func (p *Projector) startConsumers(ctx context.Context) error {
+	var err error
+	if p.cfg.Standby {
 		if p.standby, err = newStandby(p); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	groupOpts := append(common, hooks("group"),
+	// The human client before the group's: the group's assignment
+	// callback uses it, and may run before NewClient returns the group
+	// client. Its fetches wait at most 100ms for data: partitions are added
+	// one by one as their restores finish, and a partition added while a
+	// fetch is out is first fetched when that fetch returns.
+	if p.human, err = kgo.NewClient(p.clientOpts("human", kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
+		kgo.FetchMaxWait(100*time.Millisecond))...); err != nil {
+		return fmt.Errorf("projector: human input consumer: %w", err)
+	}
+	if p.group, err = kgo.NewClient(p.groupOpts(ctx)...); err != nil {
+		return fmt.Errorf("projector: group consumer: %w", err)
+	}
+	return nil
+}
+
+// groupOpts are the group member's options: it consumes the agent events
+// topic, with the group's callbacks (assigned, revoked, adjustOffsets).
+func (p *Projector) groupOpts(ctx context.Context) []kgo.Opt {
+	cfg := p.cfg
+	opts := p.clientOpts("group",
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Names.AgentEvents()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -215,9 +266,9 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// A partition paused for a full queue (worker.enqueue) and resumed
 		// is fetched again only once the fetch already out for the others
-		// returns: with franz-go's default of 5 s, a backlog drained in bursts
-		// separated by that wait whenever the other partitions had caught up
-		// (BenchmarkProjector went from 31k to 78k events/s at 100 ms). New
+		// returns: with franz-go's default of 5 s, a backlog drains in bursts
+		// separated by that wait whenever the other partitions have caught
+		// up (BenchmarkProjector: 31k events/s at 5 s, 78k at 100 ms). New
 		// data still returns at once; an idle instance asks every 100 ms.
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.OnPartitionsAssigned(p.assigned),
@@ -226,37 +277,25 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 		kgo.AdjustFetchOffsetsFn(p.adjustOffsets),
 	)
 	if cfg.InstanceID != "" {
-		groupOpts = append(groupOpts, kgo.InstanceID(cfg.InstanceID))
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
 	}
 	if cfg.GroupProtocol == GroupProtocolConsumer {
 		// KIP-848: the cooperative-sticky balancer above is a sticky one,
 		// which franz-go requires to speak the new protocol; against a
 		// broker without it (before Kafka 4.0) the client falls back to
 		// the classic protocol.
-		groupOpts = append(groupOpts, kgo.ServerSideBalancer())
+		opts = append(opts, kgo.ServerSideBalancer())
 		if err := setGroupSession(ctx, p.prod, cfg.Group, cfg.SessionTimeout); err != nil {
 			p.log.Warn("the group's session timeout is the broker's (group.consumer.session.timeout.ms), not -session-timeout",
 				"err", err)
 		}
 	}
 	if cfg.AdvertiseAddr != "" {
-		// The member's client id carries where it answers: see cluster.Assignment.
-		groupOpts = append(groupOpts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
+		// The member's client id carries where it answers: see
+		// cluster.Assignment. (A later kgo.ClientID wins.)
+		opts = append(opts, kgo.ClientID(cfg.ClientID+cluster.AdvertiseSep+cfg.AdvertiseAddr))
 	}
-	// The human client first: the group's assignment callback uses it, and
-	// may run before NewClient returns the group client.
-	// Its fetches wait at most 100ms for data: partitions are added one by
-	// one as their restores finish, and a partition added while a fetch is
-	// out is first fetched when that fetch returns.
-	if p.human, err = kgo.NewClient(append(common, hooks("human"), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{}),
-		kgo.FetchMaxWait(100*time.Millisecond))...); err != nil {
-		return fail(fmt.Errorf("projector: human input consumer: %w", err))
-	}
-	if p.group, err = kgo.NewClient(groupOpts...); err != nil {
-		return fail(fmt.Errorf("projector: group consumer: %w", err))
-	}
-	close(p.ready)
-	return p, nil
+	return opts
 }
 
 // Partitions is the partition count of the co-partitioned topics.
@@ -490,7 +529,7 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 	p.mu.Unlock()
 	if !closing {
 		// They leave the process; at shutdown (the group client's last
-		// revocation) they stay the Server's until its next instance.
+		// revocation) they stay the Supervisor's until its next instance.
 		p.progress.released(parts)
 	}
 	for _, part := range parts {

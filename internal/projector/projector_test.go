@@ -14,6 +14,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projectortest"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -63,7 +64,7 @@ func newEnvOn(t *testing.T, b *brokertest.Broker, partitions int32) *env {
 }
 
 func (e *env) config(dir string) Config {
-	return Config{Brokers: e.brokers, Names: e.names, DataDir: dir, Group: e.group,
+	return Config{Kafka: kafkaconn.Conn{Brokers: e.brokers}, Names: e.names, DataDir: dir, Group: e.group,
 		SessionTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 }
 

@@ -5,17 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/canopy-dev/canopy/internal/problem"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -28,8 +22,8 @@ import (
 // same as a projection fed the same events computes; the other instance
 // answers ErrNotOwner, a run without events is unknown. The history
 // survives a move to another instance (through the changelog) and a
-// restart (from Pebble). The HTTP endpoint answers the same, with
-// problem+json errors.
+// restart (from Pebble); a stopped instance answers ErrStopped.
+// (internal/projectorhttp answers these over HTTP.)
 func TestQueries(t *testing.T) {
 	const partitions, window = 4, 24
 	e := newEnv(t, partitions)
@@ -187,94 +181,11 @@ func TestQueries(t *testing.T) {
 	checkRun("A", a, runOfA)
 	checkRun("B", b, runOfB) // restored from the changelog
 
-	// The HTTP endpoint of A's process: first of a Server that has started
-	// no instance yet, then of A.
-	idle, err := NewServer(cfgB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var qs atomic.Pointer[QueryServer]
-	qs.Store(NewQueryServer(idle))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { qs.Load().ServeHTTP(w, r) }))
-	defer srv.Close()
-	get := func(path string) (int, http.Header, []byte) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, body
-	}
-	wantProblem := func(path string, status int, typ string, retry bool) {
-		t.Helper()
-		code, h, body := get(path)
-		var pr problem.Problem
-		if code != status || h.Get("Content-Type") != problem.ContentType || json.Unmarshal(body, &pr) != nil ||
-			pr.Type != typ || pr.Status != status || pr.Instance == "" || (h.Get("Retry-After") != "") != retry {
-			t.Errorf("GET %s: %d %s %q (Retry-After %q), want %d problem %s", path, code, h.Get("Content-Type"), body,
-				h.Get("Retry-After"), status, typ)
-		}
-	}
-	wantProblem("/internal/v1/runs/"+runOfA+"/snapshot", http.StatusServiceUnavailable, problem.Unavailable, true)
-	if code, _, _ := get("/readyz"); code != http.StatusServiceUnavailable {
-		t.Errorf("readyz without an instance: %d, want 503", code)
-	}
-	qs.Store(NewQueryServer(a))
-	if code, _, body := get("/healthz"); code != http.StatusOK {
-		t.Errorf("healthz: %d %s", code, body)
-	}
-	if code, _, body := get("/readyz"); code != http.StatusOK {
-		t.Errorf("readyz: %d %s", code, body)
-	}
-	code, h, body := get("/internal/v1/runs/" + runOfA + "/snapshot")
-	var snap topics.AgentTreeSnapshot
-	if code != http.StatusOK || h.Get("Content-Type") != "application/json" || json.Unmarshal(body, &snap) != nil || snap.Scope.RunID != runOfA {
-		t.Errorf("GET snapshot: %d %s %.200s", code, h.Get("Content-Type"), body)
-	}
-	code, _, body = get("/internal/v1/runs/" + runOfA + "/read-model")
-	var rm map[string]json.RawMessage
-	if code != http.StatusOK || json.Unmarshal(body, &rm) != nil {
-		t.Fatalf("GET read-model: %d %.200s", code, body)
-	}
-	// Honesty: what the events do not carry is unavailable, not a default.
-	for _, f := range []string{"model_routing", "permission_state", "sandbox_profile", "pending_approvals", "active_turn_id"} {
-		var fact projection.Fact[string]
-		if err := json.Unmarshal(rm[f], &fact); err != nil || fact.Status != projection.Unavailable || fact.Value != nil || fact.Reason == "" {
-			t.Errorf("read model %s: %s, want status unavailable with a reason and no value", f, rm[f])
-		}
-	}
-	var page projection.HistoryPage
-	code, _, body = get("/internal/v1/runs/" + runOfA + "/history?limit=3")
-	if code != http.StatusOK || json.Unmarshal(body, &page) != nil || len(page.Entries) != 3 || page.NextCursor == "" {
-		t.Fatalf("GET history: %d %.300s", code, body)
-	}
-	code, _, body = get("/internal/v1/runs/" + runOfA + "/history?limit=3&cursor=" + page.NextCursor)
-	var page2 projection.HistoryPage
-	if code != http.StatusOK || json.Unmarshal(body, &page2) != nil || len(page2.Entries) != 3 ||
-		page2.Entries[0].Seq != page.Entries[2].Seq-1 {
-		t.Errorf("GET history, second page: %d %.300s", code, body)
-	}
-	wantProblem("/internal/v1/runs/"+runOfB+"/snapshot", http.StatusMisdirectedRequest, problem.NotOwner, false)
-	wantProblem("/internal/v1/runs/"+runOfB+"/history", http.StatusMisdirectedRequest, problem.NotOwner, false)
-	// A run of A's partitions that has no events.
-	var unknown string
-	for i := 0; unknown == ""; i++ {
-		if r := fmt.Sprintf("query-unknown-%d", i); slices.Contains(ownedByA, topics.Partition([]byte(r), partitions)) {
-			unknown = r
-		}
-	}
-	wantProblem("/internal/v1/runs/"+unknown+"/read-model", http.StatusNotFound, problem.UnknownRun, false)
-	wantProblem("/internal/v1/runs/"+runOfA+"/history?cursor=%21%21", http.StatusBadRequest, problem.BadRequest, false)
-	for _, l := range []string{"0", strconv.Itoa(projection.MaxPage(window) + 1), "-1", "x"} {
-		wantProblem("/internal/v1/runs/"+runOfA+"/history?limit="+l, http.StatusBadRequest, problem.BadRequest, false)
-	}
-	wantProblem("/internal/v1/nothing", http.StatusNotFound, problem.NotFound, false)
-
 	// A leaves: B takes its runs over with their history, from the changelog.
 	stopA()
-	wantProblem("/internal/v1/runs/"+runOfA+"/snapshot", http.StatusServiceUnavailable, problem.Unavailable, true)
+	if _, err := a.Snapshot(ctx, runOfA); !errors.Is(err, ErrStopped) {
+		t.Errorf("A, stopped, about its run: %v, want ErrStopped", err)
+	}
 	testenv.WaitFor(t, 60*time.Second, until(b, "B owns every partition", func() bool { return len(b.Owned()) == partitions }))
 	for _, run := range runs {
 		checkRun("B after the move", b, run)
@@ -289,8 +200,8 @@ func TestQueries(t *testing.T) {
 }
 
 // TestQueryWhileRestoring: a partition assigned but not restored answers
-// ErrRestoring (503 with Retry-After); a stopping instance ErrStopped
-// (503); a partition not assigned ErrNotOwner.
+// ErrRestoring; a stopping instance ErrStopped; a partition not assigned
+// ErrNotOwner.
 func TestQueryWhileRestoring(t *testing.T) {
 	ready := make(chan struct{})
 	close(ready)
@@ -303,15 +214,8 @@ func TestQueryWhileRestoring(t *testing.T) {
 	if _, err := p.Snapshot(ctx, run); !errors.Is(err, ErrRestoring) {
 		t.Errorf("snapshot while restoring: %v, want ErrRestoring", err)
 	}
-	qs := NewQueryServer(p)
-	rec := httptest.NewRecorder()
-	qs.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/internal/v1/runs/"+run+"/read-model", nil))
-	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
-		t.Errorf("read-model while restoring: %d (Retry-After %q) %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
-	}
-	var pr problem.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &pr); err != nil || pr.Type != problem.Restoring {
-		t.Errorf("read-model while restoring: %s, want a %s problem", rec.Body, problem.Restoring)
+	if _, err := p.ReadModel(ctx, run); !errors.Is(err, ErrRestoring) {
+		t.Errorf("read model while restoring: %v, want ErrRestoring", err)
 	}
 	other := "x"
 	for i := 0; topics.Partition([]byte(other), 4) == part; i++ {

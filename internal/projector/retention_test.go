@@ -64,9 +64,6 @@ func TestRetention(t *testing.T) {
 	if _, err := p.ReadModel(ctx, done); !errors.Is(err, projection.ErrRunExpired) {
 		t.Errorf("read model of the expired run: %v, want ErrRunExpired", err)
 	}
-	if pr := queryProblem(expired); pr.Status != 410 || !strings.HasSuffix(pr.Type, "/run-expired") {
-		t.Errorf("the query endpoint answers %d %s, want 410 run-expired", pr.Status, pr.Type)
-	}
 	if _, err := p.Snapshot(ctx, live); err != nil {
 		t.Errorf("the live run: %v", err)
 	}

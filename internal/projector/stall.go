@@ -11,7 +11,7 @@ import (
 
 // ErrGroupStalled is the error an instance stops with when its consumer
 // group made no progress for Config.StallTimeout while the brokers
-// answered: its Server replaces it with a fresh instance, a new member.
+// answered: its Supervisor replaces it with a fresh instance, a new member.
 var ErrGroupStalled = errors.New("projector: the consumer group made no progress")
 
 // ErrSessionUncertain is returned for reads while this instance cannot

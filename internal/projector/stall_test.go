@@ -18,7 +18,7 @@ import (
 // generation while the broker answers (here the coordinator never answers
 // its JoinGroup, as in the liveness issue's wedge, where restarted
 // instances said "joining the group" for minutes) stops after
-// StallTimeout with ErrGroupStalled, counted and logged, and the Server's next
+// StallTimeout with ErrGroupStalled, counted and logged, and the Supervisor's next
 // instance, a fresh member, joins and owns the partitions once the
 // coordinator answers again.
 func TestStalledGroupRejoinsFresh(t *testing.T) {
@@ -137,13 +137,13 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 	}
 }
 
-// served is what a Server started in a test.
+// served is what a Supervisor started in a test.
 type served struct {
 	mu        sync.Mutex
 	instances []*Projector
 }
 
-// serveInstances runs a Server with cfg until the test ends (it must then
+// serveInstances runs a Supervisor with cfg until the test ends (it must then
 // return nil), noting each instance it starts; started is told how many
 // there have been.
 func serveInstances(t *testing.T, cfg Config, started func(n int)) *served {
@@ -151,7 +151,7 @@ func serveInstances(t *testing.T, cfg Config, started func(n int)) *served {
 	s := &served{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	srv, err := NewServer(cfg)
+	srv, err := NewSupervisor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func serveInstances(t *testing.T, cfg Config, started func(n int)) *served {
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("Server.Run: %v", err)
+			t.Errorf("Supervisor.Run: %v", err)
 		}
 	})
 	return s

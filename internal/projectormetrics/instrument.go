@@ -3,7 +3,6 @@ package projectormetrics
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,23 +48,6 @@ func Instrument(ctx context.Context, cfg *projector.Config) (*Instrumentation, e
 		in.log.Info("OpenTelemetry export on", "protocol", ot.Protocol)
 	}
 	return in, nil
-}
-
-// Handler serves /metrics, answers /readyz 503 once ready reports false (the
-// process is shutting down), and passes everything else to next (the query
-// endpoint, whose /readyz says whether the partitions are restored).
-func (in *Instrumentation) Handler(next http.Handler, ready func() bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", telemetry.Handler(in.Registry))
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready: shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-	mux.Handle("/", next)
-	return mux
 }
 
 // Shutdown flushes what OpenTelemetry buffered, within five seconds.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -53,7 +54,7 @@ func TestMetricsLint(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	gw, err := gateway.New(ctx, gateway.Config{Brokers: k.brokers, Names: k.names, ProjectorGroup: "lint-projector", JWTKey: key,
+	gw, err := gateway.New(ctx, gateway.Config{Kafka: kafkaconn.Conn{Brokers: k.brokers}, Names: k.names, ProjectorGroup: "lint-projector", JWTKey: key,
 		Hooks: gm, KafkaHooks: telemetry.KafkaHooks(greg)("gateway")})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // ProjectorMetrics implements projector.Hooks: it counts what projector
 // instances do as Prometheus metrics and emits the snapshot events. Counters
 // live here rather than in the instance, so they go on counting when a
-// projector.Server replaces a failed instance; gauges (partitions owned,
+// projector.Supervisor replaces a failed instance; gauges (partitions owned,
 // consumer lag, Pebble) are read at scrape time from a Source
 // (RegisterGauges).
 type ProjectorMetrics struct {
@@ -154,7 +154,7 @@ func (m *ProjectorMetrics) register(reg prometheus.Registerer) error {
 		m.priorityStages)
 }
 
-// Source is what the gauges read at scrape time: a projector.Server, which
+// Source is what the gauges read at scrape time: a projector.Supervisor, which
 // answers for whichever of its instances runs now and counts the records
 // its replaced instances restored, or one projector.Projector.
 type Source interface {
@@ -168,7 +168,7 @@ type Source interface {
 }
 
 var (
-	_ Source = (*projector.Server)(nil)
+	_ Source = (*projector.Supervisor)(nil)
 	_ Source = (*projector.Projector)(nil)
 )
 
@@ -353,7 +353,7 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	// Read live: restores advance it after every batch they write.
 	c, running := p.Counters()
 	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(c.RestoredRecords))
-	// Lag and stalls also between instances: a Server answers for the
+	// Lag and stalls also between instances: a Supervisor answers for the
 	// partitions its failed instance had.
 	ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, float64(len(p.Stalled())))
 	for _, l := range p.Lag() {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,7 +91,7 @@ func runProjector(t *testing.T, k *kafka, pm *projectormetrics.ProjectorMetrics,
 			t.Logf("projector %s log:\n%s", group, logs.String())
 		}
 	})
-	cfg := projector.Config{Brokers: k.brokers, Names: k.names, DataDir: t.TempDir(), Group: group,
+	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: k.brokers}, Names: k.names, DataDir: t.TempDir(), Group: group,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})), Hooks: pm, KafkaHooks: telemetry.KafkaHooks(reg)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := projector.New(ctx, cfg)
@@ -239,7 +240,7 @@ func TestWakeLagCountsSkew(t *testing.T) {
 
 // TestRebalancesCountCallbacks: a rebalance that moves three partitions is
 // one rebalance and three partition changes; the Rebalances panel counts
-// the first, for which the partition count would be no stand-in.
+// the first, which the partition count cannot stand in for.
 func TestRebalancesCountCallbacks(t *testing.T) {
 	k := newKafka(t, "rebalance", 3)
 	reg := telemetry.NewRegistry()
@@ -267,7 +268,7 @@ func TestRebalancesCountCallbacks(t *testing.T) {
 // TestRestoreProgressIsLive: while a partition restores from a large
 // changelog, restored_records_total already counts what it wrote and
 // partitions_restoring says one is under way, rather than the counter
-// moving only when the restore ends. The broker holds the restore's reads past the
+// moving only when the restore ended. The broker holds the restore's reads past the
 // first batch until the test has looked. A second instance's restore adds
 // to the hooks' counters.
 func TestRestoreProgressIsLive(t *testing.T) {
@@ -358,7 +359,7 @@ func TestRestoreProgressIsLive(t *testing.T) {
 	// An instance that replaces this one (here with empty state) restores
 	// the partition again: the hooks' counters go on from where the first
 	// left them. (Its gauges read a Source; that restored_records_total
-	// goes on across a projector.Server's replacements is internal/projector's
+	// goes on across a projector.Supervisor's replacements is internal/projector's
 	// TestServerCountsReplacedRestores.)
 	stop()
 	second := telemetry.NewRegistry()
@@ -390,20 +391,20 @@ func TestGroupStallsCount(t *testing.T) {
 	}
 }
 
-// TestRestartsAndPoisonCount: a Server's Restarting hook (a restart loop:
+// TestRestartsAndPoisonCount: a Supervisor's Restarting hook (a restart loop:
 // internal/projector's TestRestartLoopIsSeen) and a consumed record whose
 // outcome is poison are what the CanopyProjectorRestartLoop and
 // CanopyPoisonRecords alerts count, from series present at 0 before the
 // first, so that increase() sees the first one; a poison record is not a
 // dead letter of the contract's (dead_letters_total). The stalled
-// partitions gauge is present while a Server has no instance yet.
+// partitions gauge is present while a Supervisor has no instance yet.
 func TestRestartsAndPoisonCount(t *testing.T) {
 	reg := telemetry.NewRegistry()
 	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := projector.NewServer(projector.Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+	srv, err := projector.NewSupervisor(projector.Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

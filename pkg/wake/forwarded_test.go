@@ -12,6 +12,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/testenv"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -40,7 +41,7 @@ func TestAcksMarkResultsForwarded(t *testing.T) {
 	// No timer falls due during the test: deadlines, the lease and the
 	// forward grace are an hour away, so only the acknowledgement can turn
 	// done_but_not_forwarded into completed.
-	p, err := projector.New(ctx, projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "forwarded-projector",
+	p, err := projector.New(ctx, projector.Config{Kafka: kafkaconn.Conn{Brokers: brokers}, Names: names, DataDir: t.TempDir(), Group: "forwarded-projector",
 		Projection: projection.Config{ForwardGrace: time.Hour}, SessionTimeout: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/cluster"
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/internal/projector"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -221,7 +222,7 @@ func TestOTLPExport(t *testing.T) {
 	}
 	// Small commits and a 1ms staleness threshold: batches short of the high
 	// watermark build stale snapshots. Eight nodes at most: truncated ones.
-	cfg := projector.Config{Brokers: brokers, Names: names, DataDir: t.TempDir(), Group: "otlp-projector", Chunk: 10, MaxBatch: 10,
+	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: brokers}, Names: names, DataDir: t.TempDir(), Group: "otlp-projector", Chunk: 10, MaxBatch: 10,
 		Logger: logger, Hooks: pm, KafkaHooks: telemetry.KafkaHooks(reg), TracerProvider: ot.Tracer,
 		Projection: projection.Config{Limits: snapshot.Limits{MaxNodes: 8, StaleAfter: time.Millisecond}}}
 	p, err := projector.New(ctx, cfg)

@@ -1,8 +1,9 @@
-package projector
+package projectorhttp
 
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,38 +13,41 @@ import (
 	"github.com/canopy-dev/canopy/internal/problem"
 )
 
-// The query endpoint (QueryServer) answers with run data, so it is closed
-// by default: either its callers present a shared secret, or it listens on
-// loopback only, where no other machine can reach it.
+// The endpoint answers with run data, so it is closed by default: either
+// its callers present a shared secret, or it listens on loopback only,
+// where no other machine can reach it.
 //
 // The secret is a file's content, the same file for every projector and
 // every gateway (projector run -query-secret-file, conductor-gateway
 // -projector-secret-file), sent as "Authorization: Bearer <secret>".
 
-// The default listen addresses of the query endpoint (projector run
-// -http-addr): every interface when callers must present a secret, loopback
-// only when they need not.
+// The default listen addresses of the endpoint (projector run -http-addr):
+// every interface when callers must present a secret, loopback only when
+// they need not.
 const (
-	DefaultQueryAddr         = ":8081"
-	DefaultLoopbackQueryAddr = "127.0.0.1:8081"
+	DefaultAddr         = ":8081"
+	DefaultLoopbackAddr = "127.0.0.1:8081"
 )
 
-// DefaultQueryAddrFor is the query endpoint's default listen address:
-// DefaultQueryAddr with a secret, DefaultLoopbackQueryAddr without.
-func DefaultQueryAddrFor(secret []byte) string {
+// DefaultAddrFor is the endpoint's default listen address: DefaultAddr
+// with a secret, DefaultLoopbackAddr without.
+func DefaultAddrFor(secret []byte) string {
 	if len(secret) > 0 {
-		return DefaultQueryAddr
+		return DefaultAddr
 	}
-	return DefaultLoopbackQueryAddr
+	return DefaultLoopbackAddr
 }
 
-// QueryEndpoint is where a projector process serves its QueryServer, and
-// the secret its callers must present there.
-type QueryEndpoint struct {
+// ErrConfig is wrapped by Endpoint.Validate's error.
+var ErrConfig = errors.New("projectorhttp: invalid endpoint")
+
+// Endpoint is where a projector process serves its Handler, and the secret
+// its callers must present there.
+type Endpoint struct {
 	// Addr is the listen address, host:port; empty: no endpoint.
 	Addr string
-	// Secret, when set, is what every request but /healthz and /readyz
-	// must carry as "Authorization: Bearer <Secret>" (QueryServer.Secret).
+	// Secret, when set, is what every request but the probes and /metrics
+	// must carry as "Authorization: Bearer <Secret>" (Config.Secret).
 	Secret []byte
 }
 
@@ -51,13 +55,13 @@ type QueryEndpoint struct {
 // unauthenticated: an Addr beyond loopback without a Secret. (A warning
 // would not do: it scrolls past in a log, while the endpoint hands every
 // run's snapshot, read model and history to whoever reaches the port.)
-func (e QueryEndpoint) Validate() error {
+func (e Endpoint) Validate() error {
 	if e.Addr == "" {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(e.Addr)
 	if err != nil {
-		return fmt.Errorf("%w: -http-addr %q: want host:port, e.g. %s", ErrConfig, e.Addr, DefaultLoopbackQueryAddr)
+		return fmt.Errorf("%w: -http-addr %q: want host:port, e.g. %s", ErrConfig, e.Addr, DefaultLoopbackAddr)
 	}
 	if len(e.Secret) > 0 {
 		if err := cluster.CheckQuerySecret(e.Secret); err != nil {
@@ -75,7 +79,7 @@ func (e QueryEndpoint) Validate() error {
 	return fmt.Errorf("%w: -http-addr %q listens on %s, and without a secret anyone who reaches it could read every run: "+
 		"set -query-secret-file (or CANOPY_QUERY_SECRET_FILE) to a file holding a shared secret of at least %d bytes, and give the "+
 		"gateway the same file with -projector-secret-file (CANOPY_PROJECTOR_SECRET_FILE); or listen on loopback only, e.g. -http-addr %s",
-		ErrConfig, e.Addr, where, cluster.MinQuerySecretLen, DefaultLoopbackQueryAddr)
+		ErrConfig, e.Addr, where, cluster.MinQuerySecretLen, DefaultLoopbackAddr)
 }
 
 // isLoopback reports whether a listen address's host is loopback only:
@@ -90,21 +94,20 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// openPath reports whether a path of the query endpoint is served without
-// the secret: the probes, which say nothing about any run. (/metrics, which
-// carries no run id either, is served beside the QueryServer, not by it.)
-func openPath(path string) bool {
-	return path == "/healthz" || path == "/readyz"
+// open reports whether a path is served without the secret: the probes and
+// /metrics, which say nothing about any run.
+func (h *Handler) open(path string) bool {
+	return path == "/healthz" || path == "/readyz" || (path == "/metrics" && h.cfg.Metrics != nil)
 }
 
 // authorized reports whether r carries the secret as its bearer token. The
 // comparison takes the same time whatever the token (the digests are
 // compared, so not even the secret's length shows).
-func (s *QueryServer) authorized(r *http.Request) bool {
+func (h *Handler) authorized(r *http.Request) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	bearer := ok && strings.EqualFold(scheme, "Bearer")
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	want := sha256.Sum256(s.Secret)
+	want := sha256.Sum256(h.cfg.Secret)
 	return subtle.ConstantTimeCompare(got[:], want[:]) == 1 && bearer
 }
 

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/canopy-dev/canopy/internal/kafkaconn"
 )
 
-// TestServerCountsReplacedRestores: the Server answers for the instance it
+// TestSupervisorCountsReplacedRestores: the Supervisor answers for the instance it
 // runs now, and its RestoredRecords go on across a replacement (a replaced
 // instance's restores stay counted), so that restored_records_total never
 // goes back when an instance fails. Without an instance its reads say so.
-func TestServerCountsReplacedRestores(t *testing.T) {
-	s, err := NewServer(Config{Brokers: []string{"127.0.0.1:1"}, DataDir: t.TempDir()})
+func TestSupervisorCountsReplacedRestores(t *testing.T) {
+	s, err := NewSupervisor(Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,18 +14,19 @@ import (
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
-// ErrNoInstance is returned by a Server's reads while no instance runs: it
-// has not started one yet, or it is replacing one that failed.
+// ErrNoInstance is returned by a Supervisor's reads while no instance
+// runs: it has not started one yet, or it is replacing one that failed.
 var ErrNoInstance = errors.New("projector: no projector instance is running in this process")
 
-// Server is a process's projector. Run runs instances until its context
-// ends: an instance that stops on a failure (a transaction that did not
-// commit, a fenced producer, a broker gone for longer than a transaction
-// may stay open, a storage error) is replaced by a new one after a backoff,
-// which resumes from what was committed, so nothing is lost or published
-// twice. Its reads (Snapshot, Ready, Owned, Counters, ...) answer for the
-// instance running now, so that the query endpoint (NewQueryServer) and the
-// metrics read through the Server and never see an instance replaced.
+// Supervisor runs a process's projector instances, one at a time, and
+// replaces one that fails. Run runs instances until its context ends: an
+// instance that stops on a failure (a transaction that did not commit, a
+// fenced producer, a broker gone for longer than a transaction may stay
+// open, a storage error) is replaced by a new one after a backoff, which
+// resumes from what was committed, so nothing is lost or published twice.
+// Its reads (Snapshot, Ready, Owned, Counters, ...) answer for the instance
+// running now, so that the query endpoint (internal/projectorhttp) and the
+// metrics read through the Supervisor and never see an instance replaced.
 //
 // A restart loop is not hidden: each failure is reported to
 // Hooks.Restarting; Ready says, until the next instance runs, when and why
@@ -33,7 +34,7 @@ var ErrNoInstance = errors.New("projector: no projector instance is running in t
 // and Lag and Stalled go on answering for the partitions the failed
 // instance had, which the instances share the progress of (see
 // Config.StalledAfter).
-type Server struct {
+type Supervisor struct {
 	cfg Config
 	// started, when set (tests), is called with each instance before it
 	// runs.
@@ -67,22 +68,14 @@ type failure struct {
 // failureWindow is the window Ready counts failures in.
 const failureWindow = 10 * time.Minute
 
-// NewServer validates cfg and returns a Server that has started no
+// NewSupervisor validates cfg and returns a Supervisor that has started no
 // instance yet: its reads answer ErrNoInstance until Run starts one.
-func NewServer(cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+func NewSupervisor(cfg Config) (*Supervisor, error) {
+	cfg, err := cfg.prepare()
+	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	// One budget for every instance the Server starts, so that its
-	// counters carry across a restart.
-	if cfg.Projection.Memory == nil {
-		cfg.Projection.Memory = projection.NewBudget(cfg.HotRunBytes())
-	}
-	// And one record of what the partitions wait on, so that a stall goes
-	// on across restarts.
-	cfg.progress = newProgress()
-	return &Server{cfg: cfg}, nil
+	return &Supervisor{cfg: cfg}, nil
 }
 
 // Run runs instances until ctx ends, and returns nil then. A configuration
@@ -90,7 +83,7 @@ func NewServer(cfg Config) (*Server, error) {
 // records smaller than a wake (ErrRecordLimits), is returned at once: no
 // restart can fix it; so is a data directory that another process still
 // holds after Config.LockWait (ErrDataDirLocked).
-func (s *Server) Run(ctx context.Context) error {
+func (s *Supervisor) Run(ctx context.Context) error {
 	const minBackoff, maxBackoff = 500 * time.Millisecond, 30 * time.Second
 	backoff := minBackoff
 	var lockedSince time.Time // when the data directory was first found locked
@@ -105,8 +98,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		// A locked data directory is waited for briefly (the previous
 		// process of a restart may still be closing it), then fatal: a
-		// second process on the same directory must exit, so that its
-		// supervisor notices, not retry for ever.
+		// second process on the same directory must exit, so that what
+		// runs it (Kubernetes, systemd) notices, not retry for ever.
 		if errors.Is(err, ErrDataDirLocked) {
 			if lockedSince.IsZero() {
 				lockedSince = began
@@ -135,15 +128,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Server) runOnce(ctx context.Context) error {
+func (s *Supervisor) runOnce(ctx context.Context) error {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	p, err := New(startCtx, s.cfg)
+	p, err := newInstance(startCtx, s.cfg)
 	cancel()
 	if err != nil {
 		return err
 	}
 	cfg := s.cfg
-	cfg.Logger.Info("projector started", "brokers", cfg.Brokers, "group", cfg.Group, "partitions", p.Partitions(),
+	cfg.Logger.Info("projector started", "brokers", cfg.Kafka.Brokers, "group", cfg.Group, "partitions", p.Partitions(),
 		"data_dir", cfg.DataDir, "transactions", !cfg.AtLeastOnce, "standby", cfg.Standby)
 	if s.started != nil {
 		s.started(p)
@@ -152,9 +145,9 @@ func (s *Server) runOnce(ctx context.Context) error {
 	return p.Run(ctx)
 }
 
-// swap makes p the instance the Server answers for. The instance it
+// swap makes p the instance the Supervisor answers for. The instance it
 // replaces has stopped; its restored records stay counted.
-func (s *Server) swap(p *Projector) {
+func (s *Supervisor) swap(p *Projector) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != nil && s.cur != p {
@@ -167,7 +160,7 @@ func (s *Server) swap(p *Projector) {
 // failed records an instance's failure (or a start that failed), the next
 // due after backoff, and returns how many there were within
 // failureWindow.
-func (s *Server) failed(err error, backoff time.Duration) int {
+func (s *Supervisor) failed(err error, backoff time.Duration) int {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,10 +181,10 @@ func recent(failures []time.Time, now time.Time) []time.Time {
 	return failures[i:]
 }
 
-// held is the instance that answers for the Server's partitions and those
+// held is the instance that answers for the Supervisor's partitions and those
 // partitions: the current instance's once the group has given it an
 // assignment; before (nil), those the last instance had when it failed.
-func (s *Server) held() (*Projector, []int32) {
+func (s *Supervisor) held() (*Projector, []int32) {
 	s.mu.Lock()
 	cur, down, kept := s.cur, s.down, s.kept
 	s.mu.Unlock()
@@ -202,7 +195,7 @@ func (s *Server) held() (*Projector, []int32) {
 }
 
 // current is the instance running now, nil if none.
-func (s *Server) current() *Projector {
+func (s *Supervisor) current() *Projector {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur
@@ -213,7 +206,7 @@ func (s *Server) current() *Projector {
 // failed, how many failed within the last 10 minutes, when the next starts,
 // and which partitions are stalled; and an instance that is not ready yet
 // after a failure says that it replaces one that failed.
-func (s *Server) Ready() (ok bool, why string) {
+func (s *Supervisor) Ready() (ok bool, why string) {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	cur, down, last := s.cur, s.down, s.last
@@ -245,16 +238,16 @@ func (s *Server) Ready() (ok bool, why string) {
 	return ok, why
 }
 
-// Stalled returns the Server's stalled partitions (Projector.Stalled): the
+// Stalled returns the Supervisor's stalled partitions (Projector.Stalled): the
 // current instance's, or while none runs those the failed instance had.
-func (s *Server) Stalled() []PartitionStall {
+func (s *Supervisor) Stalled() []PartitionStall {
 	_, parts := s.held()
 	return s.cfg.progress.stalled(parts, s.cfg.Now(), s.cfg.StalledAfter)
 }
 
 // Snapshot returns run's snapshot from the current instance
 // (Projector.Snapshot), ErrNoInstance without one.
-func (s *Server) Snapshot(ctx context.Context, run string) (*topics.AgentTreeSnapshot, error) {
+func (s *Supervisor) Snapshot(ctx context.Context, run string) (*topics.AgentTreeSnapshot, error) {
 	p := s.current()
 	if p == nil {
 		return nil, ErrNoInstance
@@ -264,7 +257,7 @@ func (s *Server) Snapshot(ctx context.Context, run string) (*topics.AgentTreeSna
 
 // ReadModel returns run's read model from the current instance
 // (Projector.ReadModel), ErrNoInstance without one.
-func (s *Server) ReadModel(ctx context.Context, run string) (*projection.ReadModel, error) {
+func (s *Supervisor) ReadModel(ctx context.Context, run string) (*projection.ReadModel, error) {
 	p := s.current()
 	if p == nil {
 		return nil, ErrNoInstance
@@ -274,7 +267,7 @@ func (s *Server) ReadModel(ctx context.Context, run string) (*projection.ReadMod
 
 // History returns a page of run's history from the current instance
 // (Projector.History), ErrNoInstance without one.
-func (s *Server) History(ctx context.Context, run, cursor string, limit int) (*projection.HistoryPage, error) {
+func (s *Supervisor) History(ctx context.Context, run, cursor string, limit int) (*projection.HistoryPage, error) {
 	p := s.current()
 	if p == nil {
 		return nil, ErrNoInstance
@@ -284,7 +277,7 @@ func (s *Server) History(ctx context.Context, run, cursor string, limit int) (*p
 
 // Nodes returns a page of run's nodes from the current instance
 // (Projector.Nodes), ErrNoInstance without one.
-func (s *Server) Nodes(ctx context.Context, run, cursor string, limit int) (*projection.NodesPage, error) {
+func (s *Supervisor) Nodes(ctx context.Context, run, cursor string, limit int) (*projection.NodesPage, error) {
 	p := s.current()
 	if p == nil {
 		return nil, ErrNoInstance
@@ -294,7 +287,7 @@ func (s *Server) Nodes(ctx context.Context, run, cursor string, limit int) (*pro
 
 // Runs returns a page of the runs the current instance owns
 // (Projector.Runs), ErrNoInstance without one.
-func (s *Server) Runs(ctx context.Context, after string, limit int) (*RunsPage, error) {
+func (s *Supervisor) Runs(ctx context.Context, after string, limit int) (*RunsPage, error) {
 	p := s.current()
 	if p == nil {
 		return nil, ErrNoInstance
@@ -304,7 +297,7 @@ func (s *Server) Runs(ctx context.Context, after string, limit int) (*RunsPage, 
 
 // Owned returns the partitions the current instance owns (none without
 // one).
-func (s *Server) Owned() []int32 {
+func (s *Supervisor) Owned() []int32 {
 	if p := s.current(); p != nil {
 		return p.Owned()
 	}
@@ -318,7 +311,7 @@ func (s *Server) Owned() []int32 {
 // resumes from (the oldest record fetched and not committed), so that the
 // lag of a partition that a restart loop keeps from committing neither
 // disappears nor reads 0 between instances.
-func (s *Server) Lag() []PartitionLag {
+func (s *Supervisor) Lag() []PartitionLag {
 	cur, parts := s.held()
 	type key struct {
 		part  int32
@@ -346,15 +339,15 @@ func (s *Server) Lag() []PartitionLag {
 }
 
 // Memory returns the figures of the budget of runs in memory, which every
-// instance of the Server shares.
-func (s *Server) Memory() projection.BudgetStats { return s.cfg.Projection.Memory.Stats() }
+// instance of the Supervisor shares.
+func (s *Supervisor) Memory() projection.BudgetStats { return s.cfg.Projection.Memory.Stats() }
 
 // MemoryLimit is Config.MemoryLimit, defaults applied.
-func (s *Server) MemoryLimit() int64 { return s.cfg.MemoryLimit }
+func (s *Supervisor) MemoryLimit() int64 { return s.cfg.MemoryLimit }
 
 // PebbleMetrics returns the current instance's state store metrics, nil
 // without one or while it shuts down.
-func (s *Server) PebbleMetrics() *pebble.Metrics {
+func (s *Supervisor) PebbleMetrics() *pebble.Metrics {
 	if p := s.current(); p != nil {
 		return p.PebbleMetrics()
 	}
@@ -364,7 +357,7 @@ func (s *Server) PebbleMetrics() *pebble.Metrics {
 // Counters returns the current instance's counters, with the changelog
 // records every instance before it restored in RestoredRecords; running
 // is false while none runs (then only RestoredRecords is set).
-func (s *Server) Counters() (c Counters, running bool) {
+func (s *Supervisor) Counters() (c Counters, running bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != nil {
