@@ -36,13 +36,13 @@ type Hooks interface {
 	Restored(partition int32, res changelog.Result, err error)
 	// GroupStalled reports that the consumer group gave this instance no
 	// generation for stalled while the brokers answered: the instance
-	// stops, and its Server starts a fresh one, a new member of the group.
+	// stops, and its Supervisor starts a fresh one, a new member of the group.
 	GroupStalled(stalled time.Duration)
 	// PriorityCommitted reports a human input record once the commit that
 	// published its wake succeeded: how long it spent in each stage of the
 	// priority path.
 	PriorityCommitted(partition int32, stages PriorityStages)
-	// Restarting reports, from a Server, that its instance stopped on err
+	// Restarting reports, from a Supervisor, that its instance stopped on err
 	// (or could not start) and that a new one starts after backoff. A
 	// restart loop calls it again and again.
 	Restarting(err error, backoff time.Duration)

@@ -174,7 +174,7 @@ func (ps *poisonState) committed(records []applied) {
 
 // failed handles a failure of the worker's processing: a poisonable one
 // asks for a rewind (the worker's loop unwinds, and run rewinds), any
-// other stops the instance (its Server starts a new one), as does a
+// other stops the instance (its Supervisor starts a new one), as does a
 // failure while stopping.
 func (w *worker) failed(err error) {
 	if poisonable(err) {

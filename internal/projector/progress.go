@@ -20,7 +20,7 @@ type PartitionStall struct {
 
 // progress tracks, per partition, the records this process fetched and
 // has not committed: the oldest of them on each input topic and since when
-// it waits without progress. A Server shares one among its instances
+// it waits without progress. A Supervisor shares one among its instances
 // (Config.progress), so that the clock goes on when a failed instance is
 // replaced: the next one fetches the same records again, which wait on.
 //

@@ -70,7 +70,7 @@ type Stats struct {
 	Wakes, PriorityWakes atomic.Int64
 	// GroupStalls is 1 once this instance found its group stalled and
 	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
-	// instances a Server runs.
+	// instances a Supervisor runs.
 	GroupStalls atomic.Int64
 	// Commits counts the commits that succeeded (a transaction committed
 	// and written to Pebble, or at least once, acknowledged and written),
