@@ -112,7 +112,7 @@ func dev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	err = s.run(ctx, signals)
 	p := parts.p
 	fmt.Fprintf(stdout, "\ncanopy dev: %d events projected, %d wakes (%d on the priority lane), %d dead-lettered\n",
-		p.Stats.Applied.Load(), p.Stats.Wakes.Load(), p.Stats.PriorityWakes.Load(), p.Stats.DeadLettered.Load())
+		p.Status().Counts.Applied, p.Status().Counts.Wakes, p.Status().Counts.PriorityWakes, p.Status().Counts.DeadLettered)
 	return err
 }
 

@@ -153,8 +153,8 @@ func TestClientsDocExamples(t *testing.T) {
 	if events != 46 {
 		t.Errorf("the producers wrote %d records, want 46", events)
 	}
-	waitDoc(t, ctx, "the producers' events applied", func() bool { return p.Stats.Applied.Load() == events && p.Stats.Wakes.Load() > 0 }, nil)
-	wakes := p.Stats.Wakes.Load()
+	waitDoc(t, ctx, "the producers' events applied", func() bool { return p.Status().Counts.Applied == events && p.Status().Counts.Wakes > 0 }, nil)
+	wakes := p.Status().Counts.Wakes
 
 	var cs []*shell
 	defer func() {
@@ -171,7 +171,7 @@ func TestClientsDocExamples(t *testing.T) {
 				return false
 			}
 		}
-		return p.Stats.Applied.Load() == events+int64(len(cs))*wakes
+		return p.Status().Counts.Applied == events+int64(len(cs))*wakes
 	}, cs)
 	for _, c := range cs {
 		c.stop(t)
@@ -180,10 +180,10 @@ func TestClientsDocExamples(t *testing.T) {
 		}
 	}
 	cs = nil
-	if got := p.Stats.DeadLettered.Load(); got != 0 {
+	if got := p.Status().Counts.DeadLettered; got != 0 {
 		t.Errorf("%d records dead-lettered, want none", got)
 	}
-	if got := p.Stats.Wakes.Load(); got != wakes {
+	if got := p.Status().Counts.Wakes; got != wakes {
 		t.Errorf("the acknowledgements raised %d wakes, want none", got-wakes)
 	}
 }

@@ -134,7 +134,7 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	// 10 + 10 + 12 + 12 + 12 events raise 4 + 4 + 5 + 5 + 5 wakes, each acknowledged.
 	const events, wakes = 56, 23
 	testenv.WaitFor(t, time.Until(deadline), progress(t, p, conductor, "every wake acknowledged and projected", func() bool {
-		return p.Stats.Applied.Load() == events+wakes && conductor.wakes() == wakes
+		return p.Status().Counts.Applied == events+wakes && conductor.wakes() == wakes
 	}))
 	// Human input last, so the order in which its run's events were
 	// applied is known: everything committed so far, then it, then its
@@ -149,13 +149,13 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	kcatIn(t, human+"\n", kcat, "-P", "-b", strings.Join(brokers, ","), "-t", names.HumanInput(), "-K", "\t",
 		"-H", "content-type=application/cloudevents+json", "-X", "topic.partitioner=murmur2_random")
 	testenv.WaitFor(t, time.Until(deadline), progress(t, p, conductor, "the human input's priority wake acknowledged", func() bool {
-		return p.Stats.Applied.Load() == events+wakes+2 && conductor.wakes() == wakes+1
+		return p.Status().Counts.Applied == events+wakes+2 && conductor.wakes() == wakes+1
 	}))
 
-	if got := p.Stats.Rerouted.Load(); got != 10 {
+	if got := p.Status().Counts.Rerouted; got != 10 {
 		t.Errorf("rerouted %d records, want the 10 of %s", got, misplaced)
 	}
-	if got := p.Stats.DeadLettered.Load(); got != 0 {
+	if got := p.Status().Counts.DeadLettered; got != 0 {
 		t.Errorf("%d records dead-lettered, want none", got)
 	}
 
@@ -407,7 +407,7 @@ func progress(t *testing.T, p *projector.Projector, c *process, what string, con
 			return nil
 		}
 		return fmt.Errorf("%s; applied %d, rerouted %d, dead-lettered %d, wakes %d; conductor printed %d wakes:\n%s",
-			what, p.Stats.Applied.Load(), p.Stats.Rerouted.Load(), p.Stats.DeadLettered.Load(), p.Stats.Wakes.Load(),
+			what, p.Status().Counts.Applied, p.Status().Counts.Rerouted, p.Status().Counts.DeadLettered, p.Status().Counts.Wakes,
 			c.wakes(), c.errOut.String())
 	}
 }

@@ -150,7 +150,7 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 	e.produce(topic, late, late2)
 	good = append(good, late, late2)
 
-	testenv.WaitFor(t, 30*time.Second, until(p, "every good event applied", func() bool { return p.Stats.Applied.Load() >= int64(len(good)) }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "every good event applied", func() bool { return p.stats.Applied.Load() >= int64(len(good)) }))
 	// Every trigger-raising good event shows up in a wake of the run.
 	wantTrig := map[string]topics.TriggerKind{"ev-2": topics.TriggerRequest, "ev-3": topics.TriggerStatusBlocked,
 		"ev-4": topics.TriggerFailed, "ev-6": topics.TriggerResult}
@@ -176,7 +176,7 @@ func testBadInputIsDeadLetteredAndNothingElseStalls(t *testing.T, b *brokertest.
 			t.Errorf("trigger of %s: %q, want %q (seen %v)", id, seen[id], k, seen)
 		}
 	}
-	st := &p.Stats
+	st := &p.stats
 	testenv.WaitFor(t, 10*time.Second, until(p, "all records counted", func() bool { return st.Records.Load() == int64(len(recs)+2) }))
 	if st.Applied.Load() != int64(len(good)) || st.DeadLettered.Load() != 6 || st.UnknownType.Load() != 1 ||
 		st.Duplicates.Load() != 0 || st.Rerouted.Load() != 0 {
@@ -238,7 +238,7 @@ func TestWrongPartitionIsRerouted(t *testing.T) {
 		}
 		return true
 	})
-	st := &p.Stats
+	st := &p.stats
 	testenv.WaitFor(t, 10*time.Second, until(p, "both copies consumed", func() bool { return st.Records.Load() == 2 }))
 	if st.Rerouted.Load() != 1 || st.Applied.Load() != 1 || st.Duplicates.Load() != 0 || st.DeadLettered.Load() != 0 {
 		t.Fatalf("%s; want 1 rerouted, 1 applied", statsString(st))

@@ -133,7 +133,7 @@ func benchProjector(b *testing.B, atLeastOnce bool) {
 		errc := make(chan error, 1)
 		go func() { errc <- p.Run(ctx) }()
 		tick := time.NewTicker(time.Millisecond)
-		for p.Stats.Applied.Load() < int64(events) {
+		for p.stats.Applied.Load() < int64(events) {
 			select {
 			case <-tick.C:
 			case err := <-errc:
@@ -144,12 +144,12 @@ func benchProjector(b *testing.B, atLeastOnce bool) {
 		b.StopTimer()
 		tick.Stop()
 		elapsed += took
-		wakes += p.Stats.Wakes.Load()
+		wakes += p.stats.Wakes.Load()
 		cancel()
 		if err := <-errc; err != nil {
 			b.Fatal(err)
 		}
-		if n := p.Stats.Records.Load(); n != int64(events) {
+		if n := p.stats.Records.Load(); n != int64(events) {
 			b.Fatalf("%d records projected, want %d", n, events)
 		}
 		b.StartTimer()
@@ -218,7 +218,7 @@ func benchRestore(b *testing.B, addrs []string) {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- p.Run(ctx) }()
-	for tick := time.NewTicker(time.Millisecond); p.Stats.Applied.Load() < int64(events); <-tick.C {
+	for tick := time.NewTicker(time.Millisecond); p.stats.Applied.Load() < int64(events); <-tick.C {
 	}
 	cancel()
 	if err := <-errc; err != nil {

@@ -128,7 +128,7 @@ func testBurstsMakeBoundedWakes(t *testing.T, b *brokertest.Broker) {
 	}
 	t.Logf("%d wakes read, %d of them parts of a split", wakes, parts)
 	testenv.WaitFor(t, 30*time.Second, until(p, "every record applied", func() bool {
-		return p.Stats.Applied.Load() >= int64(len(bursts)+len(control))
+		return p.stats.Applied.Load() >= int64(len(bursts)+len(control))
 	}))
 	stop()
 
@@ -138,7 +138,7 @@ func testBurstsMakeBoundedWakes(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("the reference fired %d leases at %v, want %d", len(got), due, leases)
 	}
 	e.checkCommitted(ref, true)
-	if n := p.Stats.Rewinds.Load(); n != 0 {
+	if n := p.stats.Rewinds.Load(); n != 0 {
 		t.Errorf("%d rewinds: a wake or a record was refused", n)
 	}
 }

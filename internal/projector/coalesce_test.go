@@ -36,10 +36,10 @@ func TestBacklogCoalescesIntoBoundedWakes(t *testing.T) {
 	cfg.Chunk, cfg.MaxBatch = chunk, 5000
 	cfg.Now = func() time.Time { return t0 } // no request's TTL falls due
 	p, stop := e.start(cfg)
-	testenv.WaitFor(t, 60*time.Second, until(p, "the backlog is applied", func() bool { return p.Stats.Applied.Load() == int64(len(evs)) }))
+	testenv.WaitFor(t, 60*time.Second, until(p, "the backlog is applied", func() bool { return p.stats.Applied.Load() == int64(len(evs)) }))
 	stop()
 
-	wakes := p.Stats.Wakes.Load()
+	wakes := p.stats.Wakes.Load()
 	seen := map[string]int{}
 	var got, commits int64
 	e.reader(e.names.Wakes()).until(30*time.Second, "the wakes", func(rec *kgo.Record) bool {

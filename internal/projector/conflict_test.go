@@ -90,7 +90,7 @@ func testReusedIDIsDeadLettered(t *testing.T, b *brokertest.Broker) {
 		}
 		return seen[topics.TriggerFailed] && seen[topics.TriggerStatusBlocked]
 	})
-	st := &p.Stats
+	st := &p.stats
 	testenv.WaitFor(t, 10*time.Second, until(p, "all records counted", func() bool { return st.Records.Load() == int64(len(recs)) }))
 	if st.Applied.Load() != 4 || st.Duplicates.Load() != 2 || st.DuplicateConflicts.Load() != 1 || st.DeadLettered.Load() != 1 {
 		t.Errorf("%s conflicts=%d; want 4 applied, 2 duplicates, 1 conflict dead-lettered", statsString(st), st.DuplicateConflicts.Load())

@@ -53,7 +53,7 @@ func testWakesMatchReplay(t *testing.T, b *brokertest.Broker) {
 		e.produce(e.names.AgentEvents(), events[i])
 		// One record per batch, as replay sees them: the next is produced
 		// only once this one is consumed, so none pile up into one fetch.
-		testenv.WaitFor(t, 30*time.Second, until(p, "event consumed", func() bool { return p.Stats.Records.Load() == int64(i+1) }))
+		testenv.WaitFor(t, 30*time.Second, until(p, "event consumed", func() bool { return p.stats.Records.Load() == int64(i+1) }))
 	}
 	got := 0
 	matched := 0
@@ -69,7 +69,7 @@ func testWakesMatchReplay(t *testing.T, b *brokertest.Broker) {
 				t.Fatalf("wake %s: snapshot differs from replay:\nreplay: %s\nlive:   %s", w.WakeID, ea, eb)
 			}
 		}
-		return p.Stats.Applied.Load() == int64(len(events)) && int64(got) >= p.Stats.Wakes.Load()
+		return p.stats.Applied.Load() == int64(len(events)) && int64(got) >= p.stats.Wakes.Load()
 	})
 	// Records fetched together are one batch, coalesced into one wake with an
 	// id of its own; most arrive alone here and must match replay exactly.

@@ -29,7 +29,7 @@ type gate struct {
 	// when it rises from zero. Guarded by mu.
 	open chan struct{}
 	// pauses counts the times a worker paused at the gate, paused the
-	// nanoseconds spent paused (telemetry: Stats).
+	// nanoseconds spent paused (telemetry: Status).
 	pauses, paused *atomic.Int64
 }
 

@@ -52,7 +52,7 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	applied := func(ps ...*Projector) int64 {
 		var n int64
 		for _, p := range ps {
-			n += p.Stats.Applied.Load()
+			n += p.stats.Applied.Load()
 		}
 		return n
 	}
@@ -103,7 +103,7 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 
 	stage(1)
 	testenv.WaitFor(t, 60*time.Second, until(b, "the second third is applied and B's standby replicas follow A", func() bool {
-		return applied(a, b) >= int64(2*third) && b.Stats.StandbyRecords.Load() > 0
+		return applied(a, b) >= int64(2*third) && b.stats.StandbyRecords.Load() > 0
 	}))
 
 	// A leaves; B restores A's partitions from where its standby replicas
@@ -117,10 +117,10 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 		o, _ := changelogEnds.Lookup(e.names.Changelog(), part)
 		changelogOfA += o.Offset
 	}
-	restoredBefore := b.Stats.RestoredRecords.Load()
+	restoredBefore := b.stats.RestoredRecords.Load()
 	stopA()
 	testenv.WaitFor(t, 60*time.Second, until(b, "B owns every partition", func() bool { return len(b.Owned()) == partitions }))
-	restored := b.Stats.RestoredRecords.Load() - restoredBefore
+	restored := b.stats.RestoredRecords.Load() - restoredBefore
 	t.Logf("B restored %d changelog records to take over A's partitions, whose changelog holds %d", restored, changelogOfA)
 	if restored*2 > changelogOfA {
 		t.Errorf("B restored %d of the %d changelog records of A's partitions: the standby replicas did not keep them warm",
@@ -131,7 +131,7 @@ func testHandoffWithStandby(t *testing.T, broker *brokertest.Broker) {
 	total := int64(len(events))
 	testenv.WaitFor(t, 60*time.Second, until(b, "every event is applied", func() bool { return applied(a, b) >= total }))
 	stopB()
-	if d := a.Stats.Duplicates.Load() + b.Stats.Duplicates.Load(); d != 0 {
+	if d := a.stats.Duplicates.Load() + b.stats.Duplicates.Load(); d != 0 {
 		t.Errorf("%d events were applied as duplicates: the handoff lost track of offsets", d)
 	}
 	e.checkCommitted(ref, true)

@@ -2,11 +2,8 @@ package projector
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
@@ -184,68 +181,8 @@ func (NopHooks) RunsExpired(int32, int) {}
 // for fresh hooks for each client.
 type KafkaHooks func(role string) []kgo.Hook
 
-// PartitionLag is how far one owned partition is behind an input topic.
-type PartitionLag struct {
-	Topic     string
-	Partition int32
-	// Records is the high watermark minus the next offset to apply, as of
-	// the partition's last fetch.
-	Records int64
-}
-
-// Lag reports the lag of every owned partition on both input topics, in
-// partition order. A partition not fetched from yet reports nothing.
-func (p *Projector) Lag() []PartitionLag {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []PartitionLag
-	for _, part := range slices.Sorted(maps.Keys(p.workers)) {
-		w := p.workers[part]
-		for i, topic := range []string{p.cfg.Names.AgentEvents(), p.cfg.Names.HumanInput()} {
-			if n := w.in.lag[i].Load(); n >= 0 {
-				out = append(out, PartitionLag{Topic: topic, Partition: part, Records: n})
-			}
-		}
-	}
-	return out
-}
-
-// PebbleMetrics returns the state store's metrics (compactions, disk usage,
-// cache hits), or nil once the projector is shutting down.
-func (p *Projector) PebbleMetrics() *pebble.Metrics {
-	// Holding mu keeps shutdown, which sets closing under mu before it
-	// closes the database, from closing it meanwhile.
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closing {
-		return nil
-	}
-	return p.db.Metrics()
-}
-
-// Counters are what an instance counts beyond its hooks, read at scrape
-// time by the metrics adapter: its restores as they go (so that a long
-// restore shows progress) and the priority gate.
-type Counters struct {
-	// Restoring is the number of partitions restoring now; RestoredRecords
-	// the changelog records restores wrote.
-	Restoring, RestoredRecords int64
-	// GatePauses counts the pauses of the priority gate, GatePaused their
-	// time.
-	GatePauses int64
-	GatePaused time.Duration
-}
-
-// Counters returns the instance's Counters; running is true (a Projector
-// is its own instance).
-func (p *Projector) Counters() (c Counters, running bool) {
-	return Counters{Restoring: p.Stats.Restoring.Load(), RestoredRecords: p.Stats.RestoredRecords.Load(),
-		GatePauses: p.Stats.GatePauses.Load(),
-		GatePaused: time.Duration(p.Stats.GatePausedNanos.Load())}, true
-}
-
 // Consumed counts a consumed record by its outcome.
-func (s *Stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
+func (s *stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
 	s.Records.Add(1)
 	switch outcome {
 	case OutcomeApplied:
@@ -269,7 +206,7 @@ func (s *Stats) Consumed(_ string, _ topics.EventType, outcome Outcome) {
 }
 
 // WakeCommitted counts a committed wake.
-func (s *Stats) WakeCommitted(_ context.Context, w CommittedWake) {
+func (s *stats) WakeCommitted(_ context.Context, w CommittedWake) {
 	s.Wakes.Add(1)
 	if w.Wake.Lane == topics.LanePriority {
 		s.PriorityWakes.Add(1)
@@ -277,17 +214,17 @@ func (s *Stats) WakeCommitted(_ context.Context, w CommittedWake) {
 }
 
 // GroupStalled counts a stalled group.
-func (s *Stats) GroupStalled(time.Duration) { s.GroupStalls.Add(1) }
+func (s *stats) GroupStalled(time.Duration) { s.GroupStalls.Add(1) }
 
 // Rewound counts a partition's rewind.
-func (s *Stats) Rewound(int32, error) { s.Rewinds.Add(1) }
+func (s *stats) Rewound(int32, error) { s.Rewinds.Add(1) }
 
 // RunsExpired counts the runs retention deleted.
-func (s *Stats) RunsExpired(_ int32, runs int) { s.Expired.Add(int64(runs)) }
+func (s *stats) RunsExpired(_ int32, runs int) { s.Expired.Add(int64(runs)) }
 
 // Committed counts a commit: a transaction committed (or, at least once,
 // a batch acknowledged and written), or one that failed.
-func (s *Stats) Committed(_ int32, _ time.Duration, err error) {
+func (s *stats) Committed(_ int32, _ time.Duration, err error) {
 	if err != nil {
 		s.Aborts.Add(1)
 	} else {
@@ -297,7 +234,7 @@ func (s *Stats) Committed(_ int32, _ time.Duration, err error) {
 
 // tee reports to stats, then to next: an instance's hooks.
 type tee struct {
-	stats *Stats
+	stats *stats
 	next  Hooks
 }
 
@@ -357,6 +294,6 @@ func (t tee) RunsExpired(partition int32, runs int) {
 }
 
 var (
-	_ Hooks = (*Stats)(nil)
+	_ Hooks = (*stats)(nil)
 	_ Hooks = tee{}
 )

@@ -70,7 +70,7 @@ func TestWakeAboveProducerDefault(t *testing.T) {
 		}
 		evs = append(evs, poisonEvents(run, t0, 0)[2])
 		e.produce(e.names.AgentEvents(), evs...)
-		testenv.WaitFor(t, 60*time.Second, until(p, "the wide run's wake", func() bool { return p.Stats.Wakes.Load() >= 1 }))
+		testenv.WaitFor(t, 60*time.Second, until(p, "the wide run's wake", func() bool { return p.stats.Wakes.Load() >= 1 }))
 		var size int
 		e.reader(e.names.Wakes()).until(30*time.Second, "the wide run's wake", func(r *kgo.Record) bool {
 			size = len(r.Value)
@@ -80,7 +80,7 @@ func TestWakeAboveProducerDefault(t *testing.T) {
 			t.Errorf("the wake is %d bytes: not above franz-go's default, as the test means", size)
 		}
 		stop()
-		if n := p.Stats.DeadLettered.Load() + p.Stats.Rewinds.Load(); n != 0 {
+		if n := p.stats.DeadLettered.Load() + p.stats.Rewinds.Load(); n != 0 {
 			t.Errorf("%d dead letters and rewinds: the large wake was refused", n)
 		}
 	})

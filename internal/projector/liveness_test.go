@@ -90,11 +90,11 @@ func TestStalledPartition(t *testing.T) {
 	}
 	testenv.WaitFor(t, 30*time.Second, until(p, "the run's first events committed and the instance ready", func() bool {
 		ok, _ := p.Ready()
-		return p.Stats.Applied.Load() == 2 && !waits() && ok
+		return p.stats.Applied.Load() == 2 && !waits() && ok
 	}))
 	// Caught up: no record waits, however long since the last commit.
 	clock.Advance(10 * time.Minute)
-	if s := p.Stalled(); len(s) != 0 {
+	if s := p.Status().Stalled; len(s) != 0 {
 		t.Fatalf("caught up and idle for 10 minutes: stalled %v, want none", s)
 	}
 
@@ -102,17 +102,17 @@ func TestStalledPartition(t *testing.T) {
 	e.produce(e.names.AgentEvents(), worker(0))
 	testenv.WaitFor(t, 30*time.Second, until(p, "the next commit is held", held.Load))
 	e.produce(e.names.AgentEvents(), worker(1), worker(2))
-	testenv.WaitFor(t, 30*time.Second, until(p, "the rest applied behind the held commit", func() bool { return p.Stats.Applied.Load() == 5 }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "the rest applied behind the held commit", func() bool { return p.stats.Applied.Load() == 5 }))
 
 	clock.Advance(cfg.withDefaults().StalledAfter - time.Second)
-	if s := p.Stalled(); len(s) != 0 {
+	if s := p.Status().Stalled; len(s) != 0 {
 		t.Fatalf("records waiting for a second less than StalledAfter: stalled %v, want none yet", s)
 	}
 	if ok, why := p.Ready(); !ok {
 		t.Fatalf("not stalled yet, Ready says %q", why)
 	}
 	clock.Advance(time.Second)
-	if s := p.Stalled(); !slices.Equal(s, []PartitionStall{{Partition: 0, For: time.Minute}}) {
+	if s := p.Status().Stalled; !slices.Equal(s, []PartitionStall{{Partition: 0, For: time.Minute}}) {
 		t.Fatalf("records waiting for StalledAfter: stalled %v, want partition 0 for 1m", s)
 	}
 	ok, why := p.Ready()
@@ -124,7 +124,7 @@ func TestStalledPartition(t *testing.T) {
 	closeRelease()
 	testenv.WaitFor(t, 30*time.Second, until(p, "the held commit and the next completed: nothing stalled, ready", func() bool {
 		ok, _ := p.Ready()
-		return len(p.Stalled()) == 0 && ok
+		return len(p.Status().Stalled) == 0 && ok
 	}))
 }
 
@@ -182,7 +182,7 @@ func TestRestartLoopIsSeen(t *testing.T) {
 
 	// Three failures (0.5 s, 1 s and 2 s of backoff): a loop.
 	testenv.WaitFor(t, 60*time.Second, until(nil, "three restarts", func() bool { return hooks.n.Load() >= 3 }))
-	if st := s.Stalled(); len(st) != 0 {
+	if st := s.Status().Stalled; len(st) != 0 {
 		t.Errorf("records waiting for 0s of the projector's clock: stalled %v, want none", st)
 	}
 	clock.Advance(45 * time.Second)
@@ -194,7 +194,7 @@ func TestRestartLoopIsSeen(t *testing.T) {
 	testenv.WaitFor(t, 60*time.Second, func() error {
 		before := hooks.n.Load()
 		ok, why := s.Ready()
-		lag, stalled := s.Lag(), s.Stalled()
+		lag, stalled := s.Status().Lag, s.Status().Stalled
 		if hooks.n.Load() != before || before < 4 {
 			return fmt.Errorf("%d restarts so far, want a fourth and a steady look at it", before)
 		}
@@ -216,8 +216,8 @@ func TestRestartLoopIsSeen(t *testing.T) {
 	fault.Remove()
 	testenv.WaitFor(t, 60*time.Second, until(nil, "an instance that commits: ready, nothing stalled, no lag", func() bool {
 		ok, _ := s.Ready()
-		lag := s.Lag()
-		return ok && len(s.Stalled()) == 0 && len(lag) > 0 && !slices.ContainsFunc(lag, func(l PartitionLag) bool { return l.Records != 0 })
+		lag := s.Status().Lag
+		return ok && len(s.Status().Stalled) == 0 && len(lag) > 0 && !slices.ContainsFunc(lag, func(l PartitionLag) bool { return l.Records != 0 })
 	}))
 }
 

@@ -484,11 +484,11 @@ func (o *outageTest) run(disrupt func(ctx context.Context, began func())) {
 		instMu.Lock()
 		var commits, aborts, applied, dups, dead int64
 		for _, p := range instances {
-			commits += p.Stats.Commits.Load()
-			aborts += p.Stats.Aborts.Load()
-			applied += p.Stats.Applied.Load()
-			dups += p.Stats.Duplicates.Load()
-			dead += p.Stats.DeadLettered.Load()
+			commits += p.stats.Commits.Load()
+			aborts += p.stats.Aborts.Load()
+			applied += p.stats.Applied.Load()
+			dups += p.stats.Duplicates.Load()
+			dead += p.stats.DeadLettered.Load()
 		}
 		n := len(instances)
 		instMu.Unlock()

@@ -49,11 +49,11 @@ func TestApplyWhileCommitting(t *testing.T) {
 	e.produce(e.names.AgentEvents(),
 		testEvent("ev-root", run, "conductor", t0, &topics.NodeCreated{Role: topics.RoleConductor}),
 		testEvent("ev-worker", run, "agent-1", t0, &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
-	testenv.WaitFor(t, 30*time.Second, until(p, "the run's first events are committed", func() bool { return p.Stats.Commits.Load() >= 1 }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "the run's first events are committed", func() bool { return p.stats.Commits.Load() >= 1 }))
 
 	// The first request's commit is held at its EndTxn.
 	hold.Store(true)
-	commits, wakes := p.Stats.Commits.Load(), p.Stats.Wakes.Load()
+	commits, wakes := p.stats.Commits.Load(), p.stats.Wakes.Load()
 	e.produce(e.names.AgentEvents(), request(0))
 	testenv.WaitFor(t, 30*time.Second, until(p, "the first request's commit is in flight", held.Load))
 
@@ -64,12 +64,12 @@ func TestApplyWhileCommitting(t *testing.T) {
 	}
 	e.produce(e.names.AgentEvents(), rest...)
 	testenv.WaitFor(t, 30*time.Second, until(p, "the requests are applied while the commit is held", func() bool {
-		return p.Stats.Applied.Load() == 2+requests
+		return p.stats.Applied.Load() == 2+requests
 	}))
-	if got := p.Stats.Commits.Load(); got != commits {
+	if got := p.stats.Commits.Load(); got != commits {
 		t.Fatalf("%d commits completed while the broker held the first one's EndTxn: a second commit did not wait for the one in flight", got-commits)
 	}
-	if got := p.Stats.Wakes.Load(); got != wakes {
+	if got := p.stats.Wakes.Load(); got != wakes {
 		t.Fatalf("%d wakes counted before their commit completed", got-wakes)
 	}
 
@@ -77,9 +77,9 @@ func TestApplyWhileCommitting(t *testing.T) {
 	// was applied whole before the first could be reaped.
 	hold.Store(false)
 	closeRelease()
-	testenv.WaitFor(t, 30*time.Second, until(p, "both commits complete", func() bool { return p.Stats.Commits.Load() >= commits+2 }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "both commits complete", func() bool { return p.stats.Commits.Load() >= commits+2 }))
 	stop()
-	wakes = p.Stats.Wakes.Load()
+	wakes = p.stats.Wakes.Load()
 
 	seen := map[string]int{}
 	var got int64

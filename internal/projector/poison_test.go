@@ -153,9 +153,9 @@ func testPoisonRecord(t *testing.T, b *brokertest.Broker, kind, says string) {
 		total += int64(len(before))
 	}
 	testenv.WaitFor(t, 60*time.Second, until(p, "every other record applied", func() bool {
-		return p.Stats.Applied.Load() >= total && p.Stats.Poison.Load() == 1
+		return p.stats.Applied.Load() >= total && p.stats.Poison.Load() == 1
 	}))
-	if n := p.Stats.Rewinds.Load(); n < DefaultPoisonAttempts {
+	if n := p.stats.Rewinds.Load(); n < DefaultPoisonAttempts {
 		t.Errorf("%d rewinds, want at least %d (one per failure alone)", n, DefaultPoisonAttempts)
 	}
 	stop()
@@ -292,7 +292,7 @@ func testPoisonTimerWake(t *testing.T, b *brokertest.Broker) {
 	e.wakes().until(30*time.Second, func(w *topics.Wake) bool {
 		return w.RunID == run && slices.ContainsFunc(w.Triggers, func(tr topics.Trigger) bool { return tr.EventID != nil && *tr.EventID == "ev-later" })
 	})
-	if got := p.Stats.Poison.Load(); got != 0 {
+	if got := p.stats.Poison.Load(); got != 0 {
 		t.Errorf("%d records counted as poison: a timer wake has no record", got)
 	}
 }
@@ -321,7 +321,7 @@ func TestRewindWithoutPoison(t *testing.T) {
 		ref.Apply(t, &evs[i])
 	}
 	e.produce(e.names.AgentEvents(), evs...)
-	testenv.WaitFor(t, 30*time.Second, until(p, "the trees applied", func() bool { return p.Stats.Applied.Load() >= int64(len(evs)) }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "the trees applied", func() bool { return p.stats.Applied.Load() >= int64(len(evs)) }))
 	// Two wakes fit the topic's limit, six do not.
 	setWakeLimit(t, e, compressedWake(t, e, "run-0")*5/2)
 	var results []topics.Event
@@ -333,8 +333,8 @@ func TestRewindWithoutPoison(t *testing.T) {
 		ref.Apply(t, &results[i])
 	}
 	e.produce(e.names.AgentEvents(), results...)
-	testenv.WaitFor(t, 60*time.Second, until(p, "every result's wake", func() bool { return p.Stats.Wakes.Load() >= 2*int64(len(results)) }))
-	if p.Stats.Rewinds.Load() == 0 {
+	testenv.WaitFor(t, 60*time.Second, until(p, "every result's wake", func() bool { return p.stats.Wakes.Load() >= 2*int64(len(results)) }))
+	if p.stats.Rewinds.Load() == 0 {
 		t.Errorf("no rewind: the six wakes fit one batch, and the test proves nothing")
 	}
 	stop()

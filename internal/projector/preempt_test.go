@@ -125,7 +125,7 @@ func testHumanPreempts(t *testing.T, b *brokertest.Broker, partitions int32) {
 	p, stop := e.start(cfg)
 	defer stop()
 
-	testenv.WaitFor(t, 60*time.Second, until(p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 }))
+	testenv.WaitFor(t, 60*time.Second, until(p, "the projector starts on the backlog", func() bool { return p.stats.Applied.Load() > 0 }))
 	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop"})
 	hold.Store(true)
 	e.produceRecords(rawRecord(t, e.names.HumanInput(), &input, partitions))
@@ -138,17 +138,17 @@ func testHumanPreempts(t *testing.T, b *brokertest.Broker, partitions int32) {
 	before := hooks.before
 	hooks.mu.Unlock()
 	t.Logf("human input applied after %d agent records (chunks of %d); other partitions paused %d times for %v",
-		before, chunk, p.Stats.GatePauses.Load(), time.Duration(p.Stats.GatePausedNanos.Load()))
+		before, chunk, p.stats.GatePauses.Load(), time.Duration(p.stats.GatePausedNanos.Load()))
 	if partitions == 1 && before >= chunk {
 		t.Errorf("the human input was applied after %d agent records: the worker finished its chunk of %d before looking at it", before, chunk)
 	}
-	if partitions > 1 && p.Stats.GatePauses.Load() == 0 {
+	if partitions > 1 && p.stats.GatePauses.Load() == 0 {
 		t.Errorf("no other partition paused while the human input was on its way")
 	}
 	total := int64(len(events)) + 1
-	testenv.WaitFor(t, 150*time.Second, until(p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= total }))
+	testenv.WaitFor(t, 150*time.Second, until(p, "the backlog drains", func() bool { return p.stats.Applied.Load() >= total }))
 	stop()
-	if st := &p.Stats; st.Records.Load() != total || st.Applied.Load() != total || st.Duplicates.Load() != 0 || st.PriorityWakes.Load() != 1 {
+	if st := &p.stats; st.Records.Load() != total || st.Applied.Load() != total || st.Duplicates.Load() != 0 || st.PriorityWakes.Load() != 1 {
 		t.Fatalf("after the drain: %s; want %d records all applied once, one priority wake", statsString(st), total)
 	}
 }

@@ -108,7 +108,7 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	cfg.Hooks = stages
 	p, stop := e.start(cfg)
 
-	testenv.WaitFor(t, 60*time.Second, until(p, "the projector starts on the backlog", func() bool { return p.Stats.Applied.Load() > 0 }))
+	testenv.WaitFor(t, 60*time.Second, until(p, "the projector starts on the backlog", func() bool { return p.stats.Applied.Load() > 0 }))
 	input := testEvent("human-input-1", target, "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop and summarise"})
 	inputRec := rawRecord(t, e.names.HumanInput(), &input, partitions)
 	inputRec.Timestamp = start
@@ -118,7 +118,7 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	var prioTS time.Time
 	appliedAtWake := int64(-1)
 	e.reader(e.names.PriorityWakes()).until(30*time.Second, "the priority wake", func(rec *kgo.Record) bool {
-		appliedAtWake = p.Stats.Applied.Load()
+		appliedAtWake = p.stats.Applied.Load()
 		prioTS = rec.Timestamp
 		w := decodeWake(t, rec)
 		if w.Lane != topics.LanePriority || w.RunID != target {
@@ -173,10 +173,10 @@ func testPriorityLaneOvertakesBacklog(t *testing.T, b *brokertest.Broker) {
 	}
 
 	// The backlog drains fully, each event applied once.
-	testenv.WaitFor(t, 150*time.Second, until(p, "the backlog drains", func() bool { return p.Stats.Applied.Load() >= int64(backlog)+1 }))
+	testenv.WaitFor(t, 150*time.Second, until(p, "the backlog drains", func() bool { return p.stats.Applied.Load() >= int64(backlog)+1 }))
 	t.Logf("drained in %v", time.Since(t0))
 	stop()
-	st := &p.Stats
+	st := &p.stats
 	if st.Records.Load() != int64(backlog)+1 || st.Duplicates.Load() != 0 || st.DeadLettered.Load() != 0 ||
 		st.UnknownType.Load() != 0 || st.Rerouted.Load() != 0 || st.PriorityWakes.Load() != 1 {
 		t.Fatalf("after the drain: %s; want %d records all applied once, one priority wake", statsString(st), backlog+1)

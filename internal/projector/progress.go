@@ -223,11 +223,11 @@ func (p *Projector) held() []int32 {
 	return slices.Sorted(maps.Keys(p.workers))
 }
 
-// Stalled returns the partitions this instance is assigned whose records
+// stalledNow returns the partitions this instance is assigned whose records
 // have waited at least Config.StalledAfter without a commit moving past
 // them, in partition order: none waits on a partition that keeps up. A
 // stopped instance answers for the partitions it had.
-func (p *Projector) Stalled() []PartitionStall {
+func (p *Projector) stalledNow() []PartitionStall {
 	return p.progress.stalled(p.held(), p.cfg.Now(), p.cfg.StalledAfter)
 }
 

@@ -44,51 +44,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/internal/cluster"
-	"github.com/canopy-dev/canopy/pkg/projection"
 )
-
-// Stats count what the projector did since it started. The records, wakes
-// and stalls it reports to its hooks are counted as a Hooks implementation
-// (hooks.go), which the instance reports to before Config.Hooks, so that
-// each is counted in one place; the rest it counts where they happen.
-type Stats struct {
-	NopHooks
-	// Records counts the records consumed (Hooks.Consumed), Applied and
-	// the rest them by outcome; DeadLettered counts every record sent to
-	// the dead-letter topic, UnknownType, RunExpired, DuplicateConflicts
-	// and Poison ones included.
-	Records, Applied, Duplicates, DeadLettered, UnknownType, Rerouted atomic.Int64
-	// DuplicateConflicts counts the events whose id their run applied
-	// with other content (OutcomeDuplicateConflict).
-	DuplicateConflicts atomic.Int64
-	// Poison counts the records dead-lettered as poison (poison.go), and
-	// Rewinds the times a partition rewound to apply again what was not
-	// committed after a failure its input may cause.
-	Poison, Rewinds atomic.Int64
-	// Wakes counts the committed wakes (Hooks.WakeCommitted),
-	// PriorityWakes those of the priority lane.
-	Wakes, PriorityWakes atomic.Int64
-	// GroupStalls is 1 once this instance found its group stalled and
-	// stopped (ErrGroupStalled); Hooks.GroupStalled counts across the
-	// instances a Supervisor runs.
-	GroupStalls atomic.Int64
-	// Commits counts the commits that succeeded (a transaction committed
-	// and written to Pebble, or at least once, acknowledged and written),
-	// Aborts those that failed (Hooks.Committed reports both).
-	Commits, Aborts atomic.Int64
-	// Expired counts the finished runs whose state retention deleted
-	// (projection.Config.Retention).
-	Expired atomic.Int64
-	// Restoring is the number of partitions restoring from the changelog
-	// now; RestoredRecords counts the changelog records they wrote.
-	Restoring, RestoredRecords atomic.Int64
-	// StandbyRecords counts the changelog records standby replicas applied.
-	StandbyRecords atomic.Int64
-	// GatePauses counts the times a partition's worker paused its agent
-	// records while another partition's human input was on its way, and
-	// GatePausedNanos the time they spent paused (gate.go).
-	GatePauses, GatePausedNanos atomic.Int64
-}
 
 // Projector is one projector instance.
 type Projector struct {
@@ -141,9 +97,9 @@ type Projector struct {
 	// go on in the background after Run returned (closeClients).
 	groupClosed chan struct{}
 
-	// Stats are live counters, for tests and the metrics adapter.
-	Stats Stats
-	// hooks reports to Stats, then to Config.Hooks.
+	// stats count what the instance did (status.go), read through Status;
+	// hooks reports to stats, then to Config.Hooks.
+	stats stats
 	hooks Hooks
 }
 
@@ -164,8 +120,8 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 func newInstance(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{}), progress: cfg.progress, common: cfg.Kafka.Opts()}
-	p.gate = newGate(&p.Stats.GatePauses, &p.Stats.GatePausedNanos)
-	p.hooks = tee{&p.Stats, cfg.Hooks}
+	p.gate = newGate(&p.stats.GatePauses, &p.stats.GatePausedNanos)
+	p.hooks = tee{&p.stats, cfg.Hooks}
 
 	db, err := openState(cfg, cfg.Now())
 	if err != nil {
@@ -305,13 +261,6 @@ func (p *Projector) Partitions() int32 { return p.partitions }
 // still be resumed from (changelog.Config.MaxCheckpointAge): half the
 // changelog topic's delete.retention.ms, as the broker said at New.
 func (p *Projector) CheckpointTrust() time.Duration { return p.trust }
-
-// Memory returns the figures of the budget of runs in memory, shared by
-// the instance's partitions (Config.MemoryLimit).
-func (p *Projector) Memory() projection.BudgetStats { return p.cfg.Projection.Memory.Stats() }
-
-// MemoryLimit is Config.MemoryLimit, defaults applied.
-func (p *Projector) MemoryLimit() int64 { return p.cfg.MemoryLimit }
 
 // Owned returns the partitions this instance owns now, in order: assigned
 // to it by the group and restored (a partition still restoring is not

@@ -215,10 +215,10 @@ func (p *Projector) Ready() (ok bool, why string) {
 	if owned < assigned {
 		return false, fmt.Sprintf("restoring %d of its %d partitions", assigned-owned, assigned)
 	}
-	if stalls := p.Stalled(); len(stalls) > 0 {
+	if stalls := p.stalledNow(); len(stalls) > 0 {
 		return false, fmt.Sprintf("stalled: %s without progress while records wait (stalled after %v)", stallText(stalls), p.cfg.StalledAfter)
 	}
-	for _, l := range p.Lag() {
+	for _, l := range p.lag() {
 		if l.Records > p.cfg.ReadyLag {
 			return false, fmt.Sprintf("catching up: partition %d of %s is %d records behind (ready at %d)", l.Partition, l.Topic, l.Records, p.cfg.ReadyLag)
 		}

@@ -47,7 +47,7 @@ func TestQueries(t *testing.T) {
 	applied := func(ps ...*Projector) int64 {
 		var n int64
 		for _, p := range ps {
-			n += p.Stats.Applied.Load()
+			n += p.stats.Applied.Load()
 		}
 		return n
 	}
@@ -256,7 +256,7 @@ func TestReadyMeansCaughtUp(t *testing.T) {
 		return sawBehind != ""
 	}))
 	testenv.WaitFor(t, 120*time.Second, until(p, "ready once caught up", func() bool { ok, _ := p.Ready(); return ok }))
-	if lag := p.Lag(); len(lag) == 0 || lag[0].Records > cfg.ReadyLag {
+	if lag := p.Status().Lag; len(lag) == 0 || lag[0].Records > cfg.ReadyLag {
 		t.Errorf("ready with lag %+v", lag)
 	}
 	t.Logf("while behind: %s", sawBehind)

@@ -65,9 +65,9 @@ func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {
 	p1, stop1 := e.start(cfg)
 	e.produce(e.names.AgentEvents(), first...)
 	e.produce(e.names.HumanInput(), humanBefore)
-	testenv.WaitFor(t, 60*time.Second, until(p1, "the first part applied", func() bool { return p1.Stats.Applied.Load() >= int64(len(first)+1) }))
+	testenv.WaitFor(t, 60*time.Second, until(p1, "the first part applied", func() bool { return p1.stats.Applied.Load() >= int64(len(first)+1) }))
 	stop1()
-	if st := &p1.Stats; st.Records.Load() != int64(len(first)+1) || st.Duplicates.Load() != 0 {
+	if st := &p1.stats; st.Records.Load() != int64(len(first)+1) || st.Duplicates.Load() != 0 {
 		t.Fatalf("first projector: %s; want %d records, all applied", statsString(st), len(first)+1)
 	}
 
@@ -76,10 +76,10 @@ func testRestartResumesExactly(t *testing.T, b *brokertest.Broker) {
 	p2, stop2 := e.start(cfg)
 	fresh := int64(len(second) - len(dups) + 1)
 	testenv.WaitFor(t, 60*time.Second, until(p2, "the second part consumed", func() bool {
-		return p2.Stats.Applied.Load()+p2.Stats.Duplicates.Load() >= fresh+int64(len(dups))
+		return p2.stats.Applied.Load()+p2.stats.Duplicates.Load() >= fresh+int64(len(dups))
 	}))
 	stop2()
-	if st := &p2.Stats; st.Records.Load() != fresh+int64(len(dups)) || st.Applied.Load() != fresh ||
+	if st := &p2.stats; st.Records.Load() != fresh+int64(len(dups)) || st.Applied.Load() != fresh ||
 		st.Duplicates.Load() != int64(len(dups)) || st.DeadLettered.Load() != 0 {
 		t.Fatalf("second projector: %s; want %d records: %d applied and %d duplicates, nothing consumed twice",
 			statsString(st), fresh+int64(len(dups)), fresh, len(dups))

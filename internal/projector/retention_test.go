@@ -39,7 +39,7 @@ func TestRetention(t *testing.T) {
 		testEvent("l-0", live, "conductor", t0, &topics.NodeCreated{Role: topics.RoleConductor}))
 	p, stop := e.start(cfg)
 	defer stop()
-	testenv.WaitFor(t, 30*time.Second, until(p, "the runs are applied", func() bool { return p.Stats.Applied.Load() == 5 }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "the runs are applied", func() bool { return p.stats.Applied.Load() == 5 }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := p.Snapshot(ctx, done); err != nil {
@@ -58,8 +58,8 @@ func TestRetention(t *testing.T) {
 	if expired.RunID != done || !expired.At.Equal(t0.Add(3*time.Second+time.Hour)) || expired.Retention != time.Hour {
 		t.Errorf("expired: %+v, want run %s at %v after 1h", expired, done, t0.Add(3*time.Second+time.Hour))
 	}
-	if n := p.Stats.Expired.Load(); n != 1 {
-		t.Errorf("Stats.Expired %d, want 1", n)
+	if n := p.stats.Expired.Load(); n != 1 {
+		t.Errorf("%d runs expired, want 1", n)
 	}
 	if _, err := p.ReadModel(ctx, done); !errors.Is(err, projection.ErrRunExpired) {
 		t.Errorf("read model of the expired run: %v, want ErrRunExpired", err)
@@ -70,7 +70,7 @@ func TestRetention(t *testing.T) {
 
 	// A late event for the expired run is refused, with why.
 	e.produce(e.names.AgentEvents(), testEvent("d-late", done, "w1", t0.Add(2*time.Hour), &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleWorker}))
-	testenv.WaitFor(t, 30*time.Second, until(p, "the late event is dead-lettered", func() bool { return p.Stats.DeadLettered.Load() == 1 }))
+	testenv.WaitFor(t, 30*time.Second, until(p, "the late event is dead-lettered", func() bool { return p.stats.DeadLettered.Load() == 1 }))
 	e.reader(e.names.DeadLetter()).until(30*time.Second, "the dead letter", func(rec *kgo.Record) bool {
 		for _, h := range rec.Headers {
 			if h.Key == topics.HeaderDeadLetterReason && !strings.HasPrefix(string(h.Value), DeadLetterRunExpired+": ") {

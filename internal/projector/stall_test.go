@@ -49,9 +49,9 @@ func TestStalledGroupRejoinsFresh(t *testing.T) {
 		return p != nil && len(p.Owned()) == 2
 	}))
 	first, n := served.first(), served.count()
-	if n < 2 || first.Stats.GroupStalls.Load() != 1 || stalls.n.Load() < 1 {
+	if n < 2 || first.stats.GroupStalls.Load() != 1 || stalls.n.Load() < 1 {
 		t.Errorf("%d instances, the first counted %d stalls, the hook %d; want a stalled first instance replaced",
-			n, first.Stats.GroupStalls.Load(), stalls.n.Load())
+			n, first.stats.GroupStalls.Load(), stalls.n.Load())
 	}
 	if !strings.Contains(logs.String(), "rejoining as a fresh member") {
 		t.Errorf("no log line says the group stalled:\n%s", logs.String())
@@ -118,8 +118,8 @@ func TestLostSessionRejoinsFresh(t *testing.T) {
 		return n >= 2 && len(p.Owned()) == 2
 	}))
 	first := served.first()
-	if first.Stats.GroupStalls.Load() != 1 {
-		t.Errorf("the first instance counted %d stalls, want 1", first.Stats.GroupStalls.Load())
+	if first.stats.GroupStalls.Load() != 1 {
+		t.Errorf("the first instance counted %d stalls, want 1", first.stats.GroupStalls.Load())
 	}
 	// Its group client leaves in the background once its unanswered
 	// JoinGroup times out (closeClients): wait for it, so that no

@@ -206,7 +206,7 @@ func (s *standby) run(ctx context.Context) {
 					s.pending[fp.Partition] = true
 					return
 				}
-				s.p.Stats.StandbyRecords.Add(int64(len(r.buf)))
+				s.p.stats.StandbyRecords.Add(int64(len(r.buf)))
 				r.buf = r.buf[:0]
 			}
 		})

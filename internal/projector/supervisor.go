@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -151,7 +149,7 @@ func (s *Supervisor) swap(p *Projector) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != nil && s.cur != p {
-		s.restoredBefore += s.cur.Stats.RestoredRecords.Load()
+		s.restoredBefore += s.cur.stats.RestoredRecords.Load()
 	}
 	s.cur = p
 	s.down = false
@@ -221,7 +219,7 @@ func (s *Supervisor) Ready() (ok bool, why string) {
 		} else {
 			fmt.Fprintf(&b, "not running: starting a new instance after a failure at %s (%d in the last 10m", at, n)
 		}
-		if stalls := s.Stalled(); len(stalls) > 0 {
+		if stalls := s.stalled(); len(stalls) > 0 {
 			fmt.Fprintf(&b, "; stalled: %s", stallText(stalls))
 		}
 		fmt.Fprintf(&b, "): %v", last.err)
@@ -238,9 +236,9 @@ func (s *Supervisor) Ready() (ok bool, why string) {
 	return ok, why
 }
 
-// Stalled returns the Supervisor's stalled partitions (Projector.Stalled): the
-// current instance's, or while none runs those the failed instance had.
-func (s *Supervisor) Stalled() []PartitionStall {
+// stalled returns the Supervisor's stalled partitions: the current
+// instance's, or while none runs those the failed instance had.
+func (s *Supervisor) stalled() []PartitionStall {
 	_, parts := s.held()
 	return s.cfg.progress.stalled(parts, s.cfg.Now(), s.cfg.StalledAfter)
 }
@@ -304,14 +302,30 @@ func (s *Supervisor) Owned() []int32 {
 	return nil
 }
 
-// Lag returns the current instance's lag (Projector.Lag). A partition it
-// has not fetched yet (it is restoring), and every partition the failed
-// instance had while no instance runs, reports what this process last knew:
-// the high watermark of its last fetch minus the offset the next owner
-// resumes from (the oldest record fetched and not committed), so that the
-// lag of a partition that a restart loop keeps from committing neither
-// disappears nor reads 0 between instances.
-func (s *Supervisor) Lag() []PartitionLag {
+// Status reads the current instance (Projector.Status), with what this
+// process knows beyond it: the changelog records every instance before it
+// restored, in Counts.RestoredRecords; and for Lag, a partition the
+// instance has not fetched yet (it is restoring), and every partition the
+// failed instance had while no instance runs, reports what this process
+// last knew: the high watermark of its last fetch minus the offset the next
+// owner resumes from (the oldest record fetched and not committed), so that
+// the lag of a partition that a restart loop keeps from committing neither
+// disappears nor reads 0 between instances. Stalled is the held
+// partitions' likewise. Running is false while no instance runs.
+func (s *Supervisor) Status() Status {
+	s.mu.Lock()
+	cur, before := s.cur, s.restoredBefore
+	s.mu.Unlock()
+	st := Status{Lag: s.lag(), Stalled: s.stalled(), Memory: s.cfg.Projection.Memory.Stats(), MemoryLimit: s.cfg.MemoryLimit}
+	if cur != nil {
+		st.Running, st.Owned, st.Pebble, st.Counts = true, cur.Owned(), cur.pebbleMetrics(), cur.stats.counts()
+	}
+	st.Counts.RestoredRecords += before
+	return st
+}
+
+// lag is Status's Lag.
+func (s *Supervisor) lag() []PartitionLag {
 	cur, parts := s.held()
 	type key struct {
 		part  int32
@@ -319,7 +333,7 @@ func (s *Supervisor) Lag() []PartitionLag {
 	}
 	live := map[key]int64{}
 	if cur != nil {
-		for _, l := range cur.Lag() {
+		for _, l := range cur.lag() {
 			live[key{l.Partition, l.Topic}] = l.Records
 		}
 	}
@@ -336,33 +350,4 @@ func (s *Supervisor) Lag() []PartitionLag {
 		}
 	}
 	return out
-}
-
-// Memory returns the figures of the budget of runs in memory, which every
-// instance of the Supervisor shares.
-func (s *Supervisor) Memory() projection.BudgetStats { return s.cfg.Projection.Memory.Stats() }
-
-// MemoryLimit is Config.MemoryLimit, defaults applied.
-func (s *Supervisor) MemoryLimit() int64 { return s.cfg.MemoryLimit }
-
-// PebbleMetrics returns the current instance's state store metrics, nil
-// without one or while it shuts down.
-func (s *Supervisor) PebbleMetrics() *pebble.Metrics {
-	if p := s.current(); p != nil {
-		return p.PebbleMetrics()
-	}
-	return nil
-}
-
-// Counters returns the current instance's counters, with the changelog
-// records every instance before it restored in RestoredRecords; running
-// is false while none runs (then only RestoredRecords is set).
-func (s *Supervisor) Counters() (c Counters, running bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cur != nil {
-		c, running = s.cur.Counters()
-	}
-	c.RestoredRecords += s.restoredBefore
-	return c, running
 }

@@ -17,8 +17,8 @@ func TestSupervisorCountsReplacedRestores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, running := s.Counters(); running || c != (Counters{}) {
-		t.Fatalf("no instance yet: %+v, running %v", c, running)
+	if st := s.Status(); st.Running || st.Counts != (Counts{}) {
+		t.Fatalf("no instance yet: %+v, running %v", st.Counts, st.Running)
 	}
 	if ok, why := s.Ready(); ok || why == "" {
 		t.Errorf("Ready without an instance: %v %q", ok, why)
@@ -27,20 +27,20 @@ func TestSupervisorCountsReplacedRestores(t *testing.T) {
 		t.Errorf("Snapshot without an instance: %v, want ErrNoInstance", err)
 	}
 	a, b := &Projector{}, &Projector{}
-	a.Stats.RestoredRecords.Store(100)
-	a.Stats.Restoring.Store(1)
+	a.stats.RestoredRecords.Store(100)
+	a.stats.Restoring.Store(1)
 	s.swap(a)
-	if c, running := s.Counters(); !running || c.RestoredRecords != 100 || c.Restoring != 1 {
-		t.Fatalf("first instance: %+v, running %v; want 100 restored, 1 restoring", c, running)
+	if st := s.Status(); !st.Running || st.Counts.RestoredRecords != 100 || st.Counts.Restoring != 1 {
+		t.Fatalf("first instance: %+v, running %v; want 100 restored, 1 restoring", st.Counts, st.Running)
 	}
-	a.Stats.RestoredRecords.Store(120) // it went on before it failed
-	b.Stats.RestoredRecords.Store(7)
+	a.stats.RestoredRecords.Store(120) // it went on before it failed
+	b.stats.RestoredRecords.Store(7)
 	s.swap(b)
-	if c, _ := s.Counters(); c.RestoredRecords != 127 || c.Restoring != 0 {
+	if c := s.Status().Counts; c.RestoredRecords != 127 || c.Restoring != 0 {
 		t.Fatalf("after a replacement: %+v; want 127 restored (120 + 7), none restoring", c)
 	}
 	s.swap(b) // the same instance again counts nothing twice
-	if c, _ := s.Counters(); c.RestoredRecords != 127 {
+	if c := s.Status().Counts; c.RestoredRecords != 127 {
 		t.Fatalf("after swapping in the same instance: %d restored, want 127", c.RestoredRecords)
 	}
 }

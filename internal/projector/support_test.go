@@ -26,13 +26,13 @@ func until(p *Projector, what string, cond func() bool) func() error {
 			return nil
 		}
 		if p != nil {
-			return fmt.Errorf("%s (%s)", what, statsString(&p.Stats))
+			return fmt.Errorf("%s (%s)", what, statsString(&p.stats))
 		}
 		return errors.New(what)
 	}
 }
 
-func statsString(s *Stats) string {
+func statsString(s *stats) string {
 	return fmt.Sprintf("records=%d applied=%d duplicates=%d deadLettered=%d unknownType=%d rerouted=%d wakes=%d priorityWakes=%d",
 		s.Records.Load(), s.Applied.Load(), s.Duplicates.Load(), s.DeadLettered.Load(), s.UnknownType.Load(),
 		s.Rerouted.Load(), s.Wakes.Load(), s.PriorityWakes.Load())

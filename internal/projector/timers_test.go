@@ -48,8 +48,8 @@ func testTimersWakeWithoutEvents(t *testing.T, b *brokertest.Broker) {
 	}
 	p, _ := e.start(cfg)
 	e.produce(e.names.AgentEvents(), events...)
-	testenv.WaitFor(t, 30*time.Second, until(p, "the events applied", func() bool { return p.Stats.Applied.Load() >= int64(len(events)) }))
-	if n := p.Stats.Wakes.Load(); n != 0 {
+	testenv.WaitFor(t, 30*time.Second, until(p, "the events applied", func() bool { return p.stats.Applied.Load() >= int64(len(events)) }))
+	if n := p.stats.Wakes.Load(); n != 0 {
 		t.Fatalf("%d wakes before any timer fell due, want none", n)
 	}
 	// Nothing else is produced from here on; only the clock moves.
@@ -82,7 +82,7 @@ func testTimersWakeWithoutEvents(t *testing.T, b *brokertest.Broker) {
 		}
 		return leaseWake != nil && watchdogWake != nil
 	})
-	if got := p.Stats.Records.Load(); got != int64(len(events)) {
+	if got := p.stats.Records.Load(); got != int64(len(events)) {
 		t.Fatalf("%d records consumed, want only the %d events", got, len(events))
 	}
 
@@ -103,7 +103,7 @@ func testTimersWakeWithoutEvents(t *testing.T, b *brokertest.Broker) {
 			t.Errorf("wake %s: as_of_event_seq %d stale %v, want %d and fresh", w.WakeID, s.AsOfEventSeq, s.Stale, len(events))
 		}
 	}
-	if p.Stats.Applied.Load() != int64(len(events)) {
-		t.Errorf("%s; want %d applied", statsString(&p.Stats), len(events))
+	if p.stats.Applied.Load() != int64(len(events)) {
+		t.Errorf("%s; want %d applied", statsString(&p.stats), len(events))
 	}
 }

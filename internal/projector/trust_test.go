@@ -101,7 +101,7 @@ func testCheckpointTrustFollowsTheTopic(t *testing.T, b *brokertest.Broker) {
 		}
 		e.produce(e.names.AgentEvents(), evs...)
 		testenv.WaitFor(t, 60*time.Second, until(p, "the partition restored and the events applied", func() bool {
-			return len(p.Owned()) == 1 && p.Stats.Applied.Load() >= applied
+			return len(p.Owned()) == 1 && p.stats.Applied.Load() >= applied
 		}))
 		stop()
 		res, ok := hooks.first()

@@ -238,14 +238,14 @@ func (w *worker) init() error {
 // changelog records it read.
 func (w *worker) restore() (int64, error) {
 	p := w.p
-	p.Stats.Restoring.Add(1)
+	p.stats.Restoring.Add(1)
 	var counted int64 // of this restore, in RestoredRecords already
 	res, err := changelog.Restore(w.ctx, changelog.Config{
 		ClientOpts: p.common, Topic: p.cfg.Names.Changelog(), Logger: p.log, Now: p.cfg.Now, MaxCheckpointAge: p.trust,
-		Progress: func(_ int32, done, _ int64) { p.Stats.RestoredRecords.Add(done - counted); counted = done },
+		Progress: func(_ int32, done, _ int64) { p.stats.RestoredRecords.Add(done - counted); counted = done },
 	}, w.part, w.store)
-	p.Stats.RestoredRecords.Add(res.Records - counted)
-	p.Stats.Restoring.Add(-1)
+	p.stats.RestoredRecords.Add(res.Records - counted)
+	p.stats.Restoring.Add(-1)
 	p.hooks.Restored(w.part, res, err)
 	if err != nil {
 		return 0, err

@@ -5,12 +5,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/projector"
-	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -158,13 +156,7 @@ func (m *ProjectorMetrics) register(reg prometheus.Registerer) error {
 // answers for whichever of its instances runs now and counts the records
 // its replaced instances restored, or one projector.Projector.
 type Source interface {
-	Owned() []int32
-	Lag() []projector.PartitionLag
-	Memory() projection.BudgetStats
-	MemoryLimit() int64
-	PebbleMetrics() *pebble.Metrics
-	Counters() (c projector.Counters, running bool)
-	Stalled() []projector.PartitionStall
+	Status() projector.Status
 }
 
 var (
@@ -349,23 +341,23 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	p := g.src
+	st := g.src.Status()
+	c := st.Counts
 	// Read live: restores advance it after every batch they write.
-	c, running := p.Counters()
 	ch <- prometheus.MustNewConstMetric(descRestoredRecords, prometheus.CounterValue, float64(c.RestoredRecords))
 	// Lag and stalls also between instances: a Supervisor answers for the
 	// partitions its failed instance had.
-	ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, float64(len(p.Stalled())))
-	for _, l := range p.Lag() {
+	ch <- prometheus.MustNewConstMetric(descStalled, prometheus.GaugeValue, float64(len(st.Stalled)))
+	for _, l := range st.Lag {
 		ch <- prometheus.MustNewConstMetric(descLag, prometheus.GaugeValue, float64(l.Records), l.Topic, strconv.Itoa(int(l.Partition)))
 	}
-	if !running {
+	if !st.Running {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(p.Owned())))
+	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(len(st.Owned)))
 	ch <- prometheus.MustNewConstMetric(descRestoring, prometheus.GaugeValue, float64(c.Restoring))
-	ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(p.MemoryLimit()))
-	mem := p.Memory()
+	ch <- prometheus.MustNewConstMetric(descMemoryLimit, prometheus.GaugeValue, float64(st.MemoryLimit))
+	mem := st.Memory
 	ch <- prometheus.MustNewConstMetric(descHotLimit, prometheus.GaugeValue, float64(mem.Limit))
 	ch <- prometheus.MustNewConstMetric(descHotBytes, prometheus.GaugeValue, float64(mem.Used))
 	ch <- prometheus.MustNewConstMetric(descHotHits, prometheus.CounterValue, float64(mem.Hits))
@@ -375,7 +367,7 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
 	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(c.GatePauses))
 	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, c.GatePaused.Seconds())
-	pm := p.PebbleMetrics()
+	pm := st.Pebble
 	if pm == nil {
 		return
 	}

@@ -70,8 +70,8 @@ func TestAcksMarkResultsForwarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := int64(len(evs))
-	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return p.Stats.Applied.Load() == events }, func() string {
-		return fmt.Sprintf("projector applied %d of %d events", p.Stats.Applied.Load(), events)
+	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool { return p.Status().Counts.Applied == events }, func() string {
+		return fmt.Sprintf("projector applied %d of %d events", p.Status().Counts.Applied, events)
 	}))
 	m, err := p.ReadModel(ctx, run)
 	if err != nil {
@@ -92,9 +92,9 @@ func TestAcksMarkResultsForwarded(t *testing.T) {
 	// Every wake acknowledged, and every acknowledgement applied.
 	testenv.WaitFor(t, 60*time.Second, testenv.Holds(func() bool {
 		acked := c.Stats.Acked.Load()
-		return acked > 0 && acked == p.Stats.Wakes.Load() && p.Stats.Applied.Load() == events+acked
+		return acked > 0 && acked == p.Status().Counts.Wakes && p.Status().Counts.Applied == events+acked
 	}, func() string {
-		return fmt.Sprintf("wakes %d, acknowledged %d, applied %d", p.Stats.Wakes.Load(), c.Stats.Acked.Load(), p.Stats.Applied.Load())
+		return fmt.Sprintf("wakes %d, acknowledged %d, applied %d", p.Status().Counts.Wakes, c.Stats.Acked.Load(), p.Status().Counts.Applied)
 	}))
 	stopConductor()
 	if err := <-done; err != nil {
