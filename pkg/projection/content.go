@@ -103,7 +103,7 @@ func appendContent(b []byte, ev *topics.Event) (_ []byte, typed bool) {
 	c.str(ev.ThreadID)
 	c.str(ev.CorrelationID)
 	c.str(ev.CausationID)
-	typed = c.signalPayload(ev.Data) || c.treePayload(ev.Data)
+	typed = c.signalPayload(ev.Data) || c.treePayload(ev.Data) || c.activityPayload(ev.Data)
 	if !typed {
 		enc, err := topics.Marshal(ev.Data)
 		if err != nil {
@@ -228,6 +228,67 @@ func (c *contentWriter) signalPayload(data any) bool {
 	return true
 }
 
+// activityPayload appends the content of an event of the activity
+// vocabulary (pkg/topics activity.go); false, with nothing appended, for
+// another payload.
+func (c *contentWriter) activityPayload(data any) bool {
+	switch p := data.(type) {
+	case *topics.TurnQueued:
+		c.str(p.TurnID)
+		c.str(p.InputID)
+	case *topics.TurnStarted:
+		c.str(p.TurnID)
+		c.str(p.InputID)
+	case *topics.TurnCompleted:
+		c.strs([]string{p.TurnID, p.Outcome, p.ErrorCode, p.Summary})
+	case *topics.ToolStarted:
+		c.strs([]string{p.CallID, p.ToolName, p.CallKind, p.Command, p.TurnID})
+	case *topics.ToolFinished:
+		c.strs([]string{p.CallID, p.Outcome, p.ErrorCode, p.OutputRef})
+		c.int(p.DurationMs)
+		c.intPtr(p.ExitCode)
+	case *topics.EvidenceRecorded:
+		c.strs([]string{p.EvidenceID, p.EvidenceKind, p.Verdict, p.ArtifactID, p.Ref})
+	case *topics.IncidentOpened:
+		c.strs([]string{p.IncidentID, p.IncidentKind, p.Severity, p.Title})
+	case *topics.IncidentResolved:
+		c.strs([]string{p.IncidentID, p.Resolution})
+	case *topics.ProcessStarted:
+		c.strs([]string{p.ProcessID, p.Command, p.Environment, p.EnvironmentRef, p.OutputRef})
+	case *topics.ProcessExited:
+		c.strs([]string{p.ProcessID, p.Signal, p.OutputRef})
+		c.intPtr(p.ExitCode)
+	case *topics.ModelUsage:
+		c.strs([]string{p.Model, p.Provider, p.Profile})
+		c.int(p.InputTokens)
+		c.int(p.OutputTokens)
+		c.int(p.CachedTokens)
+		c.int(p.CostMicros)
+	case *topics.LimitUpdated:
+		c.strs([]string{p.LimitKind, p.State})
+		c.intPtr(p.Remaining)
+		c.timePtr(p.ResetAt)
+	case *topics.RuntimeConfigured:
+		c.strs([]string{p.PermissionMode, p.SandboxProfile, p.ExecutionEnvironment, p.EnvironmentRef})
+		c.flag(p.NetworkAccess != nil)
+		if p.NetworkAccess != nil {
+			c.flag(*p.NetworkAccess)
+		}
+	case *topics.ContextCompacted:
+		c.strs([]string{p.BoundaryID, p.ThroughTurnID})
+		c.int(p.TokensBefore)
+		c.int(p.TokensAfter)
+	case *topics.ChannelState:
+		c.strs([]string{p.ChannelID, p.ChannelKind, p.State})
+	case *topics.SessionUpdated:
+		c.strs([]string{p.Title, p.WorkspaceID, p.AccountID})
+		c.strs(p.PinnedThreadIDs)
+	default:
+		return false
+	}
+	return true
+}
+
 // restamped reports whether events of type t are sent again with a new
 // source and time under the same id (see the top of this file): then
 // those are not content.
@@ -263,6 +324,13 @@ func (c *contentWriter) timePtr(t *topics.Time) {
 	c.flag(t != nil)
 	if t != nil {
 		c.time(*t)
+	}
+}
+
+func (c *contentWriter) intPtr(v *int64) {
+	c.flag(v != nil)
+	if v != nil {
+		c.int(*v)
 	}
 }
 

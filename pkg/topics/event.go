@@ -126,6 +126,23 @@ var payloadFactories = map[EventType]func() Payload{
 	TypeHeartbeat:         func() Payload { return &Heartbeat{} },
 	TypeInput:             func() Payload { return &Input{} },
 	TypeWakeReceived:      func() Payload { return &WakeReceived{} },
+
+	TypeTurnQueued:        func() Payload { return &TurnQueued{} },
+	TypeTurnStarted:       func() Payload { return &TurnStarted{} },
+	TypeTurnCompleted:     func() Payload { return &TurnCompleted{} },
+	TypeToolStarted:       func() Payload { return &ToolStarted{} },
+	TypeToolFinished:      func() Payload { return &ToolFinished{} },
+	TypeEvidenceRecorded:  func() Payload { return &EvidenceRecorded{} },
+	TypeIncidentOpened:    func() Payload { return &IncidentOpened{} },
+	TypeIncidentResolved:  func() Payload { return &IncidentResolved{} },
+	TypeProcessStarted:    func() Payload { return &ProcessStarted{} },
+	TypeProcessExited:     func() Payload { return &ProcessExited{} },
+	TypeModelUsage:        func() Payload { return &ModelUsage{} },
+	TypeLimitUpdated:      func() Payload { return &LimitUpdated{} },
+	TypeRuntimeConfigured: func() Payload { return &RuntimeConfigured{} },
+	TypeContextCompacted:  func() Payload { return &ContextCompacted{} },
+	TypeChannelState:      func() Payload { return &ChannelState{} },
+	TypeSessionUpdated:    func() Payload { return &SessionUpdated{} },
 }
 
 // EventTypes lists every known event type, sorted.
