@@ -46,6 +46,12 @@ type Spec struct {
 	BlockedShare, FailedShare, RunningShare float64
 	// RequestShare of nodes raise a request; default 0.10.
 	RequestShare float64
+	// Activity adds what a runtime reports inside the nodes (activity.go):
+	// turns, tool and command calls, processes, model usage and limits,
+	// artifacts and evidence, incidents, approvals, the session and the
+	// runtime's configuration. Off, the events are the tree's alone, the
+	// mix the benchmarks compare across builds.
+	Activity bool
 }
 
 func (s Spec) withDefaults() Spec {
@@ -113,6 +119,9 @@ func Generate(spec Spec) []topics.Event {
 	// children are created and delegated, band by band.
 	g.emit(ids[0], "", &topics.NodeCreated{Role: topics.RoleConductor, Capability: "orchestrate"})
 	g.emit(ids[0], "", &topics.NodeStatus{Status: topics.StatusRunning, Reason: "planning"})
+	if s.Activity {
+		g.rootActivityStart(ids[0])
+	}
 	for p := 0; p*perPlan+1 < s.Nodes; p++ {
 		first := p*perPlan + 1
 		last := min(first+perPlan, s.Nodes)
@@ -156,6 +165,9 @@ func Generate(spec Spec) []topics.Event {
 			live = live[:len(live)-1]
 		}
 	}
+	if s.Activity {
+		g.rootActivityEnd(ids[0])
+	}
 	return g.out
 }
 
@@ -177,16 +189,31 @@ func (g *gen) lifecycle(i int, id string) []func() {
 	frac := 0.5
 	add(func() { g.emit(id, c, &topics.Progress{Fraction: &frac}) })
 	add(func() { g.emit(id, c, &topics.Heartbeat{}) })
+	if s.Activity {
+		for _, f := range g.nodeActivity(i, id, c) {
+			add(f)
+		}
+	}
 	if g.rng.Float64() < s.RequestShare {
 		n := i
+		kind := "clarification"
+		if s.Activity && n%2 == 0 {
+			kind = "approval"
+		}
 		add(func() {
-			g.emit(id, c, &topics.Request{RequestID: fmt.Sprintf("req-%05d", n), RequestKind: "clarification",
+			g.emit(id, c, &topics.Request{RequestID: fmt.Sprintf("req-%05d", n), RequestKind: kind,
 				DedupeKey: fmt.Sprintf("ask-%d", n%11), TTLMs: 120000})
 		})
 	}
 	switch r := g.rng.Float64(); {
 	case r < s.BlockedShare:
 		add(func() { g.emit(id, c, &topics.NodeStatus{Status: topics.StatusBlocked, Reason: "needs:credential"}) })
+		if s.Activity {
+			add(func() {
+				g.emit(id, c, &topics.IncidentOpened{IncidentID: "incident-" + id, IncidentKind: "credential_missing", Severity: "warning",
+					Title: "a credential the task needs is missing"})
+			})
+		}
 	case r < s.BlockedShare+s.FailedShare:
 		add(func() { g.emit(id, c, &topics.Failed{ErrorCode: "tool_error"}) })
 		add(func() { g.emit(id, "", &topics.LeaseReleased{Owner: owner}) })
@@ -195,6 +222,17 @@ func (g *gen) lifecycle(i int, id string) []func() {
 			g.emit(id, c, topics.NewLease(topics.TypeLeaseRenewed, topics.Lease{Owner: owner, ExpiresAt: topics.NewTime(g.now.Add(time.Duration(20+i%40) * time.Second))}))
 		})
 	default:
+		if s.Activity {
+			add(func() {
+				g.emit(id, c, &topics.ArtifactCreated{ArtifactID: fmt.Sprintf("artifact-%05d", i), ArtifactType: "json", Label: "findings", IsPrimary: true})
+			})
+			if i%4 == 0 {
+				add(func() {
+					g.emit(id, c, &topics.EvidenceRecorded{EvidenceID: fmt.Sprintf("evidence-%05d", i), EvidenceKind: "test_run",
+						Verdict: []string{"passed", "passed", "failed"}[i%3], ArtifactID: fmt.Sprintf("artifact-%05d", i)})
+				})
+			}
+		}
 		add(func() {
 			ok := true
 			g.emit(id, c, topics.NewResult(topics.TypeNodeResult, topics.Result{ResultKind: "json", Success: &ok,

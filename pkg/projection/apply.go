@@ -104,6 +104,7 @@ func (r *Run) apply(ev *topics.Event, hash uint64, cfg *Config) (trigs []topics.
 	r.setCorrelation(n, ev.CorrelationID)
 	effect, trigs := r.applyPayload(ev, n, cfg, trigs)
 	r.keepHandle(ev.CorrelationID, effect, ev.Time)
+	r.applyActivity(ev)
 	r.record(ev, hash, n, before, cfg)
 	return trigs, false, nil
 }

@@ -67,6 +67,10 @@ const (
 	// A node's digest cached for wakes (snapshot.Cache: the digest, its
 	// encoding, its slot), at most 1.5 max_nodes + 1 per run.
 	footprintDigest = 1000
+	// A run's activity (activity.go): its maps and totals, and each entry
+	// listed (a call, a process, an artifact... with its ids and text).
+	footprintActivity      = 2048
+	footprintActivityEntry = 512
 )
 
 // Footprint estimates the bytes r holds in memory (see the constants above).
@@ -78,7 +82,8 @@ func (r *Run) Footprint() int64 {
 		footprintID*int64(len(r.ids.ring)) +
 		footprintHistory*int64(r.hist.len()) +
 		footprintRequest*int64(len(r.requests)) +
-		footprintDigest*int64(r.digests.Len())
+		footprintDigest*int64(r.digests.Len()) +
+		r.act.footprint()
 }
 
 // account brings r's share of the projection's bytes up to date. The

@@ -19,7 +19,8 @@ func hashOf(ev *topics.Event) uint64 {
 
 // TestContentCoversEveryField: every event type's payload is in
 // appendContent's switch, and changing any field of the payload or of the
-// envelope, but the id, the run id and the schema version, changes the
+// envelope, but the id, the run id, the schema version and the trace id
+// (a header's), changes the
 // hash. A payload field added to pkg/topics and left out of the hash fails
 // here: two events differing only there would be taken for duplicates.
 func TestContentCoversEveryField(t *testing.T) {
@@ -49,6 +50,9 @@ func TestContentCoversEveryField(t *testing.T) {
 			*v = &b
 		case **float64:
 			x := 0.0
+			*v = &x
+		case **int64:
+			x := int64(0)
 			*v = &x
 		case *[]string:
 			*v = []string{""}
@@ -105,7 +109,7 @@ func TestContentCoversEveryField(t *testing.T) {
 					t.Fatalf("Event.%s: a field of type %s this test cannot set: add it", name, f.Type())
 				}
 			}
-			notContent := name == "ID" || name == "RunID" || name == "SchemaVersion" ||
+			notContent := name == "ID" || name == "RunID" || name == "SchemaVersion" || name == "TraceID" ||
 				typ != topics.TypeHeartbeat && (name == "Source" || name == "Time")
 			if same := hashOf(&other) == want; same != notContent {
 				t.Errorf("%s: Event.%s changed: same hash %v, want %v", typ, name, same, notContent)

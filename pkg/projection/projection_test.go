@@ -502,7 +502,8 @@ func checkParts(t *testing.T, cfg Config, built []Built, want map[string][]topic
 //	TIME AGENT TYPE [JSON-DATA] [key=value ...]
 //
 // TIME is HH:MM:SS[.mmm] on 2026-02-14 UTC; keys are id, run, corr, session,
-// thread. The event id defaults to e1, e2, ... in file order.
+// thread, and trace (the trace id a traceparent header would carry). The
+// event id defaults to e1, e2, ... in file order.
 func (h *harness) parseEvent(line string) (*topics.Event, error) {
 	fields := strings.Fields(line)
 	if len(fields) < 3 {
@@ -523,9 +524,12 @@ func (h *harness) parseEvent(line string) (*topics.Event, error) {
 		e["data"] = data
 		rest = strings.TrimSpace(rest[dec.InputOffset():])
 	}
+	trace := ""
 	for _, kv := range strings.Fields(rest) {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
+		case "trace":
+			trace = v
 		case "id":
 			e["id"] = v
 		case "run":
@@ -541,7 +545,11 @@ func (h *harness) parseEvent(line string) (*topics.Event, error) {
 		}
 	}
 	b, _ := json.Marshal(e)
-	return topics.DecodeEvent(b)
+	ev, err := topics.DecodeEvent(b)
+	if ev != nil {
+		ev.TraceID = trace
+	}
+	return ev, err
 }
 
 func parseClock(t *testing.T, s string) topics.Time {
@@ -610,6 +618,13 @@ func dumpRun(r *Run) string {
 	fmt.Fprintf(&b, "clock %s seq %d root %s\n", clock(r.clock), r.seq, orDash(r.root))
 	for _, d := range r.diagnostics {
 		fmt.Fprintf(&b, "diagnostic %s %s @%s %s\n", d.Kind, d.AgentID, clock(d.At), d.Detail)
+	}
+	if r.act != nil {
+		enc, err := json.Marshal(r.act)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Fprintf(&b, "activity %s\n", enc)
 	}
 	return b.String()
 }

@@ -13,7 +13,7 @@ import (
 
 // ReadModelVersion is the version of the ReadModel encoding; it grows when
 // a field changes meaning (adding one does not).
-const ReadModelVersion = 1
+const ReadModelVersion = 2
 
 // MaxReadModelList bounds every list of a read model (nodes, requests): a
 // read model answers "what is happening now", and a tree of a hundred
@@ -49,8 +49,9 @@ const (
 )
 
 // Fact is one fact of the read model with its availability. Value is null
-// unless Status is known or stale; Reason says, for a person, why a fact
-// is not known.
+// unless Status is known, stale or blocked (and may be null then too: a
+// fact known to be none, such as no active turn); Reason says, for a
+// person, why a fact is not known, or what blocks.
 type Fact[T any] struct {
 	Status Availability `json:"status"`
 	Value  *T           `json:"value"`
@@ -131,6 +132,8 @@ type DiagnosticsSummary struct {
 	ByKind map[string]int `json:"by_kind"`
 	// Recent are the newest, newest first, at most MaxReadModelList.
 	Recent []DiagnosticRef `json:"recent"`
+	// Checks are seed 003's diagnostics, each derived or marked.
+	Checks DiagnosticChecks `json:"checks"`
 }
 
 // ReadModelCounts are the run's exact totals.
@@ -147,9 +150,9 @@ type ReadModelCounts struct {
 // ReadModel is seed 003's thread read model of a run, as far as canopy's
 // projection knows it: the current answer to "what is happening now?".
 // Facts the projection derives are given with exact totals and bounded
-// lists; every fact of seed 003 that canopy's events do not carry is
-// present with status unavailable (or unknown), never with a default that
-// looks healthy.
+// lists; a fact whose events the runtime never sent is unknown, and one
+// that does not apply not_applicable, with the reason, never a default
+// that looks healthy.
 type ReadModel struct {
 	ReadModelVersion int     `json:"read_model_version"`
 	RunID            string  `json:"run_id"`
@@ -192,26 +195,30 @@ type ReadModel struct {
 	Diagnostics     DiagnosticsSummary `json:"diagnostics"`
 	Counts          ReadModelCounts    `json:"counts"`
 
-	// Facts of seed 003 that canopy's event vocabulary does not carry:
-	// always unavailable, with the reason.
-	ActiveTurnID             Fact[string] `json:"active_turn_id"`
-	LastOutcome              Fact[string] `json:"last_outcome"`
-	ActiveIncidents          Fact[string] `json:"active_incidents"`
-	QueuedTurns              Fact[string] `json:"queued_turns"`
-	LatestCompactionBoundary Fact[string] `json:"latest_compaction_boundary"`
-	ToolSummary              Fact[string] `json:"tool_summary"`
-	ArtifactSummary          Fact[string] `json:"artifact_summary"`
-	EvidenceSummary          Fact[string] `json:"evidence_summary"`
-	ModelRouting             Fact[string] `json:"model_routing"`
-	LimitState               Fact[string] `json:"limit_state"`
-	PermissionState          Fact[string] `json:"permission_state"`
-	SandboxProfile           Fact[string] `json:"sandbox_profile"`
-	PendingApprovals         Fact[string] `json:"pending_approvals"`
-	ActiveProcesses          Fact[string] `json:"active_processes"`
-	ExecutionEnvironment     Fact[string] `json:"execution_environment"`
-	JobProgress              Fact[string] `json:"job_progress"`
-	RemoteChannelState       Fact[string] `json:"remote_channel_state"`
-	TelemetryCorrelation     Fact[string] `json:"telemetry_correlation"`
+	// The run's activity (activity.go), each fact unknown until the
+	// runtime sent an event of its family.
+	ActiveTurnID             Fact[string]          `json:"active_turn_id"`
+	ActiveTurns              Fact[TurnList]        `json:"active_turns"`
+	LastOutcome              Fact[TurnOutcome]     `json:"last_outcome"`
+	ActiveIncidents          Fact[IncidentList]    `json:"active_incidents"`
+	QueuedTurns              Fact[TurnList]        `json:"queued_turns"`
+	LatestCompactionBoundary Fact[CompactionRef]   `json:"latest_compaction_boundary"`
+	ToolSummary              Fact[ToolSummary]     `json:"tool_summary"`
+	ArtifactSummary          Fact[ArtifactSummary] `json:"artifact_summary"`
+	EvidenceSummary          Fact[EvidenceSummary] `json:"evidence_summary"`
+	ModelRouting             Fact[ModelRouting]    `json:"model_routing"`
+	LimitState               Fact[[]LimitRef]      `json:"limit_state"`
+	PermissionState          Fact[PermissionState] `json:"permission_state"`
+	SandboxProfile           Fact[string]          `json:"sandbox_profile"`
+	PendingApprovals         Fact[PendingRequests] `json:"pending_approvals"`
+	ActiveProcesses          Fact[ProcessSummary]  `json:"active_processes"`
+	ExecutionEnvironment     Fact[Environment]     `json:"execution_environment"`
+	JobProgress              Fact[JobProgress]     `json:"job_progress"`
+	RemoteChannelState       Fact[[]ChannelRef]    `json:"remote_channel_state"`
+	TelemetryCorrelation     Fact[TraceSummary]    `json:"telemetry_correlation"`
+	// Session is what the run's session.updated events said of its
+	// session; null when none came.
+	Session *SessionFacts `json:"session"`
 }
 
 // ReadModel builds the read model of a run at wall clock now; stale says
@@ -284,25 +291,7 @@ func (r *Run) readModel(now time.Time, stale bool) *ReadModel {
 		}
 	}
 
-	const noEvents = "canopy's events carry no such fact"
-	m.ActiveTurnID = unavailable("canopy's events have no turns")
-	m.LastOutcome = unavailable("canopy's events have no turn outcomes")
-	m.ActiveIncidents = unavailable(noEvents)
-	m.QueuedTurns = unavailable("canopy's events have no turns")
-	m.LatestCompactionBoundary = unavailable(noEvents)
-	m.ToolSummary = unavailable(noEvents)
-	m.ArtifactSummary = unavailable("artifact events are accepted but not summarised by the projection")
-	m.EvidenceSummary = unavailable(noEvents)
-	m.ModelRouting = unavailable(noEvents)
-	m.LimitState = unavailable(noEvents)
-	m.PermissionState = unavailable(noEvents)
-	m.SandboxProfile = unavailable(noEvents)
-	m.PendingApprovals = unavailable("approvals are not distinguished from other requests: see pending_requests")
-	m.ActiveProcesses = unavailable(noEvents)
-	m.ExecutionEnvironment = unavailable(noEvents)
-	m.JobProgress = unavailable("progress signals carry no job progress")
-	m.RemoteChannelState = unavailable(noEvents)
-	m.TelemetryCorrelation = unavailable("trace context is not kept in the projection")
+	r.activityFacts(m, stale)
 	return m
 }
 

@@ -54,6 +54,9 @@ type requestRecord struct {
 	// DedupeKey is absent from the records of earlier builds: such a
 	// request is superseded by its request id only.
 	DedupeKey string `json:"key,omitempty"`
+	// Kind is the request_kind; absent from the records of earlier
+	// builds, whose requests are then not told apart as approvals.
+	Kind string `json:"kind,omitempty"`
 }
 
 type metaRecord struct {

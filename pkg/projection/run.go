@@ -63,6 +63,8 @@ type request struct {
 	expires topics.Time // zero: no TTL
 	// dedupeKey is the request's dedupe_key, "" when it has none.
 	dedupeKey string
+	// kind is its request_kind; "" in the records of earlier builds.
+	kind string
 }
 
 // timed orders index entries by a time and an id.
@@ -157,6 +159,8 @@ type Run struct {
 	diagBytes int
 	// hist is the window of the last Config.HistorySize applied events.
 	hist history
+	// act is the run's activity (activity.go), nil until an event feeds it.
+	act *activity
 	// wdCount counts dispatched nodes per watchdog status, so that the read
 	// model need not scan the tree.
 	wdCount map[topics.WatchdogStatus]int
@@ -509,7 +513,7 @@ func (r *Run) openRequest(n *node, p *topics.Request, at topics.Time) {
 		r.diagnose(DiagnosticOpenRequestsOverLimit, n.AgentID, at,
 			"request "+oldest+" closed: the node holds "+strconv.Itoa(maxOpenRequestsPerNode)+" open requests")
 	}
-	q := &request{id: p.RequestID, agentID: n.AgentID, dedupeKey: p.DedupeKey}
+	q := &request{id: p.RequestID, agentID: n.AgentID, dedupeKey: p.DedupeKey, kind: p.RequestKind}
 	if p.TTLMs > 0 {
 		q.expires = at.Add(msDuration(p.TTLMs))
 		r.requestDue.ReplaceOrInsert(timed{q.expires.UnixMilli(), q.id})

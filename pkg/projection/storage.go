@@ -35,6 +35,8 @@ import (
 //	                           its seq-th (8 bytes big endian), binary and versioned
 //	                           (journal.go); deleted once older than Config.HistorySize and
 //	                           Config.DedupeWindow
+//	'r' run 0x00 'a'           the run's activity (activity.go): turns, calls, processes,
+//	                           incidents, usage, limits... for the read model (JSON, bounded)
 //	'r' run 0x00 'x'           the run expired (retention.go): when (8 bytes, ms)
 //	'r' run 0x00 'e' event     (legacy encoding) an applied event id; deleted when its run
 //	                           is next committed
@@ -262,7 +264,7 @@ func (l *runLoad) key(k, v []byte) error {
 		if err := json.Unmarshal(v, &q); err != nil {
 			return fmt.Errorf("request %q: %w", rest, err)
 		}
-		r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires), dedupeKey: q.DedupeKey}
+		r.requests[rest] = &request{id: rest, agentID: q.AgentID, expires: fromMs(q.Expires), dedupeKey: q.DedupeKey, kind: q.Kind}
 		if q.Expires != 0 {
 			r.requestDue.ReplaceOrInsert(timed{q.Expires, rest})
 		}
@@ -272,6 +274,12 @@ func (l *runLoad) key(k, v []byte) error {
 		r.corrActive.ReplaceOrInsert(timed{at, rest})
 	case 'p':
 		return l.plan(rest, v)
+	case 'a':
+		a, err := decodeActivity(v)
+		if err != nil {
+			return fmt.Errorf("run activity: %w", err)
+		}
+		r.act = a
 	case 's':
 		return l.steps(rest, v)
 	case 'j':
@@ -488,6 +496,8 @@ type dirt struct {
 	// legacy the keys of the legacy encoding to delete.
 	journal []journalEntry
 	legacy  [][]byte
+	// activity: the run's activity changed (activity.go).
+	activity bool
 }
 
 func newDirt() *dirt {
@@ -496,7 +506,7 @@ func newDirt() *dirt {
 }
 
 func (d *dirt) empty() bool {
-	return !d.meta && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 &&
+	return !d.meta && !d.activity && len(d.nodes) == 0 && len(d.requests) == 0 && len(d.handles) == 0 && len(d.plans) == 0 &&
 		len(d.steps) == 0 && len(d.journal) == 0 && len(d.legacy) == 0
 }
 
@@ -530,7 +540,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 	for id := range d.requests {
 		k := runKey(r.id, 'q', id)
 		if q, ok := r.requests[id]; ok {
-			if err := put(k, requestRecord{AgentID: q.agentID, Expires: ms(q.expires), DedupeKey: q.dedupeKey}); err != nil {
+			if err := put(k, requestRecord{AgentID: q.agentID, Expires: ms(q.expires), DedupeKey: q.dedupeKey, Kind: q.kind}); err != nil {
 				return err
 			}
 		} else {
@@ -563,6 +573,13 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 			}
 		}
 		c.del(stepKey(r.id, ref))
+	}
+	if d.activity && r.act != nil {
+		enc, err := encodeActivity(r.act)
+		if err != nil {
+			return err
+		}
+		c.set(runKey(r.id, 'a', ""), enc)
 	}
 	writeJournal(c, r, d, keep)
 	r.dirty = newDirt()

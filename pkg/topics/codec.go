@@ -152,7 +152,10 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 		if p := textProblem(key); p != "" {
 			return nil, keyTextError(ev, err, p)
 		}
-		return checkKey(ev, err, key)
+		if ev, err = checkKey(ev, err, key); err == nil {
+			setTraceID(ev, headers)
+		}
+		return ev, err
 	}
 	get := func(name string) (string, bool, string) {
 		for _, h := range headers {
@@ -181,7 +184,47 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 		}
 	}
 	ev, err := decode(get, data, "ce_", ps, fastPath)
-	return checkKey(ev, err, key)
+	if ev, err = checkKey(ev, err, key); err == nil {
+		setTraceID(ev, headers)
+	}
+	return ev, err
+}
+
+// setTraceID sets ev's TraceID from a traceparent header of W3C trace
+// context's version 00 form (00-<32 hex trace id>-<16 hex parent id>-<2 hex
+// flags>), whose trace id is not all zeros; anything else is ignored, as a
+// tracer ignores a traceparent it cannot parse.
+func setTraceID(ev *Event, headers []kgo.RecordHeader) {
+	for _, h := range headers {
+		if h.Key != HeaderTraceParent {
+			continue
+		}
+		v := h.Value
+		if len(v) != 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' || !lowerHex(v[:2]) || !lowerHex(v[3:35]) ||
+			!lowerHex(v[36:52]) || !lowerHex(v[53:]) || allZero(v[3:35]) || allZero(v[36:52]) {
+			return
+		}
+		ev.TraceID = string(v[3:35])
+		return
+	}
+}
+
+func lowerHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != '0' {
+			return false
+		}
+	}
+	return true
 }
 
 // textError is the error of a record with text that is not UTF-8: those

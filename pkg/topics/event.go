@@ -62,6 +62,11 @@ type Event struct {
 	CausationID   string
 	// Data is the typed payload; its concrete type is fixed by Type.
 	Data Payload
+	// TraceID is the W3C trace id of the record's traceparent header (32
+	// lower-case hex digits), "" when it has none or a malformed one: the
+	// read model's telemetry correlation. Not content: a record's headers
+	// are not the event.
+	TraceID string
 }
 
 // Payload is the typed data of an event.
