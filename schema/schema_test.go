@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
 
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -1322,6 +1324,123 @@ func TestAsyncAPI(t *testing.T) {
 		if top := parts[0]; !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(top) + `:\s*$`).MatchString(text) {
 			t.Errorf("$ref #/%s: no top-level %s", m[1], top)
 		}
+	}
+}
+
+// asyncAPIMessage is a message of asyncapi.yaml, as far as the tests read it.
+type asyncAPIMessage struct {
+	Payload struct {
+		Schema struct {
+			Ref string `json:"$ref"`
+		} `json:"schema"`
+	} `json:"payload"`
+	Examples []struct {
+		Headers map[string]string `json:"headers"`
+		Payload json.RawMessage   `json:"payload"`
+	} `json:"examples"`
+}
+
+// asyncAPIDoc is asyncapi.yaml, as far as the tests read it.
+type asyncAPIDoc struct {
+	Channels map[string]struct {
+		Messages map[string]struct {
+			Ref string `json:"$ref"`
+		} `json:"messages"`
+	} `json:"channels"`
+	Components struct {
+		Messages map[string]asyncAPIMessage `json:"messages"`
+	} `json:"components"`
+}
+
+// readAsyncAPI reads asyncapi.yaml, and returns with it the message of
+// each event type by id: the type whose schema its payload references.
+func readAsyncAPI(t testing.TB) (*asyncAPIDoc, map[topics.EventType]string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(schemaDir(t), "asyncapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc asyncAPIDoc
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	byType := map[topics.EventType]string{}
+	for _, id := range slices.Sorted(maps.Keys(doc.Components.Messages)) {
+		ref := doc.Components.Messages[id].Payload.Schema.Ref
+		name, ok := strings.CutPrefix(ref, "./"+draft07Dir+eventSchema+"#/definitions/")
+		if !ok {
+			name, ok = strings.CutPrefix(ref, "./"+draft07Dir+"events/")
+			name = strings.TrimSuffix(name, ".schema.json")
+			ok = ok && name != "event"
+		}
+		if !ok {
+			continue
+		}
+		et := topics.EventType(name)
+		if !et.Known() {
+			t.Errorf("message %s: payload %s is of no event type", id, ref)
+			continue
+		}
+		if other, dup := byType[et]; dup {
+			t.Errorf("%s has two messages, %s and %s", et, other, id)
+		}
+		byType[et] = id
+	}
+	return &doc, byType
+}
+
+// TestAsyncAPIMessagePerType checks asyncapi.yaml's messages against the
+// event types: each type has one message, whose payload is the type's
+// schema (its draft-07 rendering) and whose first example is the type's
+// schema/examples file; the agent-events channel lists exactly those
+// messages (signal.input's is the human-input channel's), so that an event
+// is valid against one and only one of them, as AsyncAPI asks.
+func TestAsyncAPIMessagePerType(t *testing.T) {
+	doc, byType := readAsyncAPI(t)
+	var agentEvents, humanInput []string
+	for _, et := range topics.EventTypes() {
+		id, ok := byType[et]
+		if !ok {
+			t.Errorf("%s has no message", et)
+			continue
+		}
+		if et == topics.TypeInput {
+			humanInput = append(humanInput, id)
+		} else {
+			agentEvents = append(agentEvents, id)
+		}
+		m := doc.Components.Messages[id]
+		if len(m.Examples) == 0 {
+			t.Errorf("message %s (%s) has no example", id, et)
+			continue
+		}
+		for i, ex := range m.Examples {
+			if ct := ex.Headers[topics.HeaderContentType]; ct != topics.ContentTypeCloudEvents {
+				t.Errorf("message %s, example %d: content-type %q", id, i, ct)
+			}
+		}
+		var got any
+		if err := json.Unmarshal(m.Examples[0].Payload, &got); err != nil {
+			t.Fatalf("message %s: %v", id, err)
+		}
+		if want := any(loadExample(t, et)); !reflect.DeepEqual(got, want) {
+			t.Errorf("message %s: its example is not schema/examples/%s.json:\n%s", id, et, m.Examples[0].Payload)
+		}
+	}
+	channel := func(name string) []string {
+		var ids []string
+		for _, m := range doc.Channels[name].Messages {
+			ids = append(ids, strings.TrimPrefix(m.Ref, "#/components/messages/"))
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	slices.Sort(agentEvents)
+	if got := channel("agentEvents"); !slices.Equal(got, agentEvents) {
+		t.Errorf("channel agentEvents lists %v, want the messages of the types, %v", got, agentEvents)
+	}
+	if got := channel("humanInput"); !slices.Equal(got, humanInput) {
+		t.Errorf("channel humanInput lists %v, want %v", got, humanInput)
 	}
 }
 
