@@ -836,6 +836,12 @@ func TestInvalidEventsRefused(t *testing.T) {
 		{name: "time in year 0", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0000-06-01T00:00:00Z" }},
 		{name: "time on February 30", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "2026-02-30T10:00:00Z" }},
 		{name: "time hour 24", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "2026-02-14T24:00:00Z" }},
+		{name: "time the zero instant", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T00:00:00Z" }},
+		{name: "time the zero instant, within a millisecond", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T00:00:00.0009-00:00" }},
+		{name: "time in year 0 in UTC", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T00:30:00+01:00" }},
+		{name: "time on 0001-01-01 with a positive offset", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T12:00:00+00:01" }},
+		{name: "reset_at in year 10000 in UTC", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["reset_at"] = "9999-12-31T23:30:00-01:00" }},
+		{name: "reset_at on 9999-12-31 with a negative offset", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["reset_at"] = "9999-12-31T01:00:00-01:00" }},
 		{name: "time as a number", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = 1771063201000 }},
 		{name: "datacontenttype not JSON", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["datacontenttype"] = "text/plain" }},
 		{name: "expected_by not a time", typ: topics.TypeNodeDelegated, mutate: func(m map[string]any) { dataOf(m)["expected_by"] = "tomorrow" }},
@@ -955,6 +961,9 @@ func TestValidVariantsAccepted(t *testing.T) {
 			m["time"] = "0001-01-02T00:00:00Z"
 			dataOf(m)["expires_at"] = "9999-12-31T23:59:59.999Z"
 		}},
+		{"time at the first millisecond", topics.TypeProgress, func(m map[string]any) { m["time"] = "0001-01-01T00:00:00.001+00:00" }},
+		{"time on 0001-01-01 with a negative offset", topics.TypeProgress, func(m map[string]any) { m["time"] = "0001-01-01T00:00:00-00:01" }},
+		{"reset_at on 9999-12-31 with a positive offset", topics.TypeLimitUpdated, func(m map[string]any) { dataOf(m)["reset_at"] = "9999-12-31T12:00:00+01:00" }},
 		{"time without fraction", topics.TypeProgress, func(m map[string]any) { m["time"] = "2026-02-14T10:00:01Z" }},
 		{"no datacontenttype", topics.TypeNodeStatus, func(m map[string]any) { delete(m, "datacontenttype") }},
 		{"datacontenttype with charset", topics.TypeNodeStatus, func(m map[string]any) { m["datacontenttype"] = "application/json; charset=utf-8" }},
