@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -207,6 +208,27 @@ func TestAsyncAPIParser(t *testing.T) {
 	for name, m := range res.Messages {
 		if !m.Parsed {
 			t.Errorf("message %s: schemaFormat %s is not one the parser reads", name, m.SchemaFormat)
+		}
+	}
+	// The message of each event type: the parser reads its data as the
+	// type's payload, with the type's fields.
+	_, byType := readAsyncAPI(t)
+	for _, et := range topics.EventTypes() {
+		id := byType[et]
+		m, ok := res.Messages[id]
+		if !ok {
+			t.Errorf("%s: the parser found no message %q", et, id)
+			continue
+		}
+		data := m.Payload.props()["data"]
+		if data == nil || !isObject(data.Type) {
+			t.Errorf("message %s (%s): data is not a typed object: %+v", id, et, data)
+			continue
+		}
+		doc := readJSON(t, filepath.Join(schemaDir(t), filepath.FromSlash(typeSchema(et))))
+		want := slices.Sorted(maps.Keys(doc["properties"].(map[string]any)["data"].(map[string]any)["properties"].(map[string]any)))
+		if got := slices.Sorted(maps.Keys(data.props())); !slices.Equal(got, want) {
+			t.Errorf("message %s (%s): the parser reads data fields %v, want %v", id, et, got, want)
 		}
 	}
 }

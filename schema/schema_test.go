@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"sigs.k8s.io/yaml"
 
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
@@ -376,8 +378,9 @@ var t0 = topics.NewTime(time.Date(2026, 2, 14, 10, 0, 0, 0, time.UTC))
 func fill(t testing.TB, p topics.Payload, minimal bool) {
 	t.Helper()
 	full := !minimal
-	yes := true
+	yes, no := true, false
 	frac := 0.5
+	zero, minusOne := int64(0), int64(-1)
 	due := t0.Add(10 * time.Minute)
 	switch p := p.(type) {
 	case *topics.NodeCreated:
@@ -471,6 +474,82 @@ func fill(t testing.TB, p topics.Payload, minimal bool) {
 		p.WakeID = "01JM0000000000000000000100"
 		if full {
 			p.SnapshotID, p.AgentIDs = "01JM0000000000000000000101", []string{"worker-1", "worker-2"}
+		}
+	case *topics.TurnQueued:
+		p.TurnID = "turn-2"
+		if full {
+			p.InputID = "input-1"
+		}
+	case *topics.TurnStarted:
+		p.TurnID = "turn-1"
+		if full {
+			p.InputID = "input-1"
+		}
+	case *topics.TurnCompleted:
+		p.TurnID, p.Outcome = "turn-1", "interrupted"
+		if full {
+			p.ErrorCode, p.Summary = "user_interrupt", "Read three sources;\tstopped at the fourth.\nNo draft yet."
+		}
+	case *topics.ToolStarted:
+		p.CallID, p.ToolName = "call-1", "web_search"
+		if full {
+			p.CallKind, p.Command, p.TurnID = "command", `grep -rn "EU market" notes/ | head -n 20`, "turn-1"
+		}
+	case *topics.ToolFinished:
+		p.CallID, p.Outcome = "call-1", "succeeded"
+		if full {
+			p.DurationMs, p.ExitCode, p.ErrorCode, p.OutputRef = 1250, &minusOne, "none", "s3://bucket/call-1.log"
+		}
+	case *topics.EvidenceRecorded:
+		p.EvidenceID, p.EvidenceKind = "evidence-1", "test_run"
+		if full {
+			p.Verdict, p.ArtifactID, p.Ref = "inconclusive", "artifact-1", "s3://bucket/evidence-1.json"
+		}
+	case *topics.IncidentOpened:
+		p.IncidentID, p.IncidentKind, p.Severity = "incident-1", "crash_loop", "critical"
+		if full {
+			p.Title = "Worker restarts every 30 s"
+		}
+	case *topics.IncidentResolved:
+		p.IncidentID = "incident-1"
+		if full {
+			p.Resolution = "restarted"
+		}
+	case *topics.ProcessStarted:
+		p.ProcessID = "process-1"
+		if full {
+			p.Command, p.Environment, p.EnvironmentRef, p.OutputRef = "npm run dev -- --port 5173", "vm", "vm-12", "s3://bucket/process-1.log"
+		}
+	case *topics.ProcessExited:
+		p.ProcessID = "process-1"
+		if full {
+			p.ExitCode, p.Signal, p.OutputRef = &zero, "SIGKILL", "s3://bucket/process-1.log"
+		}
+	case *topics.ModelUsage:
+		p.Model = "large-2026-01"
+		if full {
+			p.Provider, p.Profile, p.InputTokens, p.OutputTokens, p.CachedTokens, p.CostMicros = "provider-a", "cheap", 1<<40, 3, 0, 12
+		}
+	case *topics.LimitUpdated:
+		p.LimitKind, p.State = "cost", "exhausted"
+		if full {
+			p.Remaining, p.ResetAt = &zero, &due
+		}
+	case *topics.RuntimeConfigured:
+		p.NetworkAccess = &no // it names one field at least
+		if full {
+			p.PermissionMode, p.SandboxProfile, p.ExecutionEnvironment, p.EnvironmentRef = "read_only", "strict", "remote", "host-3"
+		}
+	case *topics.ContextCompacted:
+		p.BoundaryID = "boundary-1"
+		if full {
+			p.TokensBefore, p.TokensAfter, p.ThroughTurnID = 200000, 20000, "turn-1"
+		}
+	case *topics.ChannelState:
+		p.ChannelID, p.ChannelKind, p.State = "channel-1", "ide", "disconnected"
+	case *topics.SessionUpdated:
+		if full {
+			p.Title, p.WorkspaceID, p.AccountID, p.PinnedThreadIDs = "Q1 planning — «EU»", "workspace-1", "account-1", []string{"thread-1", "thread-2"}
 		}
 	default:
 		t.Fatalf("no test values for %T: add it to fill", p)
@@ -571,8 +650,21 @@ func TestPayloadFieldsMatchGo(t *testing.T) {
 		if doc["additionalProperties"] != nil || data["additionalProperties"] != false {
 			t.Errorf("%s: data must have additionalProperties false", et)
 		}
-		if wantData := len(req) > 0; wantData != slices.Contains(toStrings(doc["required"]), "data") {
-			t.Errorf("%s: data must be required exactly when it has required fields", et)
+		// data is required exactly when Go refuses an event without it: a
+		// payload with a required field, or one that must name something
+		// (runtime.configured, an anyOf of its fields).
+		noData := loadExample(t, et)
+		delete(noData, "data")
+		enc, err := json.Marshal(noData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, derr := topics.DecodeEvent(enc)
+		if wantData := derr != nil; wantData != slices.Contains(toStrings(doc["required"]), "data") {
+			t.Errorf("%s: data must be required exactly when Go refuses an event without it (%v)", et, derr)
+		}
+		if _, ok := data["anyOf"]; ok != (derr != nil && len(req) == 0) {
+			t.Errorf("%s: data needs an anyOf of its fields exactly when Go refuses an empty payload without a required field", et)
 		}
 	}
 }
@@ -644,6 +736,16 @@ func TestEnumsMatchGo(t *testing.T) {
 		{"tree.parent_hint hint_type", dataEnum(topics.TypeParentHint, "hint_type"), topics.HintTypes},
 		{"signal.input input_kind", dataEnum(topics.TypeInput, "input_kind"), topics.InputKinds},
 		{"signal.request_resolved resolution", dataEnum(topics.TypeRequestResolved, "resolution"), topics.Resolutions},
+		{"turn.completed outcome", dataEnum(topics.TypeTurnCompleted, "outcome"), topics.TurnOutcomes},
+		{"tool.started call_kind", dataEnum(topics.TypeToolStarted, "call_kind"), topics.CallKinds},
+		{"tool.finished outcome", dataEnum(topics.TypeToolFinished, "outcome"), topics.CallOutcomes},
+		{"tree.evidence_recorded verdict", dataEnum(topics.TypeEvidenceRecorded, "verdict"), topics.EvidenceVerdicts},
+		{"incident.opened severity", dataEnum(topics.TypeIncidentOpened, "severity"), topics.Severities},
+		{"process.started environment", dataEnum(topics.TypeProcessStarted, "environment"), topics.Environments},
+		{"limit.updated state", dataEnum(topics.TypeLimitUpdated, "state"), topics.LimitStates},
+		{"runtime.configured permission_mode", dataEnum(topics.TypeRuntimeConfigured, "permission_mode"), topics.PermissionModes},
+		{"runtime.configured execution_environment", dataEnum(topics.TypeRuntimeConfigured, "execution_environment"), topics.Environments},
+		{"channel.state state", dataEnum(topics.TypeChannelState, "state"), topics.ChannelStates},
 		{"wake node role", wakeEnum("nodeDigest", "role"), append(roles, string(topics.RoleUnknown))},
 		{"wake node status", wakeEnum("nodeDigest", "status"), statuses},
 		{"wake node last_signal_kind", wakeEnum("nodeDigest", "last_signal_kind"), str(topics.SignalProgress, topics.SignalResult,
@@ -734,6 +836,12 @@ func TestInvalidEventsRefused(t *testing.T) {
 		{name: "time in year 0", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0000-06-01T00:00:00Z" }},
 		{name: "time on February 30", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "2026-02-30T10:00:00Z" }},
 		{name: "time hour 24", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "2026-02-14T24:00:00Z" }},
+		{name: "time the zero instant", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T00:00:00Z" }},
+		{name: "time the zero instant, within a millisecond", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T00:00:00.0009-00:00" }},
+		{name: "time in year 0 in UTC", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T00:30:00+01:00" }},
+		{name: "time on 0001-01-01 with a positive offset", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = "0001-01-01T12:00:00+00:01" }},
+		{name: "reset_at in year 10000 in UTC", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["reset_at"] = "9999-12-31T23:30:00-01:00" }},
+		{name: "reset_at on 9999-12-31 with a negative offset", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["reset_at"] = "9999-12-31T01:00:00-01:00" }},
 		{name: "time as a number", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["time"] = 1771063201000 }},
 		{name: "datacontenttype not JSON", typ: topics.TypeProgress, mutate: func(m map[string]any) { m["datacontenttype"] = "text/plain" }},
 		{name: "expected_by not a time", typ: topics.TypeNodeDelegated, mutate: func(m map[string]any) { dataOf(m)["expected_by"] = "tomorrow" }},
@@ -763,6 +871,54 @@ func TestInvalidEventsRefused(t *testing.T) {
 		}},
 		{name: "input text of 16,385 characters", typ: topics.TypeInput, mutate: func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("x", 16<<10+1) }},
 		{name: "input text of 16,385 é", typ: topics.TypeInput, mutate: func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("é", 16<<10+1) }},
+		// The activity vocabulary.
+		{name: "turn without turn_id", typ: topics.TypeTurnStarted, mutate: func(m map[string]any) { delete(dataOf(m), "turn_id") }},
+		{name: "bad turn outcome", typ: topics.TypeTurnCompleted, mutate: func(m map[string]any) { dataOf(m)["outcome"] = "timed_out" }},
+		{name: "summary with a carriage return", typ: topics.TypeTurnCompleted, mutate: func(m map[string]any) { dataOf(m)["summary"] = "line one\r\nline two" }},
+		{name: "summary with a vertical tab", typ: topics.TypeTurnCompleted, mutate: func(m map[string]any) { dataOf(m)["summary"] = "a\vb" }},
+		{name: "summary with a C1 control char", typ: topics.TypeTurnCompleted, mutate: func(m map[string]any) { dataOf(m)["summary"] = "a\u009bb" }},
+		{name: "empty summary", typ: topics.TypeTurnCompleted, mutate: func(m map[string]any) { dataOf(m)["summary"] = "" }},
+		{name: "summary of 513 characters", typ: topics.TypeTurnCompleted, mutate: func(m map[string]any) { dataOf(m)["summary"] = strings.Repeat("é", 513) }},
+		{name: "command of 513 characters", typ: topics.TypeToolStarted, mutate: func(m map[string]any) { dataOf(m)["command"] = strings.Repeat("x", 513) }},
+		{name: "title with an escape character", typ: topics.TypeIncidentOpened, mutate: func(m map[string]any) { dataOf(m)["title"] = "\x1b[31mred" }},
+		{name: "tool_name with a tab (an id)", typ: topics.TypeToolStarted, mutate: func(m map[string]any) { dataOf(m)["tool_name"] = "web\tsearch" }},
+		{name: "bad call_kind", typ: topics.TypeToolStarted, mutate: func(m map[string]any) { dataOf(m)["call_kind"] = "lambda" }},
+		{name: "tool.finished without outcome", typ: topics.TypeToolFinished, mutate: func(m map[string]any) { delete(dataOf(m), "outcome") }},
+		{name: "negative duration_ms", typ: topics.TypeToolFinished, mutate: func(m map[string]any) { dataOf(m)["duration_ms"] = -1 }},
+		{name: "exit_code null", typ: topics.TypeToolFinished, mutate: func(m map[string]any) { dataOf(m)["exit_code"] = nil }},
+		{name: "exit_code beyond 64 bits", typ: topics.TypeProcessExited, mutate: func(m map[string]any) { dataOf(m)["exit_code"] = json.Number("-9223372036854775809") }},
+		{name: "exit_code fraction", typ: topics.TypeProcessExited, mutate: func(m map[string]any) { dataOf(m)["exit_code"] = 1.5 }},
+		{name: "bad verdict", typ: topics.TypeEvidenceRecorded, mutate: func(m map[string]any) { dataOf(m)["verdict"] = "green" }},
+		{name: "evidence without kind", typ: topics.TypeEvidenceRecorded, mutate: func(m map[string]any) { delete(dataOf(m), "evidence_kind") }},
+		{name: "incident without severity", typ: topics.TypeIncidentOpened, mutate: func(m map[string]any) { delete(dataOf(m), "severity") }},
+		{name: "bad severity", typ: topics.TypeIncidentOpened, mutate: func(m map[string]any) { dataOf(m)["severity"] = "fatal" }},
+		{name: "incident.resolved without data", typ: topics.TypeIncidentResolved, mutate: func(m map[string]any) { delete(m, "data") }},
+		{name: "bad environment", typ: topics.TypeProcessStarted, mutate: func(m map[string]any) { dataOf(m)["environment"] = "cloud" }},
+		{name: "process.exited signal a number", typ: topics.TypeProcessExited, mutate: func(m map[string]any) { dataOf(m)["signal"] = 15 }},
+		{name: "model.usage without model", typ: topics.TypeModelUsage, mutate: func(m map[string]any) { delete(dataOf(m), "model") }},
+		{name: "negative tokens", typ: topics.TypeModelUsage, mutate: func(m map[string]any) { dataOf(m)["cached_tokens"] = -3 }},
+		{name: "negative cost", typ: topics.TypeModelUsage, mutate: func(m map[string]any) { dataOf(m)["cost_micros"] = -1 }},
+		{name: "bad limit state", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["state"] = "throttled" }},
+		{name: "negative remaining", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["remaining"] = -1 }},
+		{name: "reset_at not a time", typ: topics.TypeLimitUpdated, mutate: func(m map[string]any) { dataOf(m)["reset_at"] = "in a minute" }},
+		{name: "runtime.configured names nothing", typ: topics.TypeRuntimeConfigured, mutate: func(m map[string]any) { m["data"] = map[string]any{} }},
+		{name: "runtime.configured without data", typ: topics.TypeRuntimeConfigured, mutate: func(m map[string]any) { delete(m, "data") }},
+		{name: "runtime.configured with null data", typ: topics.TypeRuntimeConfigured, mutate: func(m map[string]any) { m["data"] = nil }},
+		{name: "bad permission_mode", typ: topics.TypeRuntimeConfigured, mutate: func(m map[string]any) { dataOf(m)["permission_mode"] = "yolo" }},
+		{name: "network_access as a string", typ: topics.TypeRuntimeConfigured, mutate: func(m map[string]any) { m["data"] = map[string]any{"network_access": "false"} }},
+		{name: "context.compacted without boundary_id", typ: topics.TypeContextCompacted, mutate: func(m map[string]any) { delete(dataOf(m), "boundary_id") }},
+		{name: "negative tokens_after", typ: topics.TypeContextCompacted, mutate: func(m map[string]any) { dataOf(m)["tokens_after"] = -1 }},
+		{name: "bad channel state", typ: topics.TypeChannelState, mutate: func(m map[string]any) { dataOf(m)["state"] = "online" }},
+		{name: "channel without kind", typ: topics.TypeChannelState, mutate: func(m map[string]any) { delete(dataOf(m), "channel_kind") }},
+		{name: "65 pinned threads", typ: topics.TypeSessionUpdated, mutate: func(m map[string]any) {
+			ids := make([]any, 65)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("thread-%d", i)
+			}
+			dataOf(m)["pinned_thread_ids"] = ids
+		}},
+		{name: "pinned_thread_ids null", typ: topics.TypeSessionUpdated, mutate: func(m map[string]any) { dataOf(m)["pinned_thread_ids"] = nil }},
+		{name: "session title with a NUL", typ: topics.TypeSessionUpdated, mutate: func(m map[string]any) { dataOf(m)["title"] = "a\x00b" }},
 		{name: "value is null", raw: `null`},
 		{name: "value is an array", raw: `[]`},
 		{name: "value is a string", raw: `"tree.node_created"`},
@@ -805,6 +961,9 @@ func TestValidVariantsAccepted(t *testing.T) {
 			m["time"] = "0001-01-02T00:00:00Z"
 			dataOf(m)["expires_at"] = "9999-12-31T23:59:59.999Z"
 		}},
+		{"time at the first millisecond", topics.TypeProgress, func(m map[string]any) { m["time"] = "0001-01-01T00:00:00.001+00:00" }},
+		{"time on 0001-01-01 with a negative offset", topics.TypeProgress, func(m map[string]any) { m["time"] = "0001-01-01T00:00:00-00:01" }},
+		{"reset_at on 9999-12-31 with a positive offset", topics.TypeLimitUpdated, func(m map[string]any) { dataOf(m)["reset_at"] = "9999-12-31T12:00:00+01:00" }},
 		{"time without fraction", topics.TypeProgress, func(m map[string]any) { m["time"] = "2026-02-14T10:00:01Z" }},
 		{"no datacontenttype", topics.TypeNodeStatus, func(m map[string]any) { delete(m, "datacontenttype") }},
 		{"datacontenttype with charset", topics.TypeNodeStatus, func(m map[string]any) { m["datacontenttype"] = "application/json; charset=utf-8" }},
@@ -840,6 +999,26 @@ func TestValidVariantsAccepted(t *testing.T) {
 		}},
 		{"input text of 16 KiB with newlines", topics.TypeInput, func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("line\n", 16<<10/5) }},
 		{"input text of 16,384 é (32 KiB)", topics.TypeInput, func(m map[string]any) { dataOf(m)["text"] = strings.Repeat("é", 16<<10) }},
+		{"summary with line feeds and tabs", topics.TypeTurnCompleted, func(m map[string]any) { dataOf(m)["summary"] = "one\n\ttwo\nthree" }},
+		{"summary of 512 emoji (2 KiB)", topics.TypeTurnCompleted, func(m map[string]any) { dataOf(m)["summary"] = strings.Repeat("😀", 512) }},
+		{"title with a line separator", topics.TypeIncidentOpened, func(m map[string]any) { dataOf(m)["title"] = "a\u2028b" }},
+		{"negative exit_code", topics.TypeToolFinished, func(m map[string]any) { dataOf(m)["exit_code"] = -2 }},
+		{"exit_code at the 64-bit bounds", topics.TypeProcessExited, func(m map[string]any) { dataOf(m)["exit_code"] = json.Number("-9223372036854775808") }},
+		{"zero counts", topics.TypeModelUsage, func(m map[string]any) {
+			for _, k := range []string{"input_tokens", "output_tokens", "cached_tokens", "cost_micros"} {
+				dataOf(m)[k] = 0
+			}
+		}},
+		{"tool.finished with only its required fields", topics.TypeToolFinished, func(m map[string]any) {
+			m["data"] = map[string]any{"call_id": "call-1", "outcome": "cancelled"}
+		}},
+		{"runtime.configured naming network_access false alone", topics.TypeRuntimeConfigured, func(m map[string]any) {
+			m["data"] = map[string]any{"network_access": false}
+		}},
+		{"session.updated without data", topics.TypeSessionUpdated, func(m map[string]any) { delete(m, "data") }},
+		{"session.updated with null data", topics.TypeSessionUpdated, func(m map[string]any) { m["data"] = nil }},
+		{"session.updated with an empty pinned list", topics.TypeSessionUpdated, func(m map[string]any) { m["data"] = map[string]any{"pinned_thread_ids": []any{}} }},
+		{"approval request", topics.TypeRequest, func(m map[string]any) { dataOf(m)["request_kind"] = "permission" }},
 	}
 	s := newSchemas(t)
 	for _, c := range cases {
@@ -1154,6 +1333,123 @@ func TestAsyncAPI(t *testing.T) {
 		if top := parts[0]; !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(top) + `:\s*$`).MatchString(text) {
 			t.Errorf("$ref #/%s: no top-level %s", m[1], top)
 		}
+	}
+}
+
+// asyncAPIMessage is a message of asyncapi.yaml, as far as the tests read it.
+type asyncAPIMessage struct {
+	Payload struct {
+		Schema struct {
+			Ref string `json:"$ref"`
+		} `json:"schema"`
+	} `json:"payload"`
+	Examples []struct {
+		Headers map[string]string `json:"headers"`
+		Payload json.RawMessage   `json:"payload"`
+	} `json:"examples"`
+}
+
+// asyncAPIDoc is asyncapi.yaml, as far as the tests read it.
+type asyncAPIDoc struct {
+	Channels map[string]struct {
+		Messages map[string]struct {
+			Ref string `json:"$ref"`
+		} `json:"messages"`
+	} `json:"channels"`
+	Components struct {
+		Messages map[string]asyncAPIMessage `json:"messages"`
+	} `json:"components"`
+}
+
+// readAsyncAPI reads asyncapi.yaml, and returns with it the message of
+// each event type by id: the type whose schema its payload references.
+func readAsyncAPI(t testing.TB) (*asyncAPIDoc, map[topics.EventType]string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(schemaDir(t), "asyncapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc asyncAPIDoc
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	byType := map[topics.EventType]string{}
+	for _, id := range slices.Sorted(maps.Keys(doc.Components.Messages)) {
+		ref := doc.Components.Messages[id].Payload.Schema.Ref
+		name, ok := strings.CutPrefix(ref, "./"+draft07Dir+eventSchema+"#/definitions/")
+		if !ok {
+			name, ok = strings.CutPrefix(ref, "./"+draft07Dir+"events/")
+			name = strings.TrimSuffix(name, ".schema.json")
+			ok = ok && name != "event"
+		}
+		if !ok {
+			continue
+		}
+		et := topics.EventType(name)
+		if !et.Known() {
+			t.Errorf("message %s: payload %s is of no event type", id, ref)
+			continue
+		}
+		if other, dup := byType[et]; dup {
+			t.Errorf("%s has two messages, %s and %s", et, other, id)
+		}
+		byType[et] = id
+	}
+	return &doc, byType
+}
+
+// TestAsyncAPIMessagePerType checks asyncapi.yaml's messages against the
+// event types: each type has one message, whose payload is the type's
+// schema (its draft-07 rendering) and whose first example is the type's
+// schema/examples file; the agent-events channel lists exactly those
+// messages (signal.input's is the human-input channel's), so that an event
+// is valid against one and only one of them, as AsyncAPI asks.
+func TestAsyncAPIMessagePerType(t *testing.T) {
+	doc, byType := readAsyncAPI(t)
+	var agentEvents, humanInput []string
+	for _, et := range topics.EventTypes() {
+		id, ok := byType[et]
+		if !ok {
+			t.Errorf("%s has no message", et)
+			continue
+		}
+		if et == topics.TypeInput {
+			humanInput = append(humanInput, id)
+		} else {
+			agentEvents = append(agentEvents, id)
+		}
+		m := doc.Components.Messages[id]
+		if len(m.Examples) == 0 {
+			t.Errorf("message %s (%s) has no example", id, et)
+			continue
+		}
+		for i, ex := range m.Examples {
+			if ct := ex.Headers[topics.HeaderContentType]; ct != topics.ContentTypeCloudEvents {
+				t.Errorf("message %s, example %d: content-type %q", id, i, ct)
+			}
+		}
+		var got any
+		if err := json.Unmarshal(m.Examples[0].Payload, &got); err != nil {
+			t.Fatalf("message %s: %v", id, err)
+		}
+		if want := any(loadExample(t, et)); !reflect.DeepEqual(got, want) {
+			t.Errorf("message %s: its example is not schema/examples/%s.json:\n%s", id, et, m.Examples[0].Payload)
+		}
+	}
+	channel := func(name string) []string {
+		var ids []string
+		for _, m := range doc.Channels[name].Messages {
+			ids = append(ids, strings.TrimPrefix(m.Ref, "#/components/messages/"))
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	slices.Sort(agentEvents)
+	if got := channel("agentEvents"); !slices.Equal(got, agentEvents) {
+		t.Errorf("channel agentEvents lists %v, want the messages of the types, %v", got, agentEvents)
+	}
+	if got := channel("humanInput"); !slices.Equal(got, humanInput) {
+		t.Errorf("channel humanInput lists %v, want %v", got, humanInput)
 	}
 }
 

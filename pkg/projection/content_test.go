@@ -43,6 +43,9 @@ func TestContentCoversEveryField(t *testing.T) {
 			*v = 7
 		case *int64:
 			*v = 7
+		case **int64:
+			x := int64(0)
+			*v = &x
 		case *bool:
 			*v = true
 		case **bool:

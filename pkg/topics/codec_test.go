@@ -158,6 +158,31 @@ func TestDecodeEventValid(t *testing.T) {
 				one := 1.0
 				e.Type, e.Data = topics.TypeProgress, &topics.Progress{Fraction: &one}
 			}},
+		{"summary with line feeds and tabs", []edit{data(topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"succeeded","summary":"one\n\ttwo"}`)},
+			func(e *topics.Event) {
+				e.Type, e.Data = topics.TypeTurnCompleted, &topics.TurnCompleted{TurnID: "t", Outcome: "succeeded", Summary: "one\n\ttwo"}
+			}},
+		{"summary of 512 emoji", []edit{data(topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"failed","summary":"`+strings.Repeat("😀", topics.MaxSummaryLength)+`"}`)},
+			func(e *topics.Event) {
+				e.Type, e.Data = topics.TypeTurnCompleted, &topics.TurnCompleted{TurnID: "t", Outcome: "failed", Summary: strings.Repeat("😀", topics.MaxSummaryLength)}
+			}},
+		{"negative exit code", []edit{data(topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":-9223372036854775808}`)},
+			func(e *topics.Event) {
+				x := int64(-1 << 63)
+				e.Type, e.Data = topics.TypeToolFinished, &topics.ToolFinished{CallID: "c", Outcome: "failed", ExitCode: &x}
+			}},
+		{"exit code zero is kept", []edit{data(topics.TypeProcessExited, `{"process_id":"p","exit_code":0}`)},
+			func(e *topics.Event) {
+				var x int64
+				e.Type, e.Data = topics.TypeProcessExited, &topics.ProcessExited{ProcessID: "p", ExitCode: &x}
+			}},
+		{"runtime naming network_access false alone", []edit{data(topics.TypeRuntimeConfigured, `{"network_access":false}`)},
+			func(e *topics.Event) {
+				no := false
+				e.Type, e.Data = topics.TypeRuntimeConfigured, &topics.RuntimeConfigured{NetworkAccess: &no}
+			}},
+		{"session update without data", []edit{set("type", string(topics.TypeSessionUpdated)), del("data")},
+			func(e *topics.Event) { e.Type, e.Data = topics.TypeSessionUpdated, &topics.SessionUpdated{} }},
 		{"unicode ids", []edit{set("agentid", "wörker-ß-7"), set("id", "01JM\u00e9")},
 			func(e *topics.Event) { e.AgentID, e.ID = "wörker-ß-7", "01JM\u00e9" }},
 		{"id of max length", []edit{set("id", strings.Repeat("x", topics.MaxIDLength))},
@@ -400,6 +425,57 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{name: "input text too long", edits: []edit{data(topics.TypeInput, `{"input_kind":"message","text":"`+strings.Repeat("a", topics.MaxInputTextLength+1)+`"}`)}, want: topics.ErrInvalidEvent,
 			msgs: []string{"data.text: longer than 16384 characters (Unicode code points)"}},
 		{name: "wake_id missing", edits: []edit{data(topics.TypeWakeReceived, `{"agent_ids":["a"]}`)}, want: topics.ErrInvalidEvent, msgs: []string{"data.wake_id: required"}},
+
+		// The activity vocabulary.
+		{name: "turn_id missing", edits: []edit{data(topics.TypeTurnQueued, `{"input_id":"in-1"}`)}, want: topics.ErrInvalidEvent, msgs: []string{"data.turn_id: required"}},
+		{name: "turn outcome missing", edits: []edit{data(topics.TypeTurnCompleted, `{"turn_id":"t"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.outcome: required; want one of succeeded|failed|cancelled|interrupted"}},
+		{name: "summary with a carriage return", edits: []edit{data(topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"failed","summary":"a\r\nb"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.summary: contains the control character U+000D"}},
+		{name: "summary with a C1 control", edits: []edit{data(topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"failed","summary":"a\u0085b"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.summary: contains the control character U+0085"}},
+		{name: "summary empty", edits: []edit{data(topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"failed","summary":""}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.summary: empty; omit the field instead"}},
+		{name: "command too long", edits: []edit{data(topics.TypeToolStarted, `{"call_id":"c","tool_name":"shell","command":"`+strings.Repeat("é", topics.MaxSummaryLength+1)+`"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.command: longer than 512 characters (Unicode code points)"}},
+		{name: "tool_name with a line feed", edits: []edit{data(topics.TypeToolStarted, `{"call_id":"c","tool_name":"a\nb"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.tool_name: contains a control character"}},
+		{name: "call_kind bad", edits: []edit{data(topics.TypeToolStarted, `{"call_id":"c","tool_name":"t","call_kind":"rpc"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{`data.call_kind: want one of tool|command|mcp, got "rpc"`}},
+		{name: "tool.finished duration negative", edits: []edit{data(topics.TypeToolFinished, `{"call_id":"c","outcome":"succeeded","duration_ms":-1}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.duration_ms: must not be negative"}},
+		{name: "exit_code null", edits: []edit{data(topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":null}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.exit_code: null; omit the field instead"}},
+		{name: "exit_code fraction", edits: []edit{data(topics.TypeProcessExited, `{"process_id":"p","exit_code":1.5}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.exit_code: want int64, got JSON number 1.5"}},
+		{name: "exit_code beyond 64 bits", edits: []edit{data(topics.TypeProcessExited, `{"process_id":"p","exit_code":9223372036854775808}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.exit_code: want int64, got JSON number 9223372036854775808"}},
+		{name: "verdict bad", edits: []edit{data(topics.TypeEvidenceRecorded, `{"evidence_id":"e","evidence_kind":"review","verdict":"green"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{`data.verdict: want one of passed|failed|inconclusive, got "green"`}},
+		{name: "incident incomplete", edits: []edit{data(topics.TypeIncidentOpened, `{"title":"x"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.incident_id: required", "data.incident_kind: required", "data.severity: required; want one of info|warning|error|critical"}},
+		{name: "environment bad", edits: []edit{data(topics.TypeProcessStarted, `{"process_id":"p","environment":"cloud"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{`data.environment: want one of local|container|vm|remote, got "cloud"`}},
+		{name: "usage counts negative", edits: []edit{data(topics.TypeModelUsage, `{"model":"m","input_tokens":-1,"output_tokens":-2,"cached_tokens":-3,"cost_micros":-4}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.input_tokens: must not be negative", "data.output_tokens: must not be negative", "data.cached_tokens: must not be negative", "data.cost_micros: must not be negative"}},
+		{name: "limit remaining negative", edits: []edit{data(topics.TypeLimitUpdated, `{"limit_kind":"cost","state":"near","remaining":-1}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.remaining: must not be negative"}},
+		{name: "limit state bad", edits: []edit{data(topics.TypeLimitUpdated, `{"limit_kind":"cost","state":"blocked"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{`data.state: want one of ok|near|exhausted, got "blocked"`}},
+		{name: "runtime names nothing", edits: []edit{data(topics.TypeRuntimeConfigured, `{}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data: names nothing: give at least one of permission_mode, sandbox_profile, network_access, execution_environment, environment_ref"}},
+		{name: "runtime without data", edits: []edit{set("type", string(topics.TypeRuntimeConfigured)), del("data")}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data: names nothing"}},
+		{name: "permission_mode bad", edits: []edit{data(topics.TypeRuntimeConfigured, `{"permission_mode":"yolo"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{`data.permission_mode: want one of ask|auto_edit|full_auto|read_only, got "yolo"`}},
+		{name: "compaction tokens negative", edits: []edit{data(topics.TypeContextCompacted, `{"boundary_id":"b","tokens_before":-1}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.tokens_before: must not be negative"}},
+		{name: "channel state bad", edits: []edit{data(topics.TypeChannelState, `{"channel_id":"c","channel_kind":"ide","state":"up"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{`data.state: want one of connected|degraded|disconnected, got "up"`}},
+		{name: "session title with a NUL", edits: []edit{data(topics.TypeSessionUpdated, `{"title":"a\u0000b"}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.title: contains the control character U+0000"}},
+		{name: "pinned thread empty", edits: []edit{data(topics.TypeSessionUpdated, `{"pinned_thread_ids":["t",""]}`)}, want: topics.ErrInvalidEvent,
+			msgs: []string{"data.pinned_thread_ids[1]: required"}},
 		{name: "data nested too deep", raw: strings.Replace(string(structured(t)), `"role":"worker"`, `"role":`+strings.Repeat("[", 20000)+strings.Repeat("]", 20000), 1), want: topics.ErrInvalidEvent,
 			msgs: []string{"(value): not a JSON object"}},
 
@@ -477,6 +553,7 @@ func TestDecodeEventUnknownType(t *testing.T) {
 func fullPayloads() map[topics.EventType]topics.Payload {
 	yes, no := true, false
 	half := 0.5
+	zero, exitCode := int64(0), int64(-9)
 	exp := topics.NewTime(time.Date(2026, 2, 14, 10, 45, 0, 250e6, time.UTC))
 	return map[topics.EventType]topics.Payload{
 		topics.TypeNodeCreated: &topics.NodeCreated{ParentAgentID: "conductor", Role: topics.RoleAppAgent, Capability: "search", TaskID: "task-1"},
@@ -507,6 +584,30 @@ func fullPayloads() map[topics.EventType]topics.Payload {
 		topics.TypeInput: &topics.Input{InputID: "in-1", InputKind: "steer", Text: "Focus on <2025> & \"figures\" \u2028 — ünïcode\n",
 			ContentRef: "blob://in-1"},
 		topics.TypeWakeReceived: &topics.WakeReceived{WakeID: "wake-1", SnapshotID: "snap-1", AgentIDs: []string{"a", "b"}},
+
+		topics.TypeTurnQueued:    &topics.TurnQueued{TurnID: "turn-2", InputID: "in-1"},
+		topics.TypeTurnStarted:   &topics.TurnStarted{TurnID: "turn-1", InputID: "in-1"},
+		topics.TypeTurnCompleted: &topics.TurnCompleted{TurnID: "turn-1", Outcome: "interrupted", ErrorCode: "user_interrupt", Summary: "Read <3> sources\n\tand \"stopped\" — ünïcode \u2028"},
+		topics.TypeToolStarted: &topics.ToolStarted{CallID: "call-1", ToolName: "shell", CallKind: "command",
+			Command: `grep -rn "a & b" src/ | head -n 5`, TurnID: "turn-1"},
+		topics.TypeToolFinished: &topics.ToolFinished{CallID: "call-1", Outcome: "failed", DurationMs: 1 << 33, ExitCode: &exitCode,
+			ErrorCode: "exit_nonzero", OutputRef: "blob://call-1"},
+		topics.TypeEvidenceRecorded: &topics.EvidenceRecorded{EvidenceID: "ev-1", EvidenceKind: "test_run", Verdict: "passed",
+			ArtifactID: "a-1", Ref: "blob://ev-1"},
+		topics.TypeIncidentOpened:   &topics.IncidentOpened{IncidentID: "inc-1", IncidentKind: "crash_loop", Severity: "critical", Title: "Worker <7> restarts\tevery 30 s"},
+		topics.TypeIncidentResolved: &topics.IncidentResolved{IncidentID: "inc-1", Resolution: "restarted"},
+		topics.TypeProcessStarted: &topics.ProcessStarted{ProcessID: "proc-1", Command: "npm run dev -- --port 5173", Environment: "container",
+			EnvironmentRef: "image:demo@sha256:ab", OutputRef: "blob://proc-1"},
+		topics.TypeProcessExited: &topics.ProcessExited{ProcessID: "proc-1", ExitCode: &zero, Signal: "SIGTERM", OutputRef: "blob://proc-1"},
+		topics.TypeModelUsage: &topics.ModelUsage{Model: "large-2026-01", Provider: "provider-a", Profile: "balanced", InputTokens: 12000,
+			OutputTokens: 800, CachedTokens: 4000, CostMicros: 21500},
+		topics.TypeLimitUpdated: &topics.LimitUpdated{LimitKind: "tokens_per_minute", State: "exhausted", Remaining: &zero, ResetAt: &exp},
+		topics.TypeRuntimeConfigured: &topics.RuntimeConfigured{PermissionMode: "full_auto", SandboxProfile: "workspace-write", NetworkAccess: &no,
+			ExecutionEnvironment: "vm", EnvironmentRef: "vm-12"},
+		topics.TypeContextCompacted: &topics.ContextCompacted{BoundaryID: "b-1", TokensBefore: 180000, TokensAfter: 24000, ThroughTurnID: "turn-1"},
+		topics.TypeChannelState:     &topics.ChannelState{ChannelID: "ch-1", ChannelKind: "slack", State: "degraded"},
+		topics.TypeSessionUpdated: &topics.SessionUpdated{Title: "Q1 — «EU» sizing", WorkspaceID: "ws-1", AccountID: "acct-1",
+			PinnedThreadIDs: []string{"thread-1", "thread-2"}},
 	}
 }
 

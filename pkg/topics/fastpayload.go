@@ -10,7 +10,7 @@ import (
 // fields by reflection walking: about a quarter of all decoding. The fast
 // path sets each member's field from its raw value directly, for the plain
 // values producers send (strings, integers, booleans, numbers, timestamps,
-// arrays of strings). Anything else (null, a value of the wrong JSON type,
+// arrays of strings, and pointers to them where a field may be absent). Anything else (null, a value of the wrong JSON type,
 // a number out of range, a timestamp that does not parse) makes it give
 // up, reset what it set, and leave the payload to encoding/json, so that
 // accepted and rejected inputs, decoded values and error messages are
@@ -23,6 +23,7 @@ type fieldKind uint8
 const (
 	kindString   fieldKind = iota + 1 // string, or a string type (Role, Status)
 	kindInt                           // int, int64
+	kindIntPtr                        // *int64
 	kindBool                          // bool
 	kindBoolPtr                       // *bool
 	kindFloatPtr                      // *float64
@@ -82,6 +83,8 @@ func kindOf(t reflect.Type) fieldKind {
 		return kindString
 	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
 		return kindInt
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Int64:
+		return kindIntPtr
 	case t.Kind() == reflect.Bool:
 		return kindBool
 	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Bool:
@@ -137,6 +140,15 @@ func setFast(fv reflect.Value, k fieldKind, raw []byte) bool {
 			return false
 		}
 		fv.SetInt(n)
+	case kindIntPtr:
+		if !isInteger(raw) {
+			return false
+		}
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil {
+			return false
+		}
+		fv.Set(reflect.ValueOf(&n))
 	case kindBool, kindBoolPtr:
 		var b bool
 		switch string(raw) {

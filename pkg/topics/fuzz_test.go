@@ -270,6 +270,23 @@ func FuzzDecodeDifferential(f *testing.F) {
 		{topics.TypeFailed, `{"error_code":"e","retryable":1}`},
 		{topics.TypeWakeReceived, `{"wake_id":"w","agent_ids":{}}`},
 		{topics.TypeHeartbeat, `{}`},
+		{topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":null}`},
+		{topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":"1"}`},
+		{topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":1.0}`},
+		{topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":-0,"duration_ms":1e3}`},
+		{topics.TypeToolFinished, `{"call_id":"c","outcome":"failed","exit_code":2,"exit_code":-3}`},
+		{topics.TypeProcessExited, `{"process_id":"p","exit_code":9223372036854775808}`},
+		{topics.TypeProcessExited, `{"process_id":"p","exit_code":-9223372036854775809}`},
+		{topics.TypeProcessExited, `{"process_id":"p","exit_code":-9223372036854775808,"signal":"SIGTERM"}`},
+		{topics.TypeLimitUpdated, `{"limit_kind":"cost","state":"near","remaining":-1,"reset_at":"2026-02-14T11:00:00+01:00"}`},
+		{topics.TypeLimitUpdated, `{"limit_kind":"cost","state":"near","remaining":true}`},
+		{topics.TypeRuntimeConfigured, `{"network_access":null}`},
+		{topics.TypeRuntimeConfigured, `{"network_access":false,"permission_mode":"ask"}`},
+		{topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"failed","summary":"a\r\nb"}`},
+		{topics.TypeTurnCompleted, `{"turn_id":"t","outcome":"failed","summary":"a\n\tb \u2028"}`},
+		{topics.TypeSessionUpdated, `{"pinned_thread_ids":[]}`},
+		{topics.TypeSessionUpdated, `{"pinned_thread_ids":["t",null],"title":""}`},
+		{topics.TypeModelUsage, `{"model":"m","input_tokens":1,"input_tokens":-1}`},
 	} {
 		f.Add(structured(f, data(d.typ, d.data)))
 	}

@@ -147,6 +147,14 @@ func ParseTime(s string) (Time, error) {
 	if y := p.UTC().Year(); y < 1 || y > 9999 || NewTime(p).IsZero() {
 		return Time{}, fmt.Errorf("timestamp %q is outside years 0001-9999", clip(s, 40))
 	}
+	// On the first day of the range a positive offset may take a time out
+	// of it, and on the last day a negative one: whether it does compares
+	// the time with the offset, which a JSON Schema pattern cannot, so the
+	// contract refuses those offsets on those two days whatever the time
+	// (the schemas' timestamp does too): write them in UTC.
+	if _, off := p.Zone(); off > 0 && p.Year() == 1 && p.YearDay() == 1 || off < 0 && p.Year() == 9999 && p.Month() == 12 && p.Day() == 31 {
+		return Time{}, fmt.Errorf("timestamp %q is at an end of years 0001-9999 with an offset away from UTC; write it in UTC (Z)", clip(s, 40))
+	}
 	return NewTime(p), nil
 }
 

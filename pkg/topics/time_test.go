@@ -156,6 +156,10 @@ func TestParseTime(t *testing.T) {
 		{"0001-01-01T00:00:00.001Z", "0001-01-01T00:00:00.001Z"},
 		{"9999-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999Z"},
 		{"0001-01-02T00:30:00+01:00", "0001-01-01T23:30:00.000Z"},
+		{"0001-01-01T00:00:00-00:01", "0001-01-01T00:01:00.000Z"},
+		{"0001-01-01T00:00:00.001+00:00", "0001-01-01T00:00:00.001Z"},
+		{"9999-12-31T12:00:00+01:00", "9999-12-31T11:00:00.000Z"},
+		{"9999-12-31T23:59:59.999-00:00", "9999-12-31T23:59:59.999Z"},
 	}
 	for _, c := range ok {
 		got, err := topics.ParseTime(c.in)
@@ -207,6 +211,11 @@ func TestParseTime(t *testing.T) {
 		{"0001-01-01T01:00:00+01:00", "outside years 0001-9999"}, // the zero instant, with an offset
 		{"0001-01-01T00:30:00+01:00", "outside years 0001-9999"}, // year 0 in UTC
 		{"9999-12-31T23:00:00-01:00", "outside years 0001-9999"}, // year 10000 in UTC
+		// Within the range in UTC, but with an offset on the first or last
+		// day, which the schemas' pattern cannot tell from outside it.
+		{"0001-01-01T12:00:00+01:00", "at an end of years 0001-9999 with an offset away from UTC; write it in UTC (Z)"},
+		{"0001-01-01T23:59:59.999+00:01", "at an end of years 0001-9999"},
+		{"9999-12-31T01:00:00-01:00", "at an end of years 0001-9999"},
 		{strings.Repeat("9", 100), "want an RFC 3339 timestamp"},
 	}
 	for _, c := range bad {
