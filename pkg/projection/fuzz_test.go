@@ -52,6 +52,24 @@ func FuzzApply(f *testing.F) {
 				if err := checkInvariants(r); err != nil {
 					t.Fatal(err)
 				}
+				// The read model builds, and the run's activity record
+				// fits and reads back as it was.
+				if _, err := p.ReadModel(id, clock, false); err != nil {
+					t.Fatal(err)
+				}
+				if r.act != nil {
+					enc, err := encodeActivity(r.act)
+					if err != nil {
+						t.Fatal(err)
+					}
+					back, err := decodeActivity(enc)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if again, _ := encodeActivity(back); !bytes.Equal(enc, again) {
+						t.Fatalf("activity record changed by a round trip:\n%s\n%s", enc, again)
+					}
+				}
 			}
 		}
 		for len(data) > 0 {
@@ -147,6 +165,8 @@ func fuzzEvent(b [8]byte, seq int, at time.Time) *topics.Event {
 		d.HintType = "read_json"
 	case *topics.ScratchpadUpdated:
 		d.ScratchpadID = "sp"
+	default:
+		fuzzActivity(p, b)
 	}
 	id := fmt.Sprintf("e%d", seq)
 	if b[6]%11 == 0 && seq > 1 {
@@ -154,6 +174,48 @@ func fuzzEvent(b [8]byte, seq int, at time.Time) *topics.Event {
 	}
 	return &topics.Event{ID: id, Source: "/fuzz", Type: typ, Time: topics.NewTime(at), RunID: fmt.Sprintf("run-%d", b[7]%2),
 		AgentID: agent, SchemaVersion: 1, CorrelationID: corr, Data: p}
+}
+
+// fuzzActivity fills an activity payload from b: few ids, so that starts
+// and ends, opens and resolutions meet.
+func fuzzActivity(p topics.Payload, b [8]byte) {
+	id := fmt.Sprintf("x%d", b[6]%5)
+	pick := func(vs []string) string { return vs[int(b[4])%len(vs)] }
+	code := int64(b[4] % 3)
+	switch d := p.(type) {
+	case *topics.TurnQueued:
+		d.TurnID = id
+	case *topics.TurnStarted:
+		d.TurnID = id
+	case *topics.TurnCompleted:
+		d.TurnID, d.Outcome, d.Summary = id, pick(topics.TurnOutcomes), "done é\n"
+	case *topics.ToolStarted:
+		d.CallID, d.ToolName, d.CallKind, d.Command = id, fmt.Sprintf("t%d", b[4]%3), pick(topics.CallKinds), "ls -la"
+	case *topics.ToolFinished:
+		d.CallID, d.Outcome, d.ExitCode = id, pick(topics.CallOutcomes), &code
+	case *topics.EvidenceRecorded:
+		d.EvidenceID, d.EvidenceKind, d.Verdict, d.ArtifactID = id, "test_run", pick(topics.EvidenceVerdicts), "x"
+	case *topics.IncidentOpened:
+		d.IncidentID, d.IncidentKind, d.Severity = id, "k", pick(topics.Severities)
+	case *topics.IncidentResolved:
+		d.IncidentID = id
+	case *topics.ProcessStarted:
+		d.ProcessID, d.Environment = id, pick(topics.Environments)
+	case *topics.ProcessExited:
+		d.ProcessID, d.ExitCode = id, &code
+	case *topics.ModelUsage:
+		d.Model, d.InputTokens, d.CostMicros = fmt.Sprintf("m%d", b[4]%3), int64(b[6])<<40, 1<<62
+	case *topics.LimitUpdated:
+		d.LimitKind, d.State = fmt.Sprintf("l%d", b[6]%3), pick(topics.LimitStates)
+	case *topics.RuntimeConfigured:
+		d.PermissionMode, d.SandboxProfile = pick(topics.PermissionModes), "sb"
+	case *topics.ContextCompacted:
+		d.BoundaryID = id
+	case *topics.ChannelState:
+		d.ChannelID, d.ChannelKind, d.State = id, "web", pick(topics.ChannelStates)
+	case *topics.SessionUpdated:
+		d.Title, d.PinnedThreadIDs = "t", []string{id}
+	}
 }
 
 // checkWake asserts a wake's snapshot keeps seed 000's bounds.
