@@ -28,18 +28,30 @@ import (
 //
 //   - path: decode → apply → state encoding → changelog records (what the
 //     throughput issue's 6 µs/event target names);
+//
 //   - commit: path, plus each commit's wakes (snapshots built and encoded)
 //     and its Pebble batch, i.e. everything a worker does but produce.
+//
+//   - path-activity: path, for runs that also report their activity
+//     (workload.Spec.Activity: turns, calls, usage, artifacts...), about
+//     a third more events per node.
 //
 // It reports ns/event and allocs/event (the standard ns/op and allocs/op
 // are per commit of 5,000 events).
 func BenchmarkEventPath(b *testing.B) {
+	b.Run("path", func(b *testing.B) { benchEventPath(b, false, false) })
+	b.Run("commit", func(b *testing.B) { benchEventPath(b, true, false) })
+	b.Run("path-activity", func(b *testing.B) { benchEventPath(b, false, true) })
+}
+
+func benchEventPath(b *testing.B, full, activity bool) {
 	const runs, nodes, batch = 24, 200, 5000
 	var events []topics.Event
 	start := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
 	for i := range runs {
 		events = append(events, workload.Generate(workload.Spec{RunID: fmt.Sprintf("run-%03d", i), SessionID: "bench",
-			Nodes: nodes, Seed: uint64(i + 1), Start: start.Add(time.Duration(i) * time.Millisecond), Step: 10 * time.Millisecond})...)
+			Nodes: nodes, Seed: uint64(i + 1), Start: start.Add(time.Duration(i) * time.Millisecond), Step: 10 * time.Millisecond,
+			Activity: activity})...)
 	}
 	// Interleaved by time, as a partition of many runs has them.
 	slices.SortStableFunc(events, func(a, b topics.Event) int { return cmp.Compare(a.Time.UnixMilli(), b.Time.UnixMilli()) })
@@ -52,12 +64,8 @@ func BenchmarkEventPath(b *testing.B) {
 		r.Offset = int64(i)
 		recs[i] = r
 	}
-	for _, full := range []bool{false, true} {
-		name := "path"
-		if full {
-			name = "commit"
-		}
-		b.Run(name, func(b *testing.B) {
+	{
+		{
 			db, err := pebble.Open(b.TempDir(), pebbleOptions(slog.New(slog.NewTextHandler(io.Discard, nil)), 64<<20))
 			if err != nil {
 				b.Fatal(err)
@@ -138,6 +146,6 @@ func BenchmarkEventPath(b *testing.B) {
 			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(n), "allocs/event")
 			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(n), "B/event")
 			b.ReportMetric(float64(records)/float64(n), "changelog-records/event")
-		})
+		}
 	}
 }

@@ -337,21 +337,21 @@ func newActivity() *activity {
 }
 
 // feedsActivity reports whether ev changes a run's activity: an activity
-// event, an artifact or a reference to artifacts, an interrupt, or any
-// event that carried a trace id.
+// event, an artifact, an interrupt, or any event that carried a trace id.
+// References to artifacts (parent hints, results) are checked only in a
+// run that reports its artifacts (refer), so that a run of the tree's
+// events alone carries no activity at all.
 func feedsActivity(ev *topics.Event) bool {
 	if ev.TraceID != "" {
 		return true
 	}
 	switch p := ev.Data.(type) {
-	case *topics.ArtifactCreated, *topics.ParentHint,
+	case *topics.ArtifactCreated,
 		*topics.TurnQueued, *topics.TurnStarted, *topics.TurnCompleted, *topics.ToolStarted, *topics.ToolFinished,
 		*topics.EvidenceRecorded, *topics.IncidentOpened, *topics.IncidentResolved, *topics.ProcessStarted,
 		*topics.ProcessExited, *topics.ModelUsage, *topics.LimitUpdated, *topics.RuntimeConfigured,
 		*topics.ContextCompacted, *topics.ChannelState, *topics.SessionUpdated:
 		return true
-	case *topics.Result:
-		return len(p.ArtifactIDs) > 0 || p.PrimaryArtifactID != ""
 	case *topics.Input:
 		return p.InputKind == "interrupt" || p.InputKind == "cancel"
 	}
@@ -361,6 +361,9 @@ func feedsActivity(ev *topics.Event) bool {
 // applyActivity applies ev to the run's activity.
 func (r *Run) applyActivity(ev *topics.Event) {
 	if !feedsActivity(ev) {
+		if r.act.seen(famArtifact) {
+			r.referActivity(ev)
+		}
 		return
 	}
 	if r.act == nil {
@@ -378,13 +381,6 @@ func (r *Run) applyActivity(ev *topics.Event) {
 		a.tool(p, agent, at)
 	case *topics.ArtifactCreated:
 		a.artifact(p, agent, at)
-	case *topics.ParentHint:
-		a.refer(p.ArtifactIDs...)
-	case *topics.Result:
-		a.refer(p.ArtifactIDs...)
-		if p.PrimaryArtifactID != "" && !slices.Contains(p.ArtifactIDs, p.PrimaryArtifactID) {
-			a.refer(p.PrimaryArtifactID)
-		}
 	case *topics.EvidenceRecorded:
 		a.evidence(p, agent, at)
 	case *topics.IncidentOpened, *topics.IncidentResolved:
@@ -416,6 +412,25 @@ func (r *Run) applyActivity(ev *topics.Event) {
 		changed = ev.TraceID != ""
 	}
 	if changed && r.dirty != nil {
+		r.dirty.activity = true
+	}
+}
+
+// referActivity checks the references of a parent hint or a result to the
+// run's artifacts.
+func (r *Run) referActivity(ev *topics.Event) {
+	switch p := ev.Data.(type) {
+	case *topics.ParentHint:
+		r.act.refer(p.ArtifactIDs...)
+	case *topics.Result:
+		r.act.refer(p.ArtifactIDs...)
+		if p.PrimaryArtifactID != "" && !slices.Contains(p.ArtifactIDs, p.PrimaryArtifactID) {
+			r.act.refer(p.PrimaryArtifactID)
+		}
+	default:
+		return
+	}
+	if r.dirty != nil {
 		r.dirty.activity = true
 	}
 }
