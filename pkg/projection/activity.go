@@ -736,7 +736,7 @@ func (a *activity) session(p *topics.SessionUpdated, at topics.Time) {
 	s.Title = cmp.Or(p.Title, s.Title)
 	s.WorkspaceID = cmp.Or(p.WorkspaceID, s.WorkspaceID)
 	s.AccountID = cmp.Or(p.AccountID, s.AccountID)
-	if p.PinnedThreadIDs != nil {
+	if len(p.PinnedThreadIDs) > 0 { // an empty list is an absent one (docs/CONTRACT.md)
 		s.PinnedThreadIDs = slices.Clone(p.PinnedThreadIDs)
 	}
 	s.UpdatedAt = at
