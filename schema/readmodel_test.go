@@ -8,6 +8,7 @@ package schema_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -25,20 +27,22 @@ func TestReadModelFromProjection(t *testing.T) {
 	s := newSchemas(t)
 	evs := decodedExamples(t)
 	// A second run with more running nodes than a list holds, so that the
-	// bounded lists are truncated.
+	// bounded lists are truncated; its runtime sends no activity, so that
+	// every fact of it is unknown.
 	const wide = "run-wide"
 	at := t0
-	ev := func(agent string, et topics.EventType, data topics.Payload) *topics.Event {
+	ev := func(run, agent string, et topics.EventType, data topics.Payload) *topics.Event {
 		at = at.Add(time.Millisecond)
 		return &topics.Event{ID: fmt.Sprintf("01JM1%021d", len(evs)), Source: "/agents/" + agent, Type: et, Time: at,
-			RunID: wide, AgentID: agent, SchemaVersion: 1, Data: data}
+			RunID: run, AgentID: agent, SchemaVersion: 1, Data: data}
 	}
-	evs = append(evs, ev("root", topics.TypeNodeCreated, &topics.NodeCreated{Role: topics.RoleConductor}))
+	evs = append(evs, ev(wide, "root", topics.TypeNodeCreated, &topics.NodeCreated{Role: topics.RoleConductor}))
 	for i := range projection.MaxReadModelList + 5 {
 		w := fmt.Sprintf("w-%02d", i)
-		evs = append(evs, ev(w, topics.TypeNodeCreated, &topics.NodeCreated{ParentAgentID: "root", Role: topics.RoleWorker}))
-		evs = append(evs, ev(w, topics.TypeNodeStatus, &topics.NodeStatus{Status: topics.StatusRunning}))
+		evs = append(evs, ev(wide, w, topics.TypeNodeCreated, &topics.NodeCreated{ParentAgentID: "root", Role: topics.RoleWorker}))
+		evs = append(evs, ev(wide, w, topics.TypeNodeStatus, &topics.NodeStatus{Status: topics.StatusRunning}))
 	}
+	evs = append(evs, activityRuns(t)...)
 	p, err := projection.New(projection.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -50,10 +54,13 @@ func TestReadModelFromProjection(t *testing.T) {
 	}
 	ids := p.RunIDs()
 	slices.Sort(ids)
-	if len(ids) < 2 {
-		t.Fatalf("runs %v, want the examples' and %s", ids, wide)
+	if len(ids) < 4 {
+		t.Fatalf("runs %v, want the examples', %s and the activity runs", ids, wide)
 	}
 	truncated := false
+	// seen collects, per fact (checks.<name> for a diagnostic check), the
+	// statuses it had over the runs, and the interrupt states.
+	seen := map[string]map[string]bool{}
 	for _, id := range ids {
 		for _, stale := range []bool{false, true} {
 			m, err := p.ReadModel(id, t0.Std().Add(time.Hour), stale)
@@ -68,10 +75,134 @@ func TestReadModelFromProjection(t *testing.T) {
 			if err := s.validate(readModelSchema, enc); err != nil {
 				t.Errorf("run %s, stale %v: read-model.schema.json refuses %s: %v", id, stale, clip(enc), err)
 			}
+			if !stale {
+				collectStatuses(t, enc, seen)
+			}
 		}
 	}
 	if !truncated {
 		t.Error("no truncated list was exercised")
+	}
+	// Every fact was known in some run (and so its value validated), and
+	// unknown in the run without activity; the blocked and not_applicable
+	// facts were exercised too.
+	for _, name := range factNames() {
+		if !seen[name]["known"] {
+			t.Errorf("fact %s was never known: no run gave its value to validate (statuses %v)", name, slices.Sorted(maps.Keys(seen[name])))
+		}
+	}
+	for _, name := range []string{"active_turn_id", "active_turns", "last_outcome", "active_incidents", "queued_turns",
+		"latest_compaction_boundary", "tool_summary", "artifact_summary", "evidence_summary", "model_routing", "limit_state",
+		"permission_state", "sandbox_profile", "active_processes", "execution_environment", "remote_channel_state",
+		"telemetry_correlation", "checks.failed_tools", "checks.failed_commands", "checks.stalled_turns", "checks.quota_blocks",
+		"checks.context_gaps"} {
+		if !seen[name]["unknown"] {
+			t.Errorf("fact %s was never unknown (statuses %v)", name, slices.Sorted(maps.Keys(seen[name])))
+		}
+	}
+	for name, st := range map[string]string{"limit_state": "blocked", "permission_state": "blocked", "job_progress": "not_applicable",
+		"interrupt_state=none": "known", "interrupt_state=pending": "known", "interrupt_state=honoured": "known"} {
+		if !seen[name][st] {
+			t.Errorf("fact %s was never %s (statuses %v)", name, st, slices.Sorted(maps.Keys(seen[name])))
+		}
+	}
+}
+
+// activityRuns are two runs of the demo workload with the activity
+// vocabulary (Spec.Activity), so that every fact of the read model is
+// known in one of them. run-activity keeps its approvals waiting (its
+// permission state is blocked), carries trace ids and has an interrupt
+// pending; run-settled has its approvals resolved, a limit exhausted
+// (blocked) and its interrupt honoured by the turn that ends interrupted.
+func activityRuns(t *testing.T) []*topics.Event {
+	t.Helper()
+	var out []*topics.Event
+	at := t0.Std()
+	add := func(run, agent string, data topics.Payload) {
+		at = at.Add(time.Millisecond)
+		out = append(out, &topics.Event{ID: fmt.Sprintf("01JM2%021d", len(out)), Source: "/agents/" + agent, Type: data.EventType(),
+			Time: topics.NewTime(at), RunID: run, AgentID: agent, SchemaVersion: 1, Data: data})
+	}
+	approvals := map[string][]string{}
+	for _, run := range []string{"run-activity", "run-settled"} {
+		gen := workload.Generate(workload.Spec{RunID: run, SessionID: "s-demo", Nodes: 60, Activity: true, Start: t0.Std(), Step: time.Millisecond, Seed: 11})
+		for i := range gen {
+			e := &gen[i]
+			if run == "run-activity" && i%5 == 0 {
+				e.TraceID = fmt.Sprintf("%032x", 1+i/100) // as a traceparent header gives it
+			}
+			if q, ok := e.Data.(*topics.Request); ok && topics.IsApproval(q.RequestKind) {
+				approvals[run] = append(approvals[run], q.RequestID)
+			}
+			if e.Time.Std().After(at) {
+				at = e.Time.Std()
+			}
+			out = append(out, e)
+		}
+		if len(approvals[run]) == 0 {
+			t.Fatalf("the workload's %s asks for no approval", run)
+		}
+	}
+	add("run-activity", "human", &topics.Input{InputKind: "interrupt", Text: "stop"})
+	for _, q := range approvals["run-settled"] {
+		add("run-settled", "conductor", &topics.RequestResolved{RequestID: q, Resolution: "approved"})
+	}
+	add("run-settled", "human", &topics.Input{InputKind: "interrupt", Text: "stop"})
+	add("run-settled", "conductor", &topics.TurnCompleted{TurnID: "turn-2", Outcome: "interrupted"})
+	add("run-settled", "conductor", &topics.LimitUpdated{LimitKind: "tokens", State: "exhausted"})
+	return out
+}
+
+// factNames are the JSON names of the read model's facts (every field of
+// type projection.Fact), the diagnostics' checks as checks.<name>.
+func factNames() []string {
+	var out []string
+	for prefix, typ := range map[string]reflect.Type{"": reflect.TypeFor[projection.ReadModel](), "checks.": reflect.TypeFor[projection.DiagnosticChecks]()} {
+		for _, f := range jsonFields(typ) {
+			if strings.HasPrefix(f.typ.Name(), "Fact[") {
+				out = append(out, prefix+f.name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// collectStatuses adds the status of each fact of an encoded read model to
+// seen, and the interrupt state as interrupt_state=<value>.
+func collectStatuses(t *testing.T, enc []byte, seen map[string]map[string]bool) {
+	t.Helper()
+	type fact struct {
+		Status string `json:"status"`
+		Value  any    `json:"value"`
+	}
+	var m map[string]json.RawMessage
+	var d struct {
+		Checks map[string]fact `json:"checks"`
+	}
+	if err := json.Unmarshal(enc, &m); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(m["diagnostics"], &d); err != nil {
+		t.Fatal(err)
+	}
+	mark := func(name, status string) {
+		if seen[name] == nil {
+			seen[name] = map[string]bool{}
+		}
+		seen[name][status] = true
+	}
+	for _, name := range factNames() {
+		var f fact
+		if c, ok := strings.CutPrefix(name, "checks."); ok {
+			f = d.Checks[c]
+		} else if err := json.Unmarshal(m[name], &f); err != nil {
+			t.Fatalf("fact %s: %v", name, err)
+		}
+		mark(name, f.Status)
+	}
+	if v, ok := d.Checks["interrupt_state"].Value.(string); ok {
+		mark("interrupt_state="+v, d.Checks["interrupt_state"].Status)
 	}
 }
 
@@ -178,5 +309,14 @@ func TestReadModelFieldsMatchGo(t *testing.T) {
 	}
 	if got := toStrings(defs["availability"].(map[string]any)["enum"]); !slices.Equal(got, avail) {
 		t.Errorf("availability enum %v, Go's %v", got, avail)
+	}
+	// The activity's enums are the vocabulary's (pkg/topics activity.go).
+	for def, want := range map[string][]string{"turnOutcomeKind": topics.TurnOutcomes, "callKind": topics.CallKinds,
+		"callOutcome": topics.CallOutcomes, "verdict": topics.EvidenceVerdicts, "severity": topics.Severities,
+		"environment": topics.Environments, "limitState": topics.LimitStates, "permissionMode": topics.PermissionModes,
+		"channelState": topics.ChannelStates, "artifactType": topics.ArtifactTypes} {
+		if got := toStrings(defs[def].(map[string]any)["enum"]); !slices.Equal(got, want) {
+			t.Errorf("%s enum %v, Go's %v", def, got, want)
+		}
 	}
 }

@@ -599,11 +599,17 @@ type jsonField struct {
 }
 
 // jsonFields lists the exported, json-tagged fields of struct type st, in
-// order: what the schema checks hold a schema's properties against.
+// order: what the schema checks hold a schema's properties against. The
+// fields of an embedded struct without a tag are listed in its place, as
+// encoding/json writes them (projection.ModelCount).
 func jsonFields(st reflect.Type) []jsonField {
 	var out []jsonField
 	for i := range st.NumField() {
 		f := st.Field(i)
+		if _, tagged := f.Tag.Lookup("json"); f.Anonymous && !tagged && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
 		tag, ok := f.Tag.Lookup("json")
 		if !f.IsExported() || !ok || tag == "-" {
 			continue

@@ -15,6 +15,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/canopy-dev/canopy/internal/testenv"
+	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -244,5 +245,73 @@ func TestUIBrowser(t *testing.T) {
 		`document.getElementById("message").dataset.kind === "unknown" && document.getElementById("message").textContent.startsWith('Unknown run "never-seen-run"')`)
 	if n := js[int](t, ctx, `document.querySelectorAll("#tree-body tr[data-agent]").length`); n != 0 {
 		t.Errorf("an unknown run shows %d nodes", n)
+	}
+}
+
+// TestUIRunFacts: the run page shows the read model's facts of the
+// runtime's activity for a run of the demo workload with Activity (a tool
+// it called, an artifact it made, an approval waiting, the model it used,
+// the permission state blocked by that approval), and for a run whose
+// runtime sent no activity, the facts' unknown status with the reason,
+// never an empty value that looks healthy.
+func TestUIRunFacts(t *testing.T) {
+	s := newUIStack(t)
+	s.generateSpec(t, workload.Spec{RunID: "ui-activity", Nodes: 60, Activity: true}, false)
+	s.generate(t, "ui-plain", 20)
+	readModel := func(run string) projection.ReadModel {
+		r := call(t, "GET", s.srv.URL+"/v1/runs/"+run+"/read-model", tokSession, nil)
+		var m projection.ReadModel
+		if r.status != 200 || json.Unmarshal(r.body, &m) != nil {
+			t.Fatalf("read model of %s: %d %s", run, r.status, r.body)
+		}
+		return m
+	}
+	// factText is the JavaScript of the text of fact name on the page.
+	factText := func(name string) string {
+		return fmt.Sprintf(`(document.querySelector('#facts [data-fact=%q]') || {}).textContent || ""`, name)
+	}
+	ctx := browser(t, 1400, 1000)
+
+	m := readModel("ui-activity")
+	if m.ToolSummary.Value == nil || m.ArtifactSummary.Value == nil || m.PendingApprovals.Value == nil || m.ModelRouting.Value == nil ||
+		len(m.ToolSummary.Value.ByTool) == 0 || len(m.ArtifactSummary.Value.Recent) == 0 || len(m.PendingApprovals.Value.Requests) == 0 {
+		t.Fatalf("the workload's activity gave no tool, artifact, approval or model: %+v", m)
+	}
+	want := map[string]string{
+		"tool_summary":      m.ToolSummary.Value.ByTool[0].ToolName,
+		"artifact_summary":  m.ArtifactSummary.Value.Recent[0].ArtifactID,
+		"pending_approvals": m.PendingApprovals.Value.Requests[0].RequestID,
+		"model_routing":     m.ModelRouting.Value.Latest.Model,
+		"permission_state":  "blocked: " + m.PermissionState.Reason,
+		"sandbox_profile":   *m.SandboxProfile.Value,
+		"active_turn_id":    *m.ActiveTurnID.Value,
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.srv.URL+UIPath+"#token="+tokAll+"&run=ui-activity")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 10*time.Second, "the facts are shown", `document.querySelectorAll("#facts .fact-card").length > 0`)
+	for name, text := range want {
+		waitJS(t, ctx, 5*time.Second, fmt.Sprintf("fact %s shows %q", name, text), fmt.Sprintf(`(%s).includes(%q)`, factText(name), text))
+	}
+	if st := js[string](t, ctx, `document.querySelector('#facts [data-fact="permission_state"]').dataset.status`); st != "blocked" {
+		t.Errorf("the permission state is shown %s, want blocked (approvals wait)", st)
+	}
+
+	// A run whose runtime sent no activity: its facts are unknown, with
+	// the reason the read model gives.
+	plain := readModel("ui-plain")
+	if plain.ToolSummary.Status != projection.Unknown || plain.Diagnostics.Checks.FailedTools.Status != projection.Unknown {
+		t.Fatalf("the plain run's tool facts are %s and %s, want unknown", plain.ToolSummary.Status, plain.Diagnostics.Checks.FailedTools.Status)
+	}
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("run"), "ui-plain"), chromedp.Click(chromedp.CSS(`#pick button[type=submit]`))); err != nil {
+		t.Fatal(err)
+	}
+	for name, reason := range map[string]string{"tool_summary": plain.ToolSummary.Reason, "checks.failed_tools": plain.Diagnostics.Checks.FailedTools.Reason,
+		"model_routing": plain.ModelRouting.Reason} {
+		waitJS(t, ctx, 10*time.Second, fmt.Sprintf("fact %s shows unknown: %s", name, reason), fmt.Sprintf(
+			`document.querySelector('#facts [data-fact=%q]')?.dataset.status === "unknown" && (%s).includes(%q)`, name, factText(name), "unknown: "+reason))
+	}
+	if n := js[int](t, ctx, `[...document.querySelectorAll("#facts [data-fact]")].filter(d => d.dataset.status !== "known" && !d.querySelector(".why")).length`); n != 0 {
+		t.Errorf("%d facts not known are shown without their status and reason", n)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/canopy-dev/canopy/internal/workload"
 )
 
 // TestUICapture is not a check but a tool, run on demand:
@@ -21,7 +23,7 @@ import (
 //	CANOPY_UI_MEASURE=10000 go test -tags uicapture -run TestUICapture ./internal/gateway/
 //
 // The first writes a screenshot of the live view on a generated run of 200
-// nodes (README, docs/UI.md); the second measures the view on a generated
+// nodes with the runtime's activity (README, docs/UI.md); the second measures the view on a generated
 // run of that many nodes: time from navigation to the first render of the
 // tree, to the whole tree, the time of a scroll's repaint, and the page's
 // JS heap. Behind the uicapture build tag, so that make test neither runs
@@ -34,7 +36,7 @@ func TestUICapture(t *testing.T) {
 	s := newUIStackWith(t, 50_000)
 	if shot != "" {
 		const run = "demo-200"
-		s.generate(t, run, 200)
+		s.generateSpec(t, workload.Spec{RunID: run, Nodes: 200, Activity: true}, false)
 		ctx := browser(t, 1440, 1400)
 		if err := chromedp.Do(ctx, chromedp.Navigate(s.srv.URL+UIPath+"#token="+tokAll+"&run="+run)); err != nil {
 			t.Fatal(err)

@@ -118,9 +118,20 @@ func (s *uiStack) generate(t *testing.T, run string, n int) []topics.Event {
 // every event.
 func (s *uiStack) generateUntil(t *testing.T, run string, n int, nodesOnly bool) []topics.Event {
 	t.Helper()
-	// About 11 events a node, 1 ms apart, ending now: none from the future.
-	start := time.Now().Add(-time.Duration(n)*11*time.Millisecond - 5*time.Second)
-	evs := workload.Generate(workload.Spec{RunID: run, SessionID: "s1", Nodes: n, Start: start, Step: time.Millisecond, Seed: 7})
+	return s.generateSpec(t, workload.Spec{RunID: run, Nodes: n}, nodesOnly)
+}
+
+// generateSpec is generateUntil of the workload run spec describes (its
+// run id, nodes and Activity; session s1, seed 7, events 1 ms apart).
+func (s *uiStack) generateSpec(t *testing.T, spec workload.Spec, nodesOnly bool) []topics.Event {
+	t.Helper()
+	run, n := spec.RunID, spec.Nodes
+	spec.SessionID, spec.Step, spec.Seed = "s1", time.Millisecond, 7
+	// The events end now, none from the future: the same spec makes the
+	// same number of events whatever its start.
+	count := len(workload.Generate(spec))
+	spec.Start = time.Now().Add(-time.Duration(count)*time.Millisecond - 5*time.Second)
+	evs := workload.Generate(spec)
 	s.produce(t, evs...)
 	var seq int64
 	testenv.WaitFor(t, 60*time.Second+time.Duration(n)*100*time.Millisecond, testenv.Until(run+" is projected", func() bool {

@@ -72,7 +72,7 @@
     const gen = ++S.gen;
     showMessage("");
     $("feed").textContent = ""; $("timeline").textContent = ""; $("history").textContent = "";
-    $("history-end").textContent = ""; $("summary").textContent = ""; $("input-result").textContent = "";
+    $("history-end").textContent = ""; $("summary").textContent = ""; $("facts").textContent = ""; $("input-result").textContent = "";
     $("snapshot-view").innerHTML = '<p class="muted">Pick a wake on the timeline to see the exact agent_tree_snapshot it carried.</p>';
     renderTree();
     if (!run) { setConn("idle", "no run picked"); return; }
@@ -142,6 +142,7 @@
       if (!rm.ok) { await runProblem(rm); return; }
       S.readModel = await rm.json();
       renderSummary();
+      renderFacts();
       let cursor = "";
       const seen = new Set();
       for (;;) {
@@ -353,9 +354,145 @@
     add("Overdue leases", String(m.counts.overdue_leases), m.counts.overdue_leases ? "lease-over" : "");
     add("Events applied", String(m.as_of_event_seq));
     add("Projection", m.stale ? "stale: behind its input log" : "caught up", m.stale ? "stale" : "");
-    const un = Object.entries(m).filter(([, v]) => v && typeof v === "object" && v.status === "unavailable").map(([k]) => k);
-    if (un.length) add("Unavailable facts", un.length + " (canopy's events do not carry them): " + un.join(", "), "muted");
     box.append(dl);
+  }
+
+  // ---- the runtime's activity: the read model's facts (seed 003) ----
+  // Each fact is {status, value, reason}. A fact that is not known shows
+  // its status and reason, never an empty value that looks healthy; a stale
+  // or blocked one shows its value and says why.
+  const MAX_REFS = 3; // entries of a list shown in a card; the rest are counted
+  function renderFacts() {
+    const m = S.readModel; const box = $("facts"); box.textContent = "";
+    if (!m) return;
+    box.append(turnsCard(m), toolsCard(m), approvalsCard(m), artifactsCard(m), modelCard(m), processesCard(m),
+      incidentsCard(m), progressCard(m), checksCard(m));
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag); if (cls) e.className = cls; if (text != null) e.textContent = text; return e;
+  }
+  function card(title, ...parts) { const s = el("section", "fact-card"); s.append(el("h3", "", title), ...parts); return s; }
+  function line(label, ...parts) { const d = el("div", "line"); d.append(el("span", "lbl", label + ":"), " ", ...parts); return d; }
+
+  // fact renders one fact: show(value) when it has one (show gets null for
+  // a fact known to be none), and its status and reason unless it is known.
+  function fact(name, f, show) {
+    const d = el("div", "fact");
+    f = f || { status: "unknown", value: null, reason: "this read model does not have the fact" };
+    d.dataset.fact = name; d.dataset.status = f.status;
+    if (f.status === "known" || f.status === "stale" || f.status === "blocked") d.append(...[].concat(show(f.value)));
+    if (f.status !== "known") d.append(el("div", "why why-" + f.status, f.status.replace("_", " ") + (f.reason ? ": " + f.reason : "")));
+    return d;
+  }
+
+  // refs lists the first MAX_REFS items and counts the rest (of total).
+  function refs(items, text, total, none) {
+    if (!items.length) return el("span", "muted", none);
+    const ul = el("ul", "refs");
+    for (const x of items.slice(0, MAX_REFS)) ul.append(el("li", "", text(x)));
+    const more = Math.max(total ?? items.length, items.length) - Math.min(items.length, MAX_REFS);
+    if (more > 0) ul.append(el("li", "muted", "… " + more + " more"));
+    return ul;
+  }
+  const clock = (t) => (t ? t.slice(11, 19) : "?");
+  const tally = (o) => Object.entries(o || {}).map(([k, n]) => k + " " + n).join(", ");
+
+  function turnsCard(m) {
+    const active = ((m.active_turns || {}).value || {}).turns || [];
+    return card("Turns",
+      line("Active", fact("active_turn_id", m.active_turn_id, (id) => {
+        if (id == null) return "none";
+        const t = active.find((x) => x.turn_id === id);
+        return id + (t ? " · " + t.agent_id + " · since " + clock(t.at) + ", last life " + clock(t.last_activity_at) : "") +
+          (active.length > 1 ? " (" + active.length + " active)" : "");
+      })),
+      line("Queued", fact("queued_turns", m.queued_turns, (v) => (v.total ? v.turns.map((t) => t.turn_id).join(", ") + (v.truncated ? " … " + v.total + " in all" : "") : "none"))),
+      line("Last outcome", fact("last_outcome", m.last_outcome, (o) => (o == null ? "no turn has ended yet"
+        : [el("span", "oc-" + o.outcome, o.outcome), " · " + o.turn_id + (o.error_code ? " · " + o.error_code : "") + (o.summary ? ": " + o.summary : "")]))));
+  }
+
+  function callText(c) {
+    let s = (c.tool_name || "(tool not seen)") + " · " + c.call_id + " · " + c.agent_id + (c.command ? " · " + c.command : "");
+    if (c.outcome) s += " · " + c.outcome + (c.error_code ? " " + c.error_code : "") + (c.exit_code != null ? " (exit " + c.exit_code + ")" : "") + (c.output_ref ? " · output " + c.output_ref : "");
+    else if (c.started_at) s += " · since " + clock(c.started_at);
+    return s;
+  }
+  function toolsCard(m) {
+    return card("Tools and commands", fact("tool_summary", m.tool_summary, (v) => [
+      el("div", "", v.started + " calls · " + v.running + " running · " + v.failed_tools + " failed tools · " + v.failed_commands + " failed commands"),
+      line("By tool", v.by_tool.length ? v.by_tool.map((c) => c.tool_name + " " + c.calls + (c.failed ? " (" + c.failed + " failed)" : "")).join(", ") : "none"),
+      line("Running", refs(v.running_calls, callText, v.running, "none")),
+      line("Failed", refs(v.recent_failed, callText, null, "none"))]));
+  }
+
+  function approvalsCard(m) {
+    return card("Approvals and permissions",
+      line("Pending approvals", fact("pending_approvals", m.pending_approvals, (v) =>
+        refs(v.requests, (q) => q.request_id + " · " + q.agent_id + (q.expires_at ? " · expires " + clock(q.expires_at) : ""), v.total, "none"))),
+      line("Permissions", fact("permission_state", m.permission_state, (v) => (v.permission_mode || "mode not reported") + " · network " +
+        (v.network_access == null ? "not reported" : v.network_access ? "allowed" : "off") + " · " + v.pending_approvals + " approval(s) waiting")),
+      line("Sandbox", fact("sandbox_profile", m.sandbox_profile, (v) => v)),
+      line("Environment", fact("execution_environment", m.execution_environment, (v) => v.environment + (v.environment_ref ? " · " + v.environment_ref : "") + " (" + v.source + ")")));
+  }
+
+  function artifactsCard(m) {
+    return card("Artifacts and evidence",
+      fact("artifact_summary", m.artifact_summary, (v) => [
+        el("div", "", v.total + " artifacts" + (v.total ? " (" + tally(v.by_type) + ")" : "")),
+        v.dangling_refs ? el("div", "warn", v.dangling_refs + " reference(s) to artifacts the run has not seen") : "",
+        refs(v.recent, (a) => a.artifact_id + " · " + a.artifact_type + (a.label ? " · " + a.label : "") + (a.is_primary ? " · primary" : "") + " · " + a.agent_id, v.total, "")]),
+      fact("evidence_summary", m.evidence_summary, (v) => [
+        el("div", "", v.total + " evidence" + (v.total ? " (" + tally(v.by_verdict) + ")" : "")),
+        refs(v.recent, (e) => e.evidence_id + " · " + e.evidence_kind + (e.verdict ? " · " + e.verdict : "") + (e.artifact_id ? " · on " + e.artifact_id : "") + (e.ref ? " · " + e.ref : ""), v.total, "")]));
+  }
+
+  function modelCard(m) {
+    return card("Model and limits",
+      fact("model_routing", m.model_routing, (v) => {
+        const l = v.latest, t = v.totals;
+        return [line("Latest", l.model + (l.provider ? " · " + l.provider : "") + (l.profile ? " · profile " + l.profile : "") + " · " + l.agent_id),
+          line("Usage", t.calls + " calls · " + t.input_tokens + " in / " + t.output_tokens + " out / " + t.cached_tokens + " cached tokens · $" + (t.cost_micros / 1e6).toFixed(4)),
+          line("By model", v.by_model.map((c) => c.model + " " + c.calls).join(", "))];
+      }),
+      line("Limits", fact("limit_state", m.limit_state, (v) => refs(v, (x) => x.limit_kind + ": " + x.state + (x.remaining != null ? " · " + x.remaining + " left" : "") +
+        (x.reset_at ? " · resets " + clock(x.reset_at) : ""), null, "none"))));
+  }
+
+  function processText(p) {
+    return p.process_id + (p.command ? " · " + p.command : "") + (p.environment ? " · " + p.environment : "") +
+      (p.exited_at ? " · " + (p.signal ? "signal " + p.signal : "exit " + (p.exit_code ?? "?")) : "") + (p.output_ref ? " · output " + p.output_ref : "");
+  }
+  function processesCard(m) {
+    return card("Processes", fact("active_processes", m.active_processes, (v) => [
+      el("div", "", v.total + " running · " + v.started + " started · " + v.exited + " exited · " + v.failed + " failed"),
+      line("Running", refs(v.running, processText, v.total, "none")),
+      line("Exited", refs(v.recent_exited, processText, null, "none"))]));
+  }
+
+  function incidentsCard(m) {
+    return card("Incidents", fact("active_incidents", m.active_incidents, (v) => [
+      el("div", "", v.total + " open · " + v.opened + " opened · " + v.resolved + " resolved"),
+      refs(v.incidents, (i) => i.severity + " · " + i.incident_kind + (i.title ? ": " + i.title : "") + " · " + i.agent_id + " · since " + clock(i.opened_at), v.total, "")]));
+  }
+
+  function progressCard(m) {
+    return card("Progress, context, channels",
+      line("Job progress", fact("job_progress", m.job_progress, (v) => v.completed + " of " + v.steps + " steps completed (" + Math.round(v.fraction * 100) + "%) · " +
+        v.running + " running · " + v.failed + " failed · " + v.plans + " plan(s)" + (v.truncated ? " · counted in part" : ""))),
+      line("Compaction", fact("latest_compaction_boundary", m.latest_compaction_boundary, (b) => (b == null ? "none"
+        : b.boundary_id + (b.through_turn_id ? " through " + b.through_turn_id : "") + (b.tokens_before ? " · " + b.tokens_before + " → " + b.tokens_after + " tokens" : "") + " · " + clock(b.at)))),
+      line("Channels", fact("remote_channel_state", m.remote_channel_state, (v) => (v.length ? v.map((c) => c.channel_id + " (" + c.channel_kind + ") " + c.state).join(", ") : "none"))),
+      line("Traces", fact("telemetry_correlation", m.telemetry_correlation, (v) => (v.latest_trace_id || "none") + " · " + v.traced_events + " of " + v.events + " events traced")));
+  }
+
+  const CHECKS = [["warnings", "Warnings"], ["failed_tools", "Failed tools"], ["failed_commands", "Failed commands"], ["pending_requests", "Pending requests"],
+    ["stalled_turns", "Stalled turns"], ["stalled_tasks", "Stalled tasks"], ["lost_workers", "Lost workers"], ["interrupt_state", "Interrupt"],
+    ["quota_blocks", "Quota blocks"], ["context_gaps", "Context gaps"]];
+  function checksCard(m) {
+    const c = (m.diagnostics || {}).checks || {};
+    return card("Diagnostics", ...CHECKS.map(([k, label]) => line(label, fact("checks." + k, c[k], (v) =>
+      el("span", (k === "interrupt_state" ? v === "pending" : k !== "context_gaps" && v > 0) ? "warn" : "", String(v))))));
   }
 
   // ---- freshness ----
