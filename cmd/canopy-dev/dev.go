@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -306,13 +307,22 @@ func printWakes(ctx context.Context, brokers []string, names topics.Names, out i
 	return c.Run(ctx)
 }
 
+// demoTraceParent is the traceparent the demo's agents send: one trace per
+// run (its id a hash of the run id), one span per event, so that the read
+// model's telemetry correlation has trace ids to show.
+func demoTraceParent(ev *topics.Event) string {
+	trace := sha256.Sum256([]byte("trace/" + ev.RunID))
+	span := sha256.Sum256([]byte("span/" + ev.ID))
+	return "00-" + hex.EncodeToString(trace[:16]) + "-" + hex.EncodeToString(span[:8]) + "-01"
+}
+
 // demoTraffic produces the demo runs' events at their own times (now
 // onwards), so leases and delivery deadlines fall due live, wave after wave of
 // runs, and a human's input into the newest run-1... every ten seconds.
 func demoTraffic(ctx context.Context, cl *kgo.Client, names topics.Names, o devOptions) error {
 	step := time.Duration(float64(time.Second) * float64(o.runs) / o.rate)
 	send := func(topic string, ev *topics.Event) error {
-		r, err := topics.EventRecord(topic, ev, "")
+		r, err := topics.EventRecord(topic, ev, demoTraceParent(ev))
 		if err != nil {
 			return err
 		}

@@ -65,8 +65,6 @@ func knownFact[T any](v T, stale bool) Fact[T] {
 	return Fact[T]{Status: Known, Value: &v}
 }
 
-// unavailable is a fact canopy's event vocabulary does not carry.
-func unavailable(why string) Fact[string] { return Fact[string]{Status: Unavailable, Reason: why} }
 
 // ReadModelNode is a node in a read-model list: ids and enums only, like
 // the snapshot's nodes.
