@@ -65,7 +65,6 @@ func knownFact[T any](v T, stale bool) Fact[T] {
 	return Fact[T]{Status: Known, Value: &v}
 }
 
-
 // ReadModelNode is a node in a read-model list: ids and enums only, like
 // the snapshot's nodes.
 type ReadModelNode struct {

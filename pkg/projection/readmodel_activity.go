@@ -82,7 +82,8 @@ type ModelRouting struct {
 // PermissionState is what the runtime may do without asking, and how many
 // approvals wait for a person.
 type PermissionState struct {
-	PermissionMode   string       `json:"permission_mode"`
+	// PermissionMode is null when no runtime.configured named one.
+	PermissionMode   *string      `json:"permission_mode"`
 	NetworkAccess    *bool        `json:"network_access"`
 	PendingApprovals int          `json:"pending_approvals"`
 	At               *topics.Time `json:"at"`
@@ -361,7 +362,7 @@ func (a *activity) limitState(stale bool) Fact[[]LimitRef] {
 func (a *activity) permissionState(pending int, stale bool) Fact[PermissionState] {
 	ps := PermissionState{PendingApprovals: pending}
 	if a.Runtime != nil {
-		ps.PermissionMode, ps.NetworkAccess = a.Runtime.PermissionMode, a.Runtime.NetworkAccess
+		ps.PermissionMode, ps.NetworkAccess = strPtr(a.Runtime.PermissionMode), a.Runtime.NetworkAccess
 		at := a.Runtime.At
 		ps.At = &at
 	}
@@ -369,7 +370,7 @@ func (a *activity) permissionState(pending int, stale bool) Fact[PermissionState
 	switch {
 	case pending > 0:
 		f = Fact[PermissionState]{Status: Blocked, Value: &ps, Reason: strconv.Itoa(pending) + " approval request(s) wait for a person"}
-	case ps.PermissionMode == "":
+	case ps.PermissionMode == nil:
 		return unknownFact[PermissionState](noFamily("runtime.configured event with a permission_mode"))
 	default:
 		f = knownFact(ps, stale)
