@@ -19,7 +19,8 @@ var (
 )
 
 // rootActivityStart is what the conductor's runtime reports as the run
-// begins: the session, its configuration and channel, its first turn.
+// begins: the session, its configuration and channel, its first turn, a
+// limit and an incident (resolved as the run ends).
 func (g *gen) rootActivityStart(id string) {
 	g.emit(id, "", &topics.SessionUpdated{Title: "Demo session " + g.spec.RunID, WorkspaceID: "workspace-demo", AccountID: "account-demo",
 		PinnedThreadIDs: []string{"thread-main"}})
@@ -32,11 +33,14 @@ func (g *gen) rootActivityStart(id string) {
 	remaining := int64(400000)
 	reset := topics.NewTime(g.now.Add(time.Hour))
 	g.emit(id, "", &topics.LimitUpdated{LimitKind: "tokens", State: "ok", Remaining: &remaining, ResetAt: &reset})
+	g.emit(id, "", &topics.IncidentOpened{IncidentID: "incident-provider", IncidentKind: "provider_latency", Severity: "info",
+		Title: "the model provider answers slowly"})
 }
 
 // rootActivityEnd closes the conductor's first turn, compacts its context
 // and starts the queued turn, which stays active.
 func (g *gen) rootActivityEnd(id string) {
+	g.emit(id, "", &topics.IncidentResolved{IncidentID: "incident-provider", Resolution: "recovered"})
 	g.emit(id, "", &topics.ContextCompacted{BoundaryID: "boundary-1", TokensBefore: 180000, TokensAfter: 24000, ThroughTurnID: "turn-1"})
 	g.emit(id, "", &topics.TurnCompleted{TurnID: "turn-1", Outcome: "succeeded", Summary: "delegated the plan and collected the results"})
 	g.emit(id, "", &topics.TurnStarted{TurnID: "turn-2", InputID: "input-2"})
