@@ -91,6 +91,9 @@ func (r *Run) apply(ev *topics.Event, hash uint64, cfg *Config) (trigs []topics.
 		r.dirty.meta = true
 	}
 	trigs = r.fireDue(ev, cfg, trigs)
+	if r.seq == 0 || !r.first.IsZero() && ev.Time.Before(r.first) {
+		r.first = ev.Time
+	}
 	r.seq++
 	if r.sessionID == "" {
 		r.sessionID = ev.SessionID

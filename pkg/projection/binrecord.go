@@ -237,10 +237,14 @@ func decodeNode(v []byte) (nodeRecord, error) {
 
 // Run meta records are binary too (a commit writes one for every dirty
 // run), versioned like node records: '{' is the legacy JSON encoding, read;
-// metaBinaryVersion this one. Fields in metaRecord's
-// order, then each diagnostic as kind, agent, time (Unix ms, 0 for none)
-// and detail.
-const metaBinaryVersion = 1
+// metaBinaryVersion this one. Fields in metaRecord's order but First, then
+// each diagnostic as kind, agent, time (Unix ms, 0 for none) and detail,
+// then First. Version 1 (metaBinaryVersionV1) had no First, and is read
+// with First 0 (unknown).
+const (
+	metaBinaryVersion   = 2
+	metaBinaryVersionV1 = 1
+)
 
 // encodeMeta appends m's binary encoding to dst.
 func encodeMeta(dst []byte, m *metaRecord) []byte {
@@ -266,13 +270,18 @@ func encodeMeta(dst []byte, m *metaRecord) []byte {
 		w.int(ms(d.At))
 		w.str(d.Detail)
 	}
+	w.int(m.First)
 	return w.b
 }
 
 // decodeMeta reads a run meta record in either encoding.
 func decodeMeta(v []byte) (*metaRecord, error) {
 	m := new(metaRecord)
-	isJSON, body, err := recordBody(v, "run meta record", metaBinaryVersion)
+	version := byte(metaBinaryVersion)
+	if len(v) > 0 && v[0] == metaBinaryVersionV1 {
+		version = metaBinaryVersionV1
+	}
+	isJSON, body, err := recordBody(v, "run meta record", version)
 	if err != nil {
 		return nil, err
 	}
@@ -306,6 +315,9 @@ func decodeMeta(v []byte) (*metaRecord, error) {
 			d.At = fromMs(rd.int("diagnostic time"))
 			d.Detail = rd.str("diagnostic detail")
 		}
+	}
+	if version != metaBinaryVersionV1 {
+		m.First = rd.int("first event time")
 	}
 	if err := rd.done("run meta record"); err != nil {
 		return nil, err

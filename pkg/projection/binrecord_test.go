@@ -90,7 +90,7 @@ func TestMetaRecordEncodings(t *testing.T) {
 	// A diagnostic always has a time (JSON could not carry a zero one).
 	when := func() topics.Time { return topics.UnixMilliTime(1 + rng.Int64N(1<<42)) }
 	for i := range 2000 {
-		m := metaRecord{Seq: num(), Clock: num(), SessionID: str(), ThreadID: str(), Root: str(), LastProgressWake: num()}
+		m := metaRecord{Seq: num(), Clock: num(), SessionID: str(), ThreadID: str(), Root: str(), LastProgressWake: num(), First: num()}
 		for range rng.IntN(4) {
 			m.PlanOrder = append(m.PlanOrder, str())
 		}
@@ -118,6 +118,15 @@ func TestMetaRecordEncodings(t *testing.T) {
 				t.Fatalf("record %d cut to %d of %d bytes decodes", i, len(cut), len(bin))
 			}
 		}
+	}
+	// Version 1, without First (a trailing 0 varint here), reads with
+	// First unknown.
+	old := metaRecord{Seq: 7, Clock: 7000, SessionID: "s", Root: "root", Diagnostics: []Diagnostic{{Kind: "k", AgentID: "a", At: when()}}}
+	v1 := encodeMeta(nil, &old)
+	v1 = v1[:len(v1)-1]
+	v1[0] = metaBinaryVersionV1
+	if got, err := decodeMeta(v1); err != nil || !reflect.DeepEqual(*got, old) {
+		t.Fatalf("a version 1 meta record: %+v, %v; want %+v", got, err, old)
 	}
 	bad := encodeMeta(nil, &metaRecord{Seq: 1})
 	bad[0] = 9

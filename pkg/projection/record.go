@@ -60,14 +60,17 @@ type requestRecord struct {
 }
 
 type metaRecord struct {
-	Seq              int64        `json:"seq"`
-	Clock            int64        `json:"clock"`
-	SessionID        string       `json:"session,omitempty"`
-	ThreadID         string       `json:"thread,omitempty"`
-	Root             string       `json:"root,omitempty"`
-	LastProgressWake int64        `json:"progress_wake,omitempty"`
-	PlanOrder        []string     `json:"plans,omitempty"`
-	Diagnostics      []Diagnostic `json:"diagnostics,omitempty"`
+	Seq              int64  `json:"seq"`
+	Clock            int64  `json:"clock"`
+	SessionID        string `json:"session,omitempty"`
+	ThreadID         string `json:"thread,omitempty"`
+	Root             string `json:"root,omitempty"`
+	LastProgressWake int64  `json:"progress_wake,omitempty"`
+	// First is the oldest event time the run applied (Unix ms); 0 when
+	// unknown: the run was last written by a build that did not keep it.
+	First       int64        `json:"first,omitempty"`
+	PlanOrder   []string     `json:"plans,omitempty"`
+	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
 }
 
 type planRecord struct {

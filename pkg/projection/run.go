@@ -123,6 +123,10 @@ type Run struct {
 	reads   int64 // nodes read back since the projection last accounted the run
 	seq     int64
 	clock   topics.Time
+	// first is the oldest event time applied (the session snapshot's
+	// timestamps); zero when unknown (a run stored by a build that did
+	// not keep it).
+	first topics.Time
 	// ids are the last Config.DedupeWindow applied event ids, with their
 	// contents' hashes.
 	ids   idWindow

@@ -397,7 +397,7 @@ func (l *runLoad) history(key string, v []byte) error {
 // and its journal, once every key is read.
 func (l *runLoad) finish(cfg *Config) error {
 	r, meta := l.r, l.meta
-	r.seq, r.clock = meta.Seq, fromMs(meta.Clock)
+	r.seq, r.clock, r.first = meta.Seq, fromMs(meta.Clock), fromMs(meta.First)
 	r.sessionID, r.threadID, r.root = meta.SessionID, meta.ThreadID, meta.Root
 	r.lastProgressWake = fromMs(meta.LastProgressWake)
 	// Diagnostics over maxDiagnosticBytes (stored by builds without the
@@ -527,7 +527,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 	}
 	if d.meta {
 		m := metaRecord{Seq: r.seq, Clock: ms(r.clock), SessionID: r.sessionID, ThreadID: r.threadID, Root: r.root,
-			LastProgressWake: ms(r.lastProgressWake), Diagnostics: r.diagnostics}
+			LastProgressWake: ms(r.lastProgressWake), First: ms(r.first), Diagnostics: r.diagnostics}
 		c.set(runKey(r.id, 'm', ""), encodeMeta(nil, &m))
 	}
 	for id := range d.nodes {
