@@ -68,11 +68,12 @@ func MaxPage(size int) int { return max(MaxHistoryLimit, size) }
 var (
 	// ErrUnknownRun is returned for a run of which no event was applied.
 	ErrUnknownRun = errors.New("projection: unknown run")
-	// ErrBadCursor is returned for a history cursor this projection did not
-	// hand out.
-	ErrBadCursor = errors.New("projection: bad history cursor")
-	// ErrBadLimit is returned for a history limit outside 0..MaxPage.
-	ErrBadLimit = errors.New("projection: bad history limit")
+	// ErrBadCursor is returned for a cursor of a paged read (history,
+	// nodes, session) this projection did not hand out.
+	ErrBadCursor = errors.New("projection: bad cursor")
+	// ErrBadLimit is returned for a paged read's limit out of its range
+	// (a history's 0..MaxPage).
+	ErrBadLimit = errors.New("projection: bad limit")
 )
 
 // EncodeCursor returns the opaque cursor that continues a history below seq.

@@ -58,6 +58,11 @@ type Projection struct {
 	measure []byte
 	// content is scratch space for events' content encodings (contentHash).
 	content []byte
+	// sessions indexes a store-backed projection's runs by session
+	// (session.go): built by one scan of the store at the first session
+	// read, kept since as runs gain a session or expire; nil until then.
+	// In memory only.
+	sessions map[string]map[string]struct{}
 }
 
 // New returns an empty projection held in memory only.
@@ -172,7 +177,11 @@ func (p *Projection) ApplyEvent(ev *topics.Event) (trigs []topics.Trigger, dup b
 	}
 	var hash uint64
 	hash, p.content = contentHash(ev, p.content)
+	unscoped := r.sessionID == ""
 	trigs, dup, err = r.apply(ev, hash, &p.cfg)
+	if unscoped && r.sessionID != "" {
+		p.indexSession(r.sessionID, r.id)
+	}
 	if errors.Is(err, ErrDuplicateConflict) {
 		return nil, false, err
 	}

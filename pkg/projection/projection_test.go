@@ -54,6 +54,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	                     among them); prints the wakes and the expiries
 //	lookup [run=R]       prints whether the run is live, unknown or expired
 //	keys [run=R]         prints the run's keys in the store (after commit)
+//	config ... store max-hot-nodes=N
+//	                     the projection has a store (in memory), and keeps N
+//	                     nodes in memory: after a commit, the runs it drops
+//	                     are read back from the store
+//	in-memory            prints the ids of the runs in memory
+//	session [session=S] [limit=N] [history=N] [only=r1,r2] [pages=N]
+//	                     prints up to N pages (default 1) of what the
+//	                     projection holds of session S (default s1), following
+//	                     the run list's cursor (session_test.go)
+//	session-history [session=S] [limit=N] [cursor=C] [pages=N]
+//	                     prints up to N pages of the session's history
 //
 // Every wake printed is checked (checkParts): each run's triggers are in
 // its wakes exactly once and in order, every wake is within the wake
@@ -77,13 +88,15 @@ type harness struct {
 	t   *testing.T
 	p   *Projection
 	seq int
+	// stored: the config asked for a store (config store).
+	stored bool
 	// ids are the wake ids printed so far: no two wakes may share one.
 	ids map[string]bool
 }
 
 func (h *harness) reset(c Config) error {
 	p, err := New(c)
-	if c.Retention > 0 { // retention needs a store
+	if c.Retention > 0 || h.stored { // retention needs a store
 		p, err = Open(c, newMemStorage())
 	}
 	if err != nil {
@@ -135,6 +148,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if v := arg("max-nodes", ""); v != "" {
 			c.Limits.MaxNodes, _ = strconv.Atoi(v)
 		}
+		if v := arg("max-hot-nodes", ""); v != "" {
+			c.MaxHotNodes, _ = strconv.Atoi(v)
+		}
+		h.stored = d.HasArg("store")
 		if err := h.reset(c); err != nil {
 			return err.Error()
 		}
@@ -267,6 +284,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			cursor = pg.NextCursor
 		}
 		return out.String()
+	case "in-memory":
+		ids := h.p.RunIDs()
+		slices.Sort(ids)
+		return fmt.Sprint(ids)
+	case "session":
+		return h.session(t, d, arg)
+	case "session-history":
+		return h.sessionHistory(t, d, arg)
 	case "commit":
 		if err := h.p.Commit(nil); err != nil {
 			return err.Error()

@@ -139,6 +139,7 @@ func (p *Projection) expire(r *Run, now int64) error {
 	binary.BigEndian.PutUint64(v[:], uint64(now))
 	p.expired.set(expiredKey(r.id), v[:])
 	p.limbo[r.id] = limbo{expiredAt: now}
+	p.unindexSession(r.sessionID, r.id)
 	p.drop(r)
 	p.setDue(r.id, now+p.cfg.Retention.Milliseconds(), true)
 	return nil
