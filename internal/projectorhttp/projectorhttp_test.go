@@ -198,12 +198,17 @@ func TestEndpoint(t *testing.T) {
 	if code != http.StatusOK || json.Unmarshal(body, &rm) != nil {
 		t.Fatalf("GET read-model: %d %.200s", code, body)
 	}
-	// What the events do not carry is unavailable, not a default.
-	for _, f := range []string{"model_routing", "permission_state", "sandbox_profile", "pending_approvals", "active_turn_id"} {
+	// What the run's events did not say is unknown, not a default; what
+	// they say none of is known (no approval waits).
+	for _, f := range []string{"model_routing", "permission_state", "sandbox_profile", "active_turn_id"} {
 		var fact projection.Fact[string]
-		if err := json.Unmarshal(rm[f], &fact); err != nil || fact.Status != projection.Unavailable || fact.Value != nil || fact.Reason == "" {
-			t.Errorf("read model %s: %s, want status unavailable with a reason and no value", f, rm[f])
+		if err := json.Unmarshal(rm[f], &fact); err != nil || fact.Status != projection.Unknown || fact.Value != nil || fact.Reason == "" {
+			t.Errorf("read model %s: %s, want status unknown with a reason and no value", f, rm[f])
 		}
+	}
+	var approvals projection.Fact[projection.PendingRequests]
+	if err := json.Unmarshal(rm["pending_approvals"], &approvals); err != nil || approvals.Status != projection.Known || approvals.Value == nil || approvals.Value.Total != 0 {
+		t.Errorf("read model pending_approvals: %s, want known, none", rm["pending_approvals"])
 	}
 	var page, page2 projection.HistoryPage
 	code, _, body = c.get("/internal/v1/runs/"+p.run+"/history?limit=3", "")
