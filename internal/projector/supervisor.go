@@ -293,6 +293,26 @@ func (s *Supervisor) Runs(ctx context.Context, after string, limit int) (*RunsPa
 	return p.Runs(ctx, after, limit)
 }
 
+// Session reads a session in the partitions the current instance owns
+// (Projector.Session), ErrNoInstance without one.
+func (s *Supervisor) Session(ctx context.Context, q projection.SessionQuery) (*SessionPage, error) {
+	p := s.current()
+	if p == nil {
+		return nil, ErrNoInstance
+	}
+	return p.Session(ctx, q)
+}
+
+// SessionHistory reads a page of a session's history from the current
+// instance (Projector.SessionHistory), ErrNoInstance without one.
+func (s *Supervisor) SessionHistory(ctx context.Context, q projection.SessionQuery) (*SessionHistoryPage, error) {
+	p := s.current()
+	if p == nil {
+		return nil, ErrNoInstance
+	}
+	return p.SessionHistory(ctx, q)
+}
+
 // Owned returns the partitions the current instance owns (none without
 // one).
 func (s *Supervisor) Owned() []int32 {

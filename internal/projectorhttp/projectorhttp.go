@@ -9,6 +9,12 @@
 //	GET /internal/v1/runs/{run_id}/nodes?cursor=&limit=
 //	                                            a page of every node of the run (projection.NodesPage)
 //	GET /internal/v1/runs?after=&limit=         the runs of the partitions it owns (projector.RunsPage)
+//	GET /internal/v1/sessions/{session_id}?after=&limit=&history_limit=&history_cursor=&run=
+//	                                            what the partitions it owns hold of a session
+//	                                            (projector.SessionPage); each run= names a run the
+//	                                            reader may see, and then no other is read
+//	GET /internal/v1/sessions/{session_id}/history?cursor=&limit=&run=
+//	                                            a page of the session's history (projector.SessionHistoryPage)
 //	GET /healthz                                200 while the process is alive
 //	GET /readyz                                 200 when an instance runs, has restored its partitions
 //	                                            and caught up (projector.Projector.Ready), and the
@@ -56,6 +62,8 @@ type Reader interface {
 	History(ctx context.Context, run, cursor string, limit int) (*projection.HistoryPage, error)
 	Nodes(ctx context.Context, run, cursor string, limit int) (*projection.NodesPage, error)
 	Runs(ctx context.Context, after string, limit int) (*projector.RunsPage, error)
+	Session(ctx context.Context, q projection.SessionQuery) (*projector.SessionPage, error)
+	SessionHistory(ctx context.Context, q projection.SessionQuery) (*projector.SessionHistoryPage, error)
 }
 
 var (
@@ -111,6 +119,8 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /internal/v1/runs/{run_id}/history", h.history)
 	h.mux.HandleFunc("GET /internal/v1/runs/{run_id}/nodes", h.nodes)
 	h.mux.HandleFunc("GET /internal/v1/runs", h.runs)
+	h.mux.HandleFunc("GET /internal/v1/sessions/{session_id}", h.session)
+	h.mux.HandleFunc("GET /internal/v1/sessions/{session_id}/history", h.sessionHistory)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -210,6 +220,52 @@ func (h *Handler) runs(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	pg, err := h.cfg.Source.Runs(ctx, r.URL.Query().Get("after"), limit)
 	reply(w, r, pg, err)
+}
+
+// session is GET /internal/v1/sessions/{session_id}.
+func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
+	q := sessionQuery(r)
+	var ok bool
+	if q.Limit, ok = queryLimit(w, r, projection.MaxSessionRunsLimit, fmt.Sprintf("a whole number from 1 to %d", projection.MaxSessionRunsLimit)); !ok {
+		return
+	}
+	q.HistoryLimit = projection.DefaultHistoryLimit
+	if v := r.URL.Query().Get("history_limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > projection.MaxHistoryLimit {
+			problem.Write(w, r, problem.New(http.StatusBadRequest, problem.BadRequest, "history_limit %q: want a whole number from 0 to %d", v, projection.MaxHistoryLimit))
+			return
+		}
+		q.HistoryLimit = n
+	}
+	q.After, q.HistoryCursor = r.URL.Query().Get("after"), r.URL.Query().Get("history_cursor")
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	pg, err := h.cfg.Source.Session(ctx, q)
+	reply(w, r, pg, err)
+}
+
+// sessionHistory is GET /internal/v1/sessions/{session_id}/history.
+func (h *Handler) sessionHistory(w http.ResponseWriter, r *http.Request) {
+	q := sessionQuery(r)
+	var ok bool
+	if q.HistoryLimit, ok = queryLimit(w, r, projection.MaxHistoryLimit, fmt.Sprintf("a whole number from 1 to %d", projection.MaxHistoryLimit)); !ok {
+		return
+	}
+	q.HistoryCursor = r.URL.Query().Get("cursor")
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	pg, err := h.cfg.Source.SessionHistory(ctx, q)
+	reply(w, r, pg, err)
+}
+
+// sessionQuery is the session and the runs (run=) a session read names.
+func sessionQuery(r *http.Request) projection.SessionQuery {
+	q := projection.SessionQuery{SessionID: r.PathValue("session_id")}
+	if runs, named := r.URL.Query()["run"]; named {
+		q.Only = runs
+	}
+	return q
 }
 
 // queryLimit reads the limit parameter of a paged read: 0 (the read's

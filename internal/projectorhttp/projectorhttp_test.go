@@ -37,15 +37,17 @@ const window = 24
 
 // process is a projector process as projector run makes one, on kfake: a
 // Supervisor, not running until run, and the run it was given (its events
-// produced, none of its timers due while the test runs).
+// produced, none of its timers due while the test runs), and the events of
+// the more runs it was given.
 type process struct {
 	sup    *projector.Supervisor
 	run    string
 	events int
+	more   map[string]int
 	logs   testenv.Buffer
 }
 
-func newProcess(t *testing.T) *process {
+func newProcess(t *testing.T, more ...workload.Spec) *process {
 	t.Helper()
 	b := brokertest.NewKfake(t)
 	names := topics.Names{Prefix: "http", Version: 1}
@@ -59,8 +61,14 @@ func newProcess(t *testing.T) *process {
 	if err := cluster.CreateTopics(ctx, kadm.NewClient(cl), names, 2, 1); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{run: "http-run"}
+	p := &process{run: "http-run", more: map[string]int{}}
 	evs := workload.Generate(workload.Spec{RunID: p.run, Nodes: 12, Seed: 7, Start: time.Now().Add(time.Hour).UTC(), Step: 10 * time.Millisecond})
+	p.events = len(evs)
+	for _, spec := range more {
+		m := workload.Generate(spec)
+		p.more[spec.RunID] = len(m)
+		evs = append(evs, m...)
+	}
 	for i := range evs {
 		r, err := topics.EventRecord(names.AgentEvents(), &evs[i], "")
 		if err != nil {
@@ -71,7 +79,6 @@ func newProcess(t *testing.T) *process {
 			t.Fatal(err)
 		}
 	}
-	p.events = len(evs)
 	cfg := projector.Config{Kafka: kafkaconn.Conn{Brokers: b.Addrs}, Names: names, DataDir: t.TempDir(), Group: "http",
 		SessionTimeout: 2 * time.Second, Projection: projection.Config{HistorySize: window},
 		Logger: slog.New(slog.NewTextHandler(&p.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}

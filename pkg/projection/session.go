@@ -841,7 +841,7 @@ func MergeSessionParts(session string, parts []*SessionPart, limit, historyLimit
 	historyLimit = cmp.Or(historyLimit, DefaultHistoryLimit)
 	out := &SessionPart{SessionID: session, Runs: []SessionRun{}, Threads: []ThreadSummary{}, Artifacts: []SessionArtifactRef{}, Evidence: []SessionEvidenceRef{}}
 	threads := map[string]*ThreadSummary{}
-	var hist *SessionHistory
+	var hists []*SessionHistory
 	for _, pt := range parts {
 		out.RunsTotal += pt.RunsTotal
 		out.Runs = append(out.Runs, pt.Runs...)
@@ -875,12 +875,7 @@ func MergeSessionParts(session string, parts []*SessionPart, limit, historyLimit
 		out.Evidence = append(out.Evidence, pt.Evidence...)
 		out.RefsTruncated = out.RefsTruncated || pt.RefsTruncated
 		if pt.History != nil {
-			if hist == nil {
-				hist = &SessionHistory{Entries: []SessionHistoryEntry{}}
-			}
-			hist.Entries = append(hist.Entries, pt.History.Entries...)
-			hist.More = hist.More || pt.History.More
-			hist.Truncated = hist.Truncated || pt.History.Truncated
+			hists = append(hists, pt.History)
 		}
 		out.Stale = out.Stale || pt.Stale
 	}
@@ -907,13 +902,27 @@ func MergeSessionParts(session string, parts []*SessionPart, limit, historyLimit
 	}
 	out.Artifacts = newestRefs(out.Artifacts, artifactCmp)
 	out.Evidence = newestRefs(out.Evidence, evidenceCmp)
-	if hist != nil {
-		slices.SortFunc(hist.Entries, historyCmp)
-		hist.Entries = slices.CompactFunc(hist.Entries, func(x, y SessionHistoryEntry) bool { return x.RunID == y.RunID && x.Seq == y.Seq })
-		if len(hist.Entries) > historyLimit {
-			hist.Entries, hist.More = hist.Entries[:historyLimit], true
-		}
-		out.History = hist
+	if hists != nil {
+		out.History = MergeSessionHistories(hists, historyLimit)
+	}
+	return out
+}
+
+// MergeSessionHistories merges pages of a session's history that several
+// partitions hold into one of up to limit entries (0:
+// DefaultHistoryLimit), newest first.
+func MergeSessionHistories(hs []*SessionHistory, limit int) *SessionHistory {
+	limit = cmp.Or(limit, DefaultHistoryLimit)
+	out := &SessionHistory{Entries: []SessionHistoryEntry{}}
+	for _, h := range hs {
+		out.Entries = append(out.Entries, h.Entries...)
+		out.More = out.More || h.More
+		out.Truncated = out.Truncated || h.Truncated
+	}
+	slices.SortFunc(out.Entries, historyCmp)
+	out.Entries = slices.CompactFunc(out.Entries, func(x, y SessionHistoryEntry) bool { return x.RunID == y.RunID && x.Seq == y.Seq })
+	if len(out.Entries) > limit {
+		out.Entries, out.More = out.Entries[:limit], true
 	}
 	return out
 }
