@@ -24,13 +24,15 @@ type route map[string]handler
 // methods (openapi_test.go checks).
 func (g *Gateway) table() map[string]route {
 	return map[string]route{
-		"/v1/runs/{run_id}/input":      {http.MethodPost: g.input},           // input.go
-		"/v1/runs/{run_id}/snapshot":   {http.MethodGet: g.read("snapshot")}, // reads.go
-		"/v1/runs/{run_id}/read-model": {http.MethodGet: g.read("read-model")},
-		"/v1/runs/{run_id}/history":    {http.MethodGet: g.history},
-		"/v1/runs/{run_id}/nodes":      {http.MethodGet: g.nodes},
-		"/v1/runs":                     {http.MethodGet: g.runs},
-		"/v1/runs/{run_id}/wakes":      {http.MethodGet: g.wakes}, // sse.go
+		"/v1/runs/{run_id}/input":           {http.MethodPost: g.input},           // input.go
+		"/v1/runs/{run_id}/snapshot":        {http.MethodGet: g.read("snapshot")}, // reads.go
+		"/v1/runs/{run_id}/read-model":      {http.MethodGet: g.read("read-model")},
+		"/v1/runs/{run_id}/history":         {http.MethodGet: g.history},
+		"/v1/runs/{run_id}/nodes":           {http.MethodGet: g.nodes},
+		"/v1/runs":                          {http.MethodGet: g.runs},
+		"/v1/runs/{run_id}/wakes":           {http.MethodGet: g.wakes},   // sse.go
+		"/v1/sessions/{session_id}":         {http.MethodGet: g.session}, // sessions.go
+		"/v1/sessions/{session_id}/history": {http.MethodGet: g.sessionHistoryPage},
 	}
 }
 

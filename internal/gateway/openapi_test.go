@@ -97,7 +97,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	e := newEnv(t, 2)
 	_, srv := e.gateway(e.config())
 	for op := range doc {
-		url := srv.URL + strings.Replace(op.path, "{run_id}", "run-1", 1)
+		url := srv.URL + strings.NewReplacer("{run_id}", "run-1", "{session_id}", "s1").Replace(op.path)
 		r := call(t, op.method, url, "", nil)
 		if r.status != 401 || r.problem(t).Type != problem.Unauthorized {
 			t.Errorf("%s %s without a token: %d", op.method, op.path, r.status)
@@ -116,10 +116,16 @@ var observed = struct {
 	m map[operation]map[int]bool
 }{m: map[operation]map[int]bool{}}
 
-var runPath = regexp.MustCompile(`^/v1/runs(?:/[^/]+/([a-z-]+))?$`)
+var (
+	runPath     = regexp.MustCompile(`^/v1/runs(?:/[^/]+/([a-z-]+))?$`)
+	sessionPath = regexp.MustCompile(`^/v1/sessions/[^/]+(/history)?$`)
+)
 
 // opFor is the operation of a request's path, if it is one.
 func opFor(method, path string) (operation, bool) {
+	if m := sessionPath.FindStringSubmatch(path); m != nil {
+		return operation{"/v1/sessions/{session_id}" + m[1], method}, true
+	}
 	m := runPath.FindStringSubmatch(path)
 	switch {
 	case m == nil:

@@ -128,6 +128,9 @@ type owners struct {
 	qs    [2]*projectorhttp.Handler
 	ps    [2]*projector.Projector
 	stops [2]func()
+	// srvs serve qs: closing one, the gateway cannot reach its instance,
+	// which still owns its partitions.
+	srvs [2]*httptest.Server
 }
 
 // twoOwners starts two instances and waits until each owns one partition.
@@ -143,7 +146,7 @@ func (e *env) twoOwnersWith(t *testing.T, secret []byte) *owners {
 	o := &owners{}
 	var addrs [2]string
 	// Each endpoint listens first: its instance advertises the address.
-	var srvs [2]*httptest.Server
+	srvs := &o.srvs
 	for i := range o.qs {
 		srvs[i] = httptest.NewUnstartedServer(nil)
 		t.Cleanup(srvs[i].Close)

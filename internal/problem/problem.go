@@ -31,6 +31,7 @@ const (
 	Forbidden        = TypeBase + "forbidden"          // 403: the token does not cover the run or session
 	NotFound         = TypeBase + "not-found"          // 404: no such route
 	UnknownRun       = TypeBase + "unknown-run"        // 404: no event of the run was projected
+	UnknownSession   = TypeBase + "unknown-session"    // 404: no run of the session was projected
 	RunExpired       = TypeBase + "run-expired"        // 410: the run finished and its state was deleted after the retention
 	MethodNotAllowed = TypeBase + "method-not-allowed" // 405
 	Conflict         = TypeBase + "idempotency-conflict"

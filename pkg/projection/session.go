@@ -608,7 +608,7 @@ func (r *Run) subagentSummary() SubagentSummary {
 		r.signals.Ascend(func(k timed) bool {
 			scanned++
 			if n := r.peek(k.id); n != nil && n.watchdog.Dispatched {
-				s.Recent = append(s.Recent, SubagentRef{RunID: r.id, AgentID: n.AgentID, Status: n.Status, TaskID: strPtr(n.ActiveTaskID),
+				s.Recent = append(s.Recent, SubagentRef{RunID: r.id, AgentID: n.AgentID, Status: cmp.Or(n.Status, topics.StatusUnknown), TaskID: strPtr(n.ActiveTaskID),
 					ChildRunID: strPtr(n.watchdog.ChildRunID), WatchdogStatus: n.watchdog.Status, DispatchedAt: n.watchdog.DispatchAt})
 			}
 			return len(s.Recent) < maxRunRefs && len(s.Recent) < w.Dispatched && scanned < readModelScan
