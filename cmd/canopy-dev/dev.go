@@ -235,7 +235,9 @@ func printTryIt(stdout io.Writer, gateway, query net.Addr) {
 	fmt.Fprintf(stdout, "canopy dev: gateway on http://%s (token %q); try, in another shell:\n", gateway, devToken)
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '{\"input_kind\":\"steer\",\"text\":\"focus on the failing node\"}' http://%s/v1/runs/run-1/input\n", devToken, gateway)
 	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/runs/run-1/snapshot\n", devToken, gateway)
+	fmt.Fprintf(stdout, "  curl -s -H 'Authorization: Bearer %s' http://%s/v1/sessions/demo\n", devToken, gateway)
 	fmt.Fprintf(stdout, "canopy dev: live view: open http://%s/ui/#token=%s&run=run-1 (the token stays in the fragment, out of server logs)\n", gateway, devToken)
+	fmt.Fprintf(stdout, "canopy dev: the demo session: open http://%s/ui/?session=demo#token=%s\n", gateway, devToken)
 	fmt.Fprintf(stdout, "canopy dev: Prometheus metrics on http://%s/metrics\n\n", query)
 }
 

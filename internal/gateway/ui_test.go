@@ -222,7 +222,8 @@ func TestUIPageServed(t *testing.T) {
 	e := newEnv(t, 1)
 	_, srv := e.gateway(e.config())
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for path, want := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css"} {
+	for path, want := range map[string]string{"/ui/": "text/html", "/ui/app.js": "text/javascript", "/ui/style.css": "text/css",
+		"/ui/session.js": "text/javascript", "/ui/session.css": "text/css"} {
 		resp, err := noRedirect.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
