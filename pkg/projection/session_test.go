@@ -3,6 +3,7 @@ package projection
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,7 +170,9 @@ func sessionEvents(t *testing.T, runs int) []*topics.Event {
 	}
 	for i := range runs {
 		run := fmt.Sprintf("run-%02d", i)
-		at := func(s int) string { return fmt.Sprintf("10:%02d:%02d", (i*7+s)/60%60, (i*7+s)%60) }
+		// Run i's events are 3 s apart from 2i s on: each run's overlap
+		// its neighbours'.
+		at := func(s int) string { return fmt.Sprintf("10:%02d:%02d", (i*2+s*3)/60%60, (i*2+s*3)%60) }
 		add(fmt.Sprintf("%s root tree.node_created {\"role\":\"conductor\"} run=%s session=s1 thread=t%d", at(0), run, i%4))
 		if i%3 == 0 {
 			add(fmt.Sprintf("%s root session.updated {\"title\":\"title %d\",\"pinned_thread_ids\":[\"t%d\"]} run=%s", at(1), i, i%4, run))
@@ -233,6 +236,57 @@ func TestSessionPartsMerge(t *testing.T) {
 			}
 			q.After = SessionRunsCursor(want.Runs[len(want.Runs)-1])
 			q.HistoryCursor = SessionHistoryCursor(want.History.Entries[len(want.History.Entries)-1])
+		}
+	}
+}
+
+// TestSessionHistoryOracle: paging through a session's history, a few
+// entries at a time, gives every entry of its runs' windows once, in the
+// order of all of them sorted (by time, then run id, then seq): the early
+// stop (no older run can add to the page) never leaves one out. The runs'
+// events interleave in time, and one arrives late (older than its run's
+// clock).
+func TestSessionHistoryOracle(t *testing.T) {
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := sessionEvents(t, 12)
+	h := &harness{t: t, seq: 1000}
+	late, err := h.parseEvent(`09:00:00 late tree.node_created {"role":"worker","parent_agent_id":"root"} run=run-05 session=s1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range append(evs, late) {
+		p.Apply(ev)
+	}
+	var want []SessionHistoryEntry
+	for _, id := range p.RunIDs() {
+		r, _ := p.Run(id)
+		if r.SessionID() != "s1" {
+			continue
+		}
+		for i := range r.hist.len() {
+			want = append(want, SessionHistoryEntry{RunID: id, HistoryEntry: *r.hist.at(i)})
+		}
+	}
+	slices.SortFunc(want, historyCmp)
+	for _, limit := range []int{1, 2, 5, 7} {
+		var got []SessionHistoryEntry
+		q := SessionQuery{SessionID: "s1", HistoryLimit: limit}
+		for range len(want) + 1 {
+			pg, err := p.SessionHistory(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, pg.Entries...)
+			if !pg.More {
+				break
+			}
+			q.HistoryCursor = SessionHistoryCursor(pg.Entries[len(pg.Entries)-1])
+		}
+		if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
+			t.Errorf("limit %d: paged through %d entries, want %d:\ngot  %s\nwant %s", limit, len(got), len(want), g, w)
 		}
 	}
 }
