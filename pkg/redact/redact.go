@@ -178,6 +178,19 @@ func (r PatternRule) compile() (*regexp.Regexp, error) {
 	return re, errors.Join(errs...)
 }
 
+// Rules returns the names of the rules of c's policy (Policy.Rules),
+// without compiling it: what a metric's series are made for in advance.
+func (c Config) Rules() []string {
+	out := BuiltinRules()
+	for _, r := range c.Patterns {
+		out = append(out, r.Name)
+	}
+	for _, r := range c.Fields {
+		out = append(out, r.Name())
+	}
+	return append(out, RuleOverflow)
+}
+
 // Validate reports every problem of c in one error wrapping ErrConfig, each
 // with what to fix.
 func (c Config) Validate() error {
@@ -240,8 +253,9 @@ func New(c Config) (*Policy, error) {
 		errs = append(errs, err)
 	}
 	p.rules = append(p.rules, RuleOverflow)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		// On one line, as the commands' configuration errors are.
+		return nil, fmt.Errorf("%w: %s", ErrConfig, strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return p, nil
 }

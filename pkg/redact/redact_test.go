@@ -199,6 +199,10 @@ func TestOperatorRules(t *testing.T) {
 	if !slices.Equal(rules, wantRules) {
 		t.Errorf("Rules() = %v\nwant %v", rules, wantRules)
 	}
+	cfg := redact.Config{Patterns: []redact.PatternRule{host, ticket}, Fields: []redact.FieldRule{label, cmd}}
+	if got := cfg.Rules(); !slices.Equal(got, wantRules) {
+		t.Errorf("Config.Rules() = %v\nwant %v", got, wantRules)
+	}
 }
 
 // TestConfigErrors: every problem of a configuration is reported at once,
