@@ -31,6 +31,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/projectorhttp"
 	"github.com/canopy-dev/canopy/internal/projectormetrics"
 	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
@@ -49,6 +50,7 @@ type devOptions struct {
 	kafka                 string        // kfake or real: the broker to start
 	brokers               []string      // a Kafka to use instead
 	brokersFrom           string        // where brokers came from, when not the command line (a variable)
+	redaction             redact.Config // the operator's rules, the projector's and the gateway's
 }
 
 // devToken is the bearer token of `make run`'s gateway: every run, on
@@ -186,7 +188,7 @@ func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *
 	}
 	group := k.names.Prefix + "-dev"
 	pcfg := projector.Config{Kafka: k.conn(), Names: k.names, DataDir: dir, Group: group, Logger: log,
-		AdvertiseAddr: queryAddr, MemTableSize: o.memTableSize}
+		AdvertiseAddr: queryAddr, MemTableSize: o.memTableSize, Redaction: o.redaction}
 	pcfg.Projection.MaxHotNodes = o.maxHotNodes
 	pcfg.Projection.MaxHotNodesPerRun = o.maxHotPerRun
 	in, err := projectormetrics.Instrument(ctx, &pcfg)
@@ -209,7 +211,7 @@ func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *
 	if err != nil {
 		return parts, nil, err
 	}
-	gm, err := telemetry.NewGatewayMetrics(in.Registry)
+	gm, err := telemetry.NewGatewayMetrics(in.Registry, pcfg.Redaction.Rules())
 	if err != nil {
 		return parts, nil, err
 	}
@@ -222,7 +224,7 @@ func startParts(ctx context.Context, o devOptions, k devKafka, dir string, log *
 	}
 	gw, err := gateway.New(ctx, gateway.Config{Kafka: k.conn(), Names: k.names, ProjectorGroup: group, TokenFile: tokens, Logger: log,
 		Hooks: gm, TracerProvider: in.OTel.Tracer, KafkaHooks: telemetry.KafkaHooks(in.Registry)("gateway"), ProjectorSecret: secret,
-		AllowedHosts: hosts})
+		AllowedHosts: hosts, Redaction: o.redaction})
 	if err != nil {
 		return parts, nil, err
 	}

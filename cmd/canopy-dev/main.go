@@ -19,6 +19,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/flagenv"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/redact"
 )
 
 func main() {
@@ -48,7 +49,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kafka      = fs.String("kafka", "kfake", "the broker to start: kfake (embedded, instant) or real (Apache Kafka from tools/kafka/lib,\n"+
 			"a KRaft node in a child JVM; ./tools/install.sh installs it)")
 		brokers = fs.String("brokers", "", "use this Kafka (host:port,...) instead of starting one; the demo's topics get a prefix of their own")
+		red     redact.Config // the projector's and the gateway's
 	)
+	red.RegisterFlags(fs)
 	if _, err := flagenv.Parse(fs, args); err != nil {
 		return 2
 	}
@@ -69,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx := context.Background()
 	if err := dev(ctx, devOptions{runs: *runs, nodes: *nodes, rate: *rate, partitions: int32(*partitions), dataDir: *dataDir,
 		httpAddr: *httpAddr, gatewayAddr: *gwAddr, memTableSize: int(*memtableMB * (1 << 20)), maxHotNodes: *maxHot, maxHotPerRun: *maxHotRun, kafka: *kafka,
-		brokers: splitList(*brokers), brokersFrom: brokersFrom, duration: *duration}, stdout, stderr); err != nil {
+		brokers: splitList(*brokers), brokersFrom: brokersFrom, duration: *duration, redaction: red}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "canopy-dev: %v\n", err)
 		return 1
 	}

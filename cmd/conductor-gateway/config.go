@@ -83,6 +83,7 @@ func (f *flags) register(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&c.StreamQueue, "stream-queue", gateway.DefaultStreamQueue, "wakes a wake stream may have waiting; a stream further behind is dropped")
 	fs.IntVar(&c.ReplayBytes, "replay-bytes", gateway.DefaultReplayBytes, "bytes of recent wakes kept per partition read, to resume wake streams from")
 	fs.DurationVar(&c.TailIdle, "tail-idle", gateway.DefaultTailIdle, "how long a partition is still read after its last wake stream ended")
+	c.Redaction.RegisterFlags(fs)
 	fs.StringVar(&o.metricsAddr, "metrics-addr", ":9090", "address to serve /metrics, /healthz and /readyz on, apart from the API; empty disables it")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.check, "check-config", false, "validate the flags and CANOPY_* variables (files they name included) and exit: 0 if valid, 2 if not; connects to nothing")

@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, onReady func(api,
 // newGateway makes the gateway, its Kafka clients and its metrics in reg;
 // it gives up after 30s.
 func newGateway(ctx context.Context, cfg gateway.Config, reg *prometheus.Registry, ot *otlp.Providers) (*gateway.Gateway, error) {
-	gm, err := telemetry.NewGatewayMetrics(reg)
+	gm, err := telemetry.NewGatewayMetrics(reg, cfg.Redaction.Rules())
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -80,6 +81,7 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	format := fs.String("format", "json", "output: json (the wakes exactly as published) or summary (one line per wake, for people)")
 	fs.IntVar(&opts.Batch, "batch", 1, "input lines per processing batch; a run's triggers in one batch are coalesced into one wake (split over several when they do not fit one)")
 	addProjectionFlags(fs, &opts.Projection)
+	opts.Redaction.RegisterFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "usage: projector replay [flags] < events.jsonl\n\n")
 		fs.PrintDefaults()
@@ -111,7 +113,7 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		opts.Now = t
 	}
-	if err := opts.Projection.Validate(); err != nil {
+	if err := errors.Join(opts.Projection.Validate(), opts.Redaction.Validate()); err != nil {
 		fmt.Fprintf(stderr, "projector replay: %v\n", err)
 		return 2
 	}
@@ -120,8 +122,8 @@ func runReplay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "projector replay: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "replay: %d lines, %d events applied, %d duplicates, %d id conflicts, %d invalid, %d of unknown type, %d wakes\n",
-		st.Lines, st.Applied, st.Duplicates, st.Conflicts, st.Invalid, st.UnknownType, st.Wakes)
+	fmt.Fprintf(stderr, "replay: %d lines, %d events applied, %d duplicates, %d id conflicts, %d invalid, %d of unknown type, %d wakes, %d redactions\n",
+		st.Lines, st.Applied, st.Duplicates, st.Conflicts, st.Invalid, st.UnknownType, st.Wakes, st.Redactions)
 	if st.Invalid > 0 || st.Conflicts > 0 {
 		return 1
 	}

@@ -228,6 +228,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&cfg.Projection.HistorySize, "history-size", projection.DefaultHistorySize,
 		"applied events each run keeps for history windows (state: give every instance the same)")
 	addProjectionFlags(fs, &cfg.Projection)
+	cfg.Redaction.RegisterFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
 	f.check = checkConfigFlag(fs)

@@ -573,6 +573,38 @@ func TestOpenTelemetry(t *testing.T) {
 	}
 }
 
+// TestRedaction: the operator's redaction rules reach the projector and
+// the gateway alike, patterns one per line and fields comma-separated, as
+// their flags read them; without rules neither variable is set.
+func TestRedaction(t *testing.T) {
+	want := map[string]string{
+		"CANOPY_REDACT_PATTERN": `internal_host=\b[a-z0-9-]+\.corp\.example\.com\b` + "\nticket=SEC-[0-9]+",
+		"CANOPY_REDACT_FIELD":   "tree.artifact_created:label,content_ref",
+	}
+	n := 0
+	for name, p := range template(t, "-f", allFeaturesValues, "--api-versions", monitoringAPI).podTemplates(t) {
+		if strings.HasPrefix(name, "Job/") {
+			continue
+		}
+		n++
+		for v, value := range want {
+			if e, _ := env(p.Spec.Containers[0], v); e.Value != value {
+				t.Errorf("%s: %s = %q, want %q", name, v, e.Value, value)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d pod templates of the projector and the gateway, want 2", n)
+	}
+	for name, p := range template(t, "-f", requiredValues).podTemplates(t) {
+		for v := range want {
+			if _, ok := env(p.Spec.Containers[0], v); ok {
+				t.Errorf("%s: %s set without rules", name, v)
+			}
+		}
+	}
+}
+
 // TestMonitoring: ServiceMonitor and PrometheusRule exist only when enabled
 // and the cluster has prometheus-operator's API; the ServiceMonitors select
 // the Services by their labels and name their ports; the PrometheusRule

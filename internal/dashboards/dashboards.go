@@ -173,6 +173,9 @@ var All = []Dashboard{
 					q(`sum(increase(canopy_projector_poison_records_total[RATE]))`, "poison records"),
 					q(`sum by (instance) (increase(canopy_projector_rewinds_total[RATE]))`, "{{instance}} rewinds"),
 				}},
+			{Title: "Redactions", Unit: "short",
+				Question: "Which kinds of secret are people and agents sending in free text, and how many did canopy replace before keeping anything? (per window, by rule: a built-in rule, an operator's pattern, field:<rule>; the projector's and the gateway's together, each secret counted once; docs/CONTRACT.md \"Redaction\")",
+				Queries:  []Query{q(`sum by (rule) (increase(canopy_redactions_total[RATE])) > 0`, "{{rule}}")}},
 		},
 	},
 	{

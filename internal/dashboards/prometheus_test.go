@@ -134,13 +134,14 @@ scrape_configs:
 	}
 
 	// Requests through the gateway, so that its panels have data: inputs
-	// (202) and a snapshot read refused for want of a token (401). A
+	// (202), each with a secret for the Redactions panel, and a snapshot
+	// read refused for want of a token (401). A
 	// labelled series appears with its first request, and rate() cannot
 	// count that one: one of each first, and the rest once both servers
 	// have the series.
 	requests := func(n int) {
 		for i := range n {
-			req, _ := http.NewRequest("POST", "http://"+gatewayAddr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"steer","text":"go on"}`))
+			req, _ := http.NewRequest("POST", "http://"+gatewayAddr+"/v1/runs/run-1/input", strings.NewReader(`{"input_kind":"steer","text":"go on with Bearer 0123456789abcdefXYZ"}`))
 			req.Header.Set("Authorization", "Bearer canopy-dev-token")
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", fmt.Sprintf("dash-%d-%d", n, i))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -99,6 +100,12 @@ type Config struct {
 	ProjectorScheme string
 	// Source is the CloudEvents source of the inputs produced; default "/gateway".
 	Source string
+	// Redaction is the operator's redaction rules, added to the built-in
+	// ones (pkg/redact): a human's input text is redacted before it is
+	// produced, so that the human input topic never holds a secret pasted
+	// by mistake. Give it the projectors' rules. Default none: the
+	// built-in rules alone.
+	Redaction redact.Config
 
 	// Now is the clock; default time.Now. Tests inject one.
 	Now func() time.Time
@@ -166,14 +173,17 @@ type Config struct {
 // when its handler returns (for a wake stream, when the stream ends); route
 // is the matched pattern ("" for no route); method is GET, POST, HEAD,
 // OPTIONS, PUT, DELETE or PATCH, and "_OTHER" for any other method a client
-// sent, so that it is safe as a metric label.
+// sent, so that it is safe as a metric label. Redacted is called once per
+// replacement redaction made in an input (Config.Redaction), by rule.
 type Hooks interface {
 	Request(route, method string, status int, took time.Duration)
+	Redacted(rule string)
 }
 
 type nopHooks struct{}
 
 func (nopHooks) Request(string, string, int, time.Duration) {}
+func (nopHooks) Redacted(string)                            {}
 
 // ErrConfig is wrapped by Validate's error.
 var ErrConfig = errors.New("gateway: invalid config")
@@ -327,6 +337,9 @@ func (c Config) Validate() error {
 		if err := cluster.CheckQuerySecret(c.ProjectorSecret); err != nil {
 			ps = append(ps, "ProjectorSecret: "+err.Error())
 		}
+	}
+	if err := c.Redaction.Validate(); err != nil {
+		ps = append(ps, "Redaction (-redact-field, -redact-pattern): "+err.Error())
 	}
 	for _, h := range c.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "[]/ ") || strings.Contains(h, ":") && net.ParseIP(h) == nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/problem"
+	"github.com/canopy-dev/canopy/pkg/redact"
 )
 
 // Gateway is the conductor gateway, an http.Handler. Close it when done.
@@ -40,8 +41,10 @@ type Gateway struct {
 	auth   *authenticator
 	limits *rateLimits
 
-	// Human input: the producer and its admin client, the Idempotency-Keys
-	// remembered, the entropy of the keys the gateway makes.
+	// Human input: the redaction of its text, the producer and its admin
+	// client, the Idempotency-Keys remembered, the entropy of the keys the
+	// gateway makes.
+	redaction *redact.Policy
 	cl        *kgo.Client
 	adm       *kadm.Client
 	idem      *idemCache
@@ -88,6 +91,9 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	var err error
+	if g.redaction, err = redact.New(cfg.Redaction); err != nil {
+		return nil, err // Validate has reported it
+	}
 	if g.cl, err = newProducer(&g.cfg, &g.kstats); err != nil {
 		return nil, fmt.Errorf("gateway: kafka client: %w", err)
 	}

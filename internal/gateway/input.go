@@ -152,6 +152,10 @@ func (g *Gateway) input(w http.ResponseWriter, r *http.Request, p *Principal, ru
 		return err
 	}
 	ev := in.event(g.cfg.Source, run, p.Subject, g.cfg.Now())
+	// Redacted before it is produced: the human input topic, and all that
+	// is made of it downstream, never holds a secret a person pasted by
+	// mistake (docs/CONTRACT.md "Redaction").
+	g.redaction.Event(ev, g.cfg.Hooks.Redacted)
 	// What the Idempotency-Key cache remembers the input by: who sent it,
 	// for which run, under which key. Without a key the gateway makes one
 	// and answers with it, the 503 of a produce that timed out included: a

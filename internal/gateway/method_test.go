@@ -24,6 +24,8 @@ func (h *methodHooks) Request(_, method string, _ int, _ time.Duration) {
 	h.methods = append(h.methods, method)
 }
 
+func (h *methodHooks) Redacted(string) {}
+
 func (h *methodHooks) last() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -77,7 +78,7 @@ func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
 			w.failed(w.recovered(fmt.Sprintf("applying %s/%d@%d", r.Topic, r.Partition, r.Offset), v, run))
 		}
 	}()
-	ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+	ev, err := decodeRecord(r, w.p.cfg.redaction, w.redacted)
 	if err != nil {
 		w.refuse(r, err)
 		return
@@ -110,6 +111,25 @@ func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
 		w.count(r.Topic, ev.Type, OutcomeApplied)
 	}
 	w.gather(r, ev.RunID, trigs, human, span)
+}
+
+// decodeRecord decodes r's event and redacts it (Config.Redaction): from
+// here on, the state, the wakes, the logs and the spans only ever see the
+// redacted text. redacted, when not nil, is told each replacement's rule.
+func decodeRecord(r *kgo.Record, policy *redact.Policy, redacted func(rule string)) (*topics.Event, error) {
+	ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+	if err == nil {
+		policy.Event(ev, redacted)
+	}
+	return ev, err
+}
+
+// redacted reports a replacement of redaction to the hooks, but for a
+// record a rewind applies again (poison.go), whose replacements they have.
+func (w *worker) redacted(rule string) {
+	if !w.poison.again {
+		w.p.hooks.Redacted(rule)
+	}
 }
 
 // refuse dead-letters a record that does not decode, with the reason's

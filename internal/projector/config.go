@@ -14,6 +14,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/cluster"
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -48,6 +49,12 @@ type Config struct {
 	// Projection configures the projection and the snapshot limits. Its
 	// Memory budget, when nil, is made from MemoryLimit.
 	Projection projection.Config
+	// Redaction is the operator's redaction rules, added to the built-in
+	// ones: every record's event is redacted (pkg/redact) as soon as it is
+	// decoded, before it is applied, logged or traced. Default none: the
+	// built-in rules alone. Give every instance the same: the state and
+	// the wakes hold the redacted text.
+	Redaction redact.Config
 	// Chunk is how many agent records the worker applies in one step;
 	// between steps it resumes the partition's paused fetching, commits
 	// when the commit is full (MaxBatch) and stops when asked. Human input
@@ -154,6 +161,8 @@ type Config struct {
 	// wait on (set by prepare): its own for an instance New makes, shared
 	// by the instances a Supervisor runs one after another.
 	progress *progress
+	// redaction is Redaction compiled (set by prepare).
+	redaction *redact.Policy
 }
 
 // prepare validates c and completes it, once for what it configures: one
@@ -169,6 +178,10 @@ func (c Config) prepare() (Config, error) {
 		c.Projection.Memory = projection.NewBudget(c.HotRunBytes())
 	}
 	c.progress = newProgress()
+	var err error
+	if c.redaction, err = redact.New(c.Redaction); err != nil {
+		return Config{}, err // Validate has reported it
+	}
 	return c, nil
 }
 
@@ -333,6 +346,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Projection.Validate(); err != nil {
 		errs = append(errs, err.Error())
+	}
+	if err := c.Redaction.Validate(); err != nil {
+		errs = append(errs, "redaction rules (-redact-field, -redact-pattern): "+err.Error())
 	}
 	if c.Chunk < 1 {
 		errs = append(errs, fmt.Sprintf("chunk %d: want 1 or more", c.Chunk))

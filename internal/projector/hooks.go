@@ -50,6 +50,10 @@ type Hooks interface {
 	// RunsExpired reports that retention deleted runs finished runs of a
 	// partition (projection.Config.Retention).
 	RunsExpired(partition int32, runs int)
+	// Redacted reports one replacement of redaction (Config.Redaction) in
+	// a record's event, by rule name: once per record, not again when a
+	// rewind applies the record again.
+	Redacted(rule string)
 }
 
 // PriorityStage is a stage of the priority path, the way of a human input
@@ -174,6 +178,9 @@ func (NopHooks) Rewound(int32, error) {}
 // RunsExpired does nothing.
 func (NopHooks) RunsExpired(int32, int) {}
 
+// Redacted does nothing.
+func (NopHooks) Redacted(string) {}
+
 // KafkaHooks returns the franz-go hooks (such as kprom's) for one of the
 // projector's Kafka clients, named by role: "group", "human", "producer",
 // "standby", or "txn-<partition>" for a partition's transactional producer.
@@ -221,6 +228,9 @@ func (s *stats) Rewound(int32, error) { s.Rewinds.Add(1) }
 
 // RunsExpired counts the runs retention deleted.
 func (s *stats) RunsExpired(_ int32, runs int) { s.Expired.Add(int64(runs)) }
+
+// Redacted counts a replacement of redaction.
+func (s *stats) Redacted(string) { s.Redactions.Add(1) }
 
 // Committed counts a commit: a transaction committed (or, at least once,
 // a batch acknowledged and written), or one that failed.
@@ -291,6 +301,11 @@ func (t tee) Rewound(partition int32, err error) {
 func (t tee) RunsExpired(partition int32, runs int) {
 	t.stats.RunsExpired(partition, runs)
 	t.next.RunsExpired(partition, runs)
+}
+
+func (t tee) Redacted(rule string) {
+	t.stats.Redacted(rule)
+	t.next.Redacted(rule)
 }
 
 var (

@@ -66,6 +66,9 @@ type Counts struct {
 	Commits, Aborts int64
 	// Expired counts the finished runs retention deleted.
 	Expired int64
+	// Redactions counts the replacements redaction made in the events
+	// of the records consumed (Hooks.Redacted).
+	Redactions int64
 	// Restoring is the number of partitions restoring from the changelog
 	// now; RestoredRecords the changelog records restores wrote, as they
 	// go (a Supervisor's, of every instance it ran).
@@ -91,7 +94,7 @@ type stats struct {
 	Wakes, PriorityWakes                                              atomic.Int64
 	GroupStalls                                                       atomic.Int64
 	Commits, Aborts                                                   atomic.Int64
-	Expired                                                           atomic.Int64
+	Expired, Redactions                                               atomic.Int64
 	Restoring, RestoredRecords                                        atomic.Int64
 	StandbyRecords                                                    atomic.Int64
 	GatePauses, GatePausedNanos                                       atomic.Int64
@@ -104,7 +107,7 @@ func (s *stats) counts() Counts {
 		UnknownType: s.UnknownType.Load(), Rerouted: s.Rerouted.Load(), DuplicateConflicts: s.DuplicateConflicts.Load(),
 		Poison: s.Poison.Load(), Rewinds: s.Rewinds.Load(), Wakes: s.Wakes.Load(), PriorityWakes: s.PriorityWakes.Load(),
 		GroupStalls: s.GroupStalls.Load(), Commits: s.Commits.Load(), Aborts: s.Aborts.Load(), Expired: s.Expired.Load(),
-		Restoring: s.Restoring.Load(), RestoredRecords: s.RestoredRecords.Load(), StandbyRecords: s.StandbyRecords.Load(),
+		Redactions: s.Redactions.Load(), Restoring: s.Restoring.Load(), RestoredRecords: s.RestoredRecords.Load(), StandbyRecords: s.StandbyRecords.Load(),
 		GatePauses: s.GatePauses.Load(), GatePaused: time.Duration(s.GatePausedNanos.Load()),
 	}
 }

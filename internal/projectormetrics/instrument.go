@@ -39,6 +39,10 @@ func Instrument(ctx context.Context, cfg *projector.Config) (*Instrumentation, e
 		in.log = slog.New(slog.DiscardHandler)
 	}
 	in.Metrics, err = NewProjectorMetrics(in.Registry, telemetry.NewEvents(ot.Logs, cfg.Logger, nil))
+	if err == nil {
+		// The operator's rules' series too, from 0.
+		_, err = telemetry.NewRedactions(in.Registry, cfg.Redaction.Rules())
+	}
 	if err != nil {
 		in.Shutdown()
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/gateway"
 	"github.com/canopy-dev/canopy/internal/workload"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 )
 
@@ -47,7 +48,7 @@ func TestMetricsLint(t *testing.T) {
 	runProjector(t, k, pm, preg, preg, "lint-projector")
 
 	greg := telemetry.NewRegistry()
-	gm, err := telemetry.NewGatewayMetrics(greg)
+	gm, err := telemetry.NewGatewayMetrics(greg, redact.Config{}.Rules())
 	if err != nil {
 		t.Fatal(err)
 	}

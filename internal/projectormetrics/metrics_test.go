@@ -26,7 +26,7 @@ func TestHistogramsAreNativeToo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gm, err := telemetry.NewGatewayMetrics(reg)
+	gm, err := telemetry.NewGatewayMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

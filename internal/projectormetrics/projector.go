@@ -9,6 +9,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/projector"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/telemetry"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -48,14 +49,22 @@ type ProjectorMetrics struct {
 	runsExpired    prometheus.Counter
 	priorityStages *prometheus.HistogramVec
 	stageObs       [projector.NumPriorityStages]prometheus.Observer // priorityStages' series, by stage
+	redactions     *telemetry.Redactions
 }
 
 // NewProjectorMetrics registers the projector's metrics on reg. events
-// (nil: none) receives the snapshot events.
+// (nil: none) receives the snapshot events. The series of
+// canopy_redactions_total are made for the built-in rules; Instrument
+// adds the operator's.
 func NewProjectorMetrics(reg prometheus.Registerer, events *telemetry.Events) (*ProjectorMetrics, error) {
 	const sub = "projector"
+	red, err := telemetry.NewRedactions(reg, redact.Config{}.Rules())
+	if err != nil {
+		return nil, err
+	}
 	m := &ProjectorMetrics{
-		events: events,
+		redactions: red,
+		events:     events,
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: telemetry.Namespace, Subsystem: sub, Name: "records_consumed_total",
 			Help: "Records read from an input topic, by topic, event type (\"\" when undecodable) and outcome: applied, duplicate, dead_lettered, unknown_type, rerouted, run_expired, duplicate_conflict (an event id sent again with other content, dead-lettered), poison (a record whose processing failed the same way every time, dead-lettered)."},
 			[]string{"topic", "type", "outcome"}),
@@ -217,6 +226,9 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 		m.events.Snapshot(ctx, telemetry.MetaOf(w.Wake, w.Info, w.Build))
 	}
 }
+
+// Redacted counts a replacement of redaction by rule.
+func (m *ProjectorMetrics) Redacted(rule string) { m.redactions.Redacted(rule) }
 
 // PriorityCommitted observes the stages of a human input record's way to
 // its committed wake.

@@ -33,6 +33,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -106,7 +107,8 @@ func (r *Reference) Apply(tb testing.TB, ev *topics.Event) {
 }
 
 // ApplyRecords decodes produced records (as topics.EventRecord made them)
-// and applies each, in order.
+// and applies each, in order, redacted by the built-in rules as a
+// projector without operator rules redacts them.
 func (r *Reference) ApplyRecords(tb testing.TB, records []*kgo.Record) {
 	tb.Helper()
 	for _, rec := range records {
@@ -114,6 +116,7 @@ func (r *Reference) ApplyRecords(tb testing.TB, records []*kgo.Record) {
 		if err != nil {
 			tb.Fatalf("projectortest: a produced record does not decode: %v", err)
 		}
+		redact.Default().Event(ev, nil)
 		r.Apply(tb, ev)
 	}
 }

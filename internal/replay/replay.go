@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/redact"
 	"github.com/canopy-dev/canopy/pkg/topics"
 	"github.com/canopy-dev/canopy/pkg/wake"
 )
@@ -22,6 +23,11 @@ import (
 type Options struct {
 	// Projection configures the projection; zero fields take their defaults.
 	Projection projection.Config
+	// Redaction is the operator's redaction rules, added to the built-in
+	// ones, as the projector's (projector.Config.Redaction): each event is
+	// redacted once decoded, so that the wakes show what the projector's
+	// would. Default none: the built-in rules alone.
+	Redaction redact.Config
 	// Now, when set, is the wall clock of every wake (generated_at and
 	// staleness), and at the end of input every run's clock is advanced to it
 	// so that timers due by then fire. When zero, each wake is generated at
@@ -41,6 +47,8 @@ type Options struct {
 // duplicate_id_conflict): not applied.
 type Stats struct {
 	Lines, Applied, Duplicates, Conflicts, Invalid, UnknownType, Wakes int
+	// Redactions counts the replacements redaction made.
+	Redactions int
 }
 
 // Run reads newline-delimited structured CloudEvents from in and writes one
@@ -54,13 +62,17 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
+	policy, err := redact.New(opts.Redaction)
+	if err != nil {
+		return Stats{}, err
+	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1
 	}
 	if opts.MaxLineBytes <= 0 {
 		opts.MaxLineBytes = 1 << 20
 	}
-	r := &replayer{p: p, opts: opts, bw: bufio.NewWriter(out), errw: errw}
+	r := &replayer{p: p, policy: policy, opts: opts, bw: bufio.NewWriter(out), errw: errw}
 	br := bufio.NewReaderSize(in, 64<<10)
 	inBatch := 0
 	for {
@@ -102,6 +114,7 @@ func Run(in io.Reader, out, errw io.Writer, opts Options) (Stats, error) {
 // read, and where it writes.
 type replayer struct {
 	p       *projection.Projection
+	policy  *redact.Policy
 	opts    Options
 	st      Stats
 	pending projection.Pending
@@ -132,6 +145,7 @@ func (r *replayer) line(line []byte, tooLong bool) error {
 		fmt.Fprintf(r.errw, "line %d: %v\n", r.st.Lines, derr)
 		return nil
 	}
+	r.st.Redactions += r.policy.Event(ev, nil)
 	trigs, dup, aerr := r.p.ApplyEvent(ev)
 	switch {
 	case errors.Is(aerr, projection.ErrDuplicateConflict):

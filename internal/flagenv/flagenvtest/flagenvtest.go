@@ -12,8 +12,9 @@ import (
 )
 
 // candidates are values tried, in order, for a flag's variable: the first
-// its Value accepts and that changes it from its default is used.
-var candidates = []string{"7", "3s", "4s", "1.5", "3MiB", "x-flagenv-test", "127.0.0.1:7"}
+// its Value accepts and that changes it from its default is used. The
+// last two are rules of pkg/redact's flags: a data field, and a pattern.
+var candidates = []string{"7", "3s", "4s", "1.5", "3MiB", "x-flagenv-test", "127.0.0.1:7", "label", "flagenv_test=x-flagenv-test"}
 
 // EveryFlag checks that every flag of a command has its CANOPY_* variable
 // and that setting the variable alone changes the parsed value. parse runs

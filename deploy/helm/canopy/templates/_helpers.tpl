@@ -259,3 +259,21 @@ periodSeconds: {{ .periodSeconds }}
 timeoutSeconds: {{ .timeoutSeconds }}
 failureThreshold: {{ .failureThreshold }}
 {{- end -}}
+
+{{/* The operator's redaction rules (values redaction), the projector's and
+     the gateway's alike: CANOPY_REDACT_PATTERN one rule name=regexp per
+     line, CANOPY_REDACT_FIELD comma-separated. */}}
+{{- define "canopy.redactionEnv" -}}
+{{- with .Values.redaction.patterns }}
+{{- $rules := list }}
+{{- range . }}
+{{- $rules = append $rules (printf "%s=%s" .name .regexp) }}
+{{- end }}
+- name: CANOPY_REDACT_PATTERN
+  value: {{ join "\n" $rules | quote }}
+{{- end }}
+{{- with .Values.redaction.fields }}
+- name: CANOPY_REDACT_FIELD
+  value: {{ join "," . | quote }}
+{{- end }}
+{{- end -}}
