@@ -29,6 +29,7 @@ import (
 //
 //   - path: decode and redact → apply → state encoding → changelog records
 //     (what the throughput issue's 6 µs/event target names);
+//
 //   - commit: path, plus each commit's wakes (snapshots built and encoded)
 //     and its Pebble batch, i.e. everything a worker does but produce.
 //
