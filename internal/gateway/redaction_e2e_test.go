@@ -51,7 +51,7 @@ var canaryRules = redact.Config{Patterns: []redact.PatternRule{{Name: "canary_ti
 // input, through the gateway, never appears in a wake (its trigger texts
 // included), the wake stream of the live view, a read (snapshot, read
 // model, history, nodes, the run list), the human input record the
-// gateway produced, a log line of the projector or the gateway, an
+// gateway produced, the session snapshot and history, a log line of the projector or the gateway, an
 // OpenTelemetry record they exported, or /metrics; and
 // canopy_redactions_total counts each placement, by rule. Positive
 // controls say the text did flow: the wakes' trigger texts hold the
@@ -122,11 +122,10 @@ const canarySession = "session-canary"
 
 // redactedReads are the gateway's reads of run (of session
 // canarySession) that the canary test checks, each of which must answer
-// 200. The session snapshot joins them, with its path, when its endpoint
-// exists.
+// 200: the run's, and its session's snapshot and history.
 func redactedReads(run string) []string {
 	return []string{"/v1/runs/" + run + "/snapshot", "/v1/runs/" + run + "/read-model", "/v1/runs/" + run + "/history?limit=100",
-		"/v1/runs/" + run + "/nodes", "/v1/runs"}
+		"/v1/runs/" + run + "/nodes", "/v1/runs", "/v1/sessions/" + canarySession, "/v1/sessions/" + canarySession + "/history?limit=100"}
 }
 
 // canaryParts are the projector (its telemetry by projectormetrics, as
