@@ -523,17 +523,7 @@ func (a *activity) tool(p topics.Payload, agent string, at topics.Time) {
 	case *topics.ToolStarted:
 		kind := cmp.Or(p.CallKind, "tool")
 		s.Started++
-		if s.ByTool == nil {
-			s.ByTool = map[string]*ToolCount{}
-		}
-		name := p.ToolName
-		if _, ok := s.ByTool[name]; !ok && len(s.ByTool) >= maxTracked {
-			name = "(other)"
-		}
-		if s.ByTool[name] == nil {
-			s.ByTool[name] = &ToolCount{ToolName: name}
-		}
-		s.ByTool[name].Calls++
+		counter(&s.ByTool, p.ToolName, func(name string) *ToolCount { return &ToolCount{ToolName: name} }).Calls++
 		track(a, &s.Running, "running_calls", p.CallID, &CallRef{CallID: p.CallID, ToolName: p.ToolName, CallKind: kind,
 			AgentID: agent, TurnID: p.TurnID, Command: p.Command, StartedAt: &at})
 	case *topics.ToolFinished:
@@ -555,7 +545,7 @@ func (a *activity) tool(p topics.Payload, agent string, at topics.Time) {
 		}
 		if tc := s.ByTool[c.ToolName]; tc != nil {
 			tc.Failed++
-		} else if tc := s.ByTool["(other)"]; ok && tc != nil {
+		} else if tc := s.ByTool[otherName]; ok && tc != nil {
 			tc.Failed++
 		}
 		done := *c
@@ -675,17 +665,25 @@ func (a *activity) usage(p *topics.ModelUsage, agent string, at topics.Time) {
 		t.CostMicros = satAdd(t.CostMicros, p.CostMicros)
 	}
 	add(&s.Totals)
-	if s.ByModel == nil {
-		s.ByModel = map[string]*ModelCount{}
+	add(&counter(&s.ByModel, p.Model, func(name string) *ModelCount { return &ModelCount{Model: name} }).ModelUsageTotals)
+}
+
+// otherName is the name the counts beyond maxTracked names are kept under.
+const otherName = "(other)"
+
+// counter is name's counter in m, made by mk when new; when m holds
+// maxTracked names already, a new name counts under otherName.
+func counter[T any](m *map[string]*T, name string, mk func(string) *T) *T {
+	if *m == nil {
+		*m = map[string]*T{}
 	}
-	name := p.Model
-	if _, ok := s.ByModel[name]; !ok && len(s.ByModel) >= maxTracked {
-		name = "(other)"
+	if _, ok := (*m)[name]; !ok && len(*m) >= maxTracked {
+		name = otherName
 	}
-	if s.ByModel[name] == nil {
-		s.ByModel[name] = &ModelCount{Model: name}
+	if (*m)[name] == nil {
+		(*m)[name] = mk(name)
 	}
-	add(&s.ByModel[name].ModelUsageTotals)
+	return (*m)[name]
 }
 
 // satAdd adds without overflowing: usage is summed over a run's life.
