@@ -343,7 +343,7 @@ func demoTraffic(ctx context.Context, cl *kgo.Client, names topics.Names, o devO
 		var events []topics.Event
 		for i := 1; i <= o.runs; i++ {
 			n := wave*o.runs + i
-			events = append(events, workload.Generate(workload.Spec{RunID: fmt.Sprintf("run-%d", n), SessionID: "demo", Activity: true,
+			events = append(events, workload.Generate(workload.Spec{RunID: fmt.Sprintf("run-%d", n), SessionID: "demo", ThreadID: "thread-main", Activity: true,
 				Nodes: o.nodes, Seed: uint64(n), Start: start.Add(time.Duration(i) * step / time.Duration(o.runs+1)), Step: step})...)
 		}
 		slices.SortStableFunc(events, func(a, b topics.Event) int { return cmp.Compare(a.Time.UnixMilli(), b.Time.UnixMilli()) })
