@@ -44,6 +44,11 @@ func (r *Report) Markdown() string {
 	m := r.Machine
 	p("- **Machine**: %d cores (%s), %.1f GiB memory, %s, %s; load average %.2f at the start, %.2f at the end\n",
 		m.Cores, m.CPUModel, float64(m.MemoryBytes)/(1<<30), m.OS, m.GoVersion, m.LoadAvg1, m.LoadAvgEnd)
+	if m.Pinning != nil {
+		p("- **CPUs**: pinned (-pin): %s\n", m.Pinning)
+	} else {
+		p("- **CPUs**: not pinned: the projectors and the harness (broker, gateway, load, readers) share every core\n")
+	}
 	p("- **Broker**: %s\n", r.Broker)
 	p("- **Result file**: every figure below and the per-second series are in the JSON result (OpenMessaging Benchmark field names).\n\n")
 	p("Latency is measured from an event's append (the broker's produce acknowledgement; for human input, the gateway's 202, sent once Kafka has the record) to the moment the harness's read_committed consumer reads the committed wake that names the event among its triggers. Open-loop senders never wait for replies; a send behind its schedule is counted, and latency from the schedule is in the JSON too.\n\n")

@@ -39,6 +39,9 @@ type Machine struct {
 	CPUModel    string  `json:"cpuModel"`
 	GoVersion   string  `json:"goVersion"`
 	OS          string  `json:"os"`
+	// Pinning is the CPU split of a run with Config.Pin; absent when the
+	// projectors and the harness shared every CPU.
+	Pinning *Pinning `json:"pinning,omitempty"`
 }
 
 // ScenarioResult is one scenario's figures.

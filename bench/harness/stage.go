@@ -119,7 +119,11 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"))
 		}
 		args = append(append(args, s.args...), s.h.cfg.ProjectorArgs...)
-		p, err := startProc(name, s.h.cfg.Projector, args)
+		var cpus []int
+		if s.h.pin != nil {
+			cpus = s.h.pin.forProjector(i)
+		}
+		p, err := startProc(name, s.h.cfg.Projector, args, cpus)
 		if err != nil {
 			return err
 		}
