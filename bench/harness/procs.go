@@ -25,8 +25,9 @@ type proc struct {
 	cmd    *exec.Cmd
 	out    lockedBuffer
 	exited chan struct{}
-	err    error // set before exited is closed
-	killed bool  // stopped on purpose: exiting is not a failure
+	err    error  // set before exited is closed
+	killed bool   // stopped on purpose: exiting is not a failure
+	addr   string // its query endpoint, once its log has said it
 	mu     sync.Mutex
 }
 
