@@ -9,6 +9,7 @@
 //	go run ./bench -scenario max -brokers kafka:9092
 //	go run ./bench -scenario soak           bounded state: 5,000,000 events of runs that finish
 //	go run ./bench -kafka real              against Apache Kafka, started here
+//	go run ./bench -pin                     each projector on a CPU of its own, the harness on the others
 package main
 
 import (

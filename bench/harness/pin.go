@@ -13,7 +13,7 @@ import (
 )
 
 // ErrPin is wrapped by the errors of Config.Pin's CPU split.
-var ErrPin = errors.New("bench: -pin")
+var ErrPin = errors.New("harness: -pin")
 
 // Pinning is how a pinned run split the CPUs: the projector instances'
 // CPUs, in turn by instance, and the harness's (the embedded broker, the
