@@ -28,8 +28,7 @@ type sampler struct {
 	busy0, tot0 int64
 	// The projectors' runtime figures from their /metrics (gcstats.go):
 	// each one's first and last sample, the largest total heap in use
-	// seen, the total at the last sample, and the first scrape that
-	// failed.
+	// seen, and the first scrape that failed.
 	firstRT, lastRT map[*proc]runtimeSample
 	heapMax         float64
 	runtimeErr      error
@@ -59,13 +58,13 @@ func (s *stage) startSampler() {
 	sm := &sampler{s: s, began: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
 		firstCPU: map[*proc]time.Duration{}, lastCPU: map[*proc]time.Duration{},
 		firstRT: map[*proc]runtimeSample{}, lastRT: map[*proc]runtimeSample{}}
-	s.sampler = sm
 	sm.sampleProcs()
 	sm.sampleRuntime()
 	if self, err := sampleProc(os.Getpid()); err == nil {
 		sm.selfCPU0 = self.cpu
 	}
 	sm.busy0, sm.tot0, _ = machineCPU()
+	s.sampler = sm
 	go sm.run()
 }
 
