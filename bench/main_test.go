@@ -31,3 +31,13 @@ func TestParseArgsResultFile(t *testing.T) {
 		t.Error("-instances x: accepted")
 	}
 }
+
+// TestParseArgsPin: -pin reaches the harness's Config, off by default.
+func TestParseArgsPin(t *testing.T) {
+	for args, want := range map[string]bool{"": false, "-pin": true, "-scenario max -pin": true} {
+		c, _, ok := parseArgs(strings.Fields(args), io.Discard, io.Discard)
+		if !ok || c.Pin != want {
+			t.Errorf("%q: Pin %v (ok %v), want %v", args, c.Pin, ok, want)
+		}
+	}
+}

@@ -101,6 +101,14 @@ type Config struct {
 	Progress io.Writer
 	// ProgressEvery is the interval of the progress lines; default 5s.
 	ProgressEvery time.Duration
+	// Pin, when set, runs each projector instance on a CPU of its own and
+	// the harness (the embedded broker, the gateway, the load and the
+	// readers) on the others, so that the projector's figures are not the
+	// harness's contention: the projectors get the last min(I, N-1) of the
+	// N CPUs this process may use, I the most instances any scenario runs,
+	// one each (round-robin when a scenario runs more instances than that),
+	// with GOMAXPROCS set to match. It needs 2 CPUs at least. Default off.
+	Pin bool
 	// Command is the command line recorded in the result; default
 	// "go run ./bench".
 	Command string

@@ -32,7 +32,14 @@
 // acknowledgement) to the moment a read_committed consumer reads the
 // committed wake naming it among its triggers, by lane. Rates are sampled
 // every second; the projectors' CPU and RSS, the harness's own CPU and the
-// machine's utilisation are read from /proc.
+// machine's utilisation are read from /proc. The projectors' GC CPU share
+// (runtime/metrics' CPU classes) and heap in use come from their /metrics,
+// every few seconds.
+//
+// Config.Pin (bench -pin) separates the projectors from the harness on the
+// machine: each projector instance runs on a CPU of its own, the harness's
+// broker, gateway, load and readers on the others (on 2 CPUs, 1 + 1), and
+// the report says which CPUs each part had.
 //
 // Baselines measured in the same run make every figure a ratio that
 // survives a noisy machine: a plain franz-go consumer of the same records

@@ -39,6 +39,8 @@ type Harness struct {
 	stages  int
 	// maxRate is the projected events/s max measured, for steady.
 	maxRate float64
+	// pin is the CPU split of a pinned run (Config.Pin), nil otherwise.
+	pin *Pinning
 }
 
 // Run runs cfg's scenarios and returns their report. Against the embedded
@@ -56,6 +58,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	h := &Harness{cfg: cfg, began: time.Now(), quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rep := &Report{Harness: "canopy bench (bench/harness)", Date: h.began.UTC().Format(time.RFC3339), Command: cfg.Command,
 		Machine: machine()}
+	if cfg.Pin {
+		// Before the broker and the load start, so that every thread they
+		// make inherits the harness's CPUs.
+		p, err := pinHarness(cfg)
+		if err != nil {
+			return nil, err
+		}
+		h.pin, rep.Machine.Pinning = p, p
+	}
 	defer h.close()
 	if err := h.open(); err != nil {
 		return nil, err

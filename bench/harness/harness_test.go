@@ -141,6 +141,18 @@ func TestRun(t *testing.T) {
 		FailoverWarmup: time.Second, WorkDir: tmp, Progress: &progress, ProgressEvery: time.Second,
 		Scenarios: append(slices.Clone(Scenarios), MoreScenarios...), SoakEvents: 3000, SoakRate: 1000, SoakNodes: 10,
 		SoakRetention: time.Second, SoakTimers: time.Second, SoakSampleEvery: 250 * time.Millisecond, SoakCompactEvery: time.Second}
+	// Pinned (-pin) where there are CPUs to split; this process's own
+	// affinity and GOMAXPROCS are restored for the tests after it.
+	cpus, err := availableCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Pin = len(cpus) >= 2
+	defer func() {
+		if err := pinSelf(cpus); err != nil {
+			t.Error(err)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
@@ -148,10 +160,24 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Pin {
+		p := rep.Machine.Pinning
+		if p == nil || len(p.Harness) == 0 || len(p.Projectors) == 0 {
+			t.Fatalf("a pinned run's report says %+v, want the CPU split", p)
+		}
+		now, err := availableCPUs()
+		if err != nil || !slices.Equal(now, p.Harness) {
+			t.Errorf("the harness runs on CPUs %v (%v), want %v", now, err, p.Harness)
+		}
+		if md := rep.Markdown(); !strings.Contains(md, "pinned (-pin): "+p.String()) {
+			t.Errorf("RESULTS.md does not say the run was pinned:\n%s", md)
+		}
+	}
 	if len(rep.Scenarios) != len(cfg.Scenarios) {
 		t.Fatalf("%d scenarios reported, want %d", len(rep.Scenarios), len(cfg.Scenarios))
 	}
 	byName := map[string]*ScenarioResult{}
+	gcMeasured := 0
 	for _, s := range rep.Scenarios {
 		byName[s.Scenario] = s
 		if s.Events <= 0 || s.AggregatedConsumeRate <= 0 || s.AggregatedPublishRate <= 0 || s.DurationSeconds <= 0 {
@@ -167,6 +193,13 @@ func TestRun(t *testing.T) {
 		if s.ProjectorCPU <= 0 || s.ProjectorRSSBytes <= 1<<20 {
 			t.Errorf("%s: projector CPU %v cores, RSS %d bytes: want them measured", s.Scenario, s.ProjectorCPU, s.ProjectorRSSBytes)
 		}
+		if s.ProjectorGCCPUShare < 0 || s.ProjectorGCCPUShare >= 1 || s.ProjectorHeapBytes <= 0 || s.ProjectorHeapMaxBytes < s.ProjectorHeapBytes {
+			t.Errorf("%s: projector GC share %v, heap %d bytes at the end, %d at most: want a share and the heap measured",
+				s.Scenario, s.ProjectorGCCPUShare, s.ProjectorHeapBytes, s.ProjectorHeapMaxBytes)
+		}
+		if s.ProjectorGCCPUShare > 0 {
+			gcMeasured++
+		}
 		if len(s.PublishRate) == 0 || len(s.ConsumeRate) != len(s.PublishRate) {
 			t.Errorf("%s: %d publish and %d consume samples", s.Scenario, len(s.PublishRate), len(s.ConsumeRate))
 		}
@@ -178,6 +211,9 @@ func TestRun(t *testing.T) {
 		if s.WakesMissing != 0 {
 			t.Errorf("%s: %d waking events without a wake", s.Scenario, s.WakesMissing)
 		}
+	}
+	if gcMeasured == 0 {
+		t.Errorf("no scenario measured the projectors' GC CPU: want a share in those that collected")
 	}
 	if m := byName["max"]; m.Baselines["rawConsumeRate"] <= m.AggregatedConsumeRate {
 		t.Errorf("max: raw consume %v/s not above the projector's %v/s", m.Baselines["rawConsumeRate"], m.AggregatedConsumeRate)

@@ -44,6 +44,11 @@ func (r *Report) Markdown() string {
 	m := r.Machine
 	p("- **Machine**: %d cores (%s), %.1f GiB memory, %s, %s; load average %.2f at the start, %.2f at the end\n",
 		m.Cores, m.CPUModel, float64(m.MemoryBytes)/(1<<30), m.OS, m.GoVersion, m.LoadAvg1, m.LoadAvgEnd)
+	if m.Pinning != nil {
+		p("- **CPUs**: pinned (-pin): %s\n", m.Pinning)
+	} else {
+		p("- **CPUs**: not pinned: the projectors and the harness (broker, gateway, load, readers) share every core\n")
+	}
 	p("- **Broker**: %s\n", r.Broker)
 	p("- **Result file**: every figure below and the per-second series are in the JSON result (OpenMessaging Benchmark field names).\n\n")
 	p("Latency is measured from an event's append (the broker's produce acknowledgement; for human input, the gateway's 202, sent once Kafka has the record) to the moment the harness's read_committed consumer reads the committed wake that names the event among its triggers. Open-loop senders never wait for replies; a send behind its schedule is counted, and latency from the schedule is in the JSON too.\n\n")
@@ -53,13 +58,14 @@ func (r *Report) Markdown() string {
 		p("| %s | %s | %s | %s | %s | %s |\n", t.Scenario, t.Name, t.Want, t.Measured, verdict(t), t.Note)
 	}
 	p("\n### Scenarios\n\n")
-	p("| scenario | mode | instances | events/s in | events/s projected | wakes/s normal / priority | e2e normal p50 / p99 / p99.9 / max (ms) | e2e priority p50 / p99 / p99.9 / max (ms) | snapshot bytes p50 / max | truncated | projector CPU (cores) | projector RSS | machine busy | load average at start |\n")
-	p("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
+	p("| scenario | mode | instances | events/s in | events/s projected | wakes/s normal / priority | e2e normal p50 / p99 / p99.9 / max (ms) | e2e priority p50 / p99 / p99.9 / max (ms) | snapshot bytes p50 / max | truncated | projector CPU (cores) | projector RSS | projector GC CPU share | projector heap end / max | machine busy | load average at start |\n")
+	p("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Scenarios {
-		p("| %s | %s | %d | %s | %s | %s / %s | %s | %s | %s / %s | %.0f%% | %.2f | %d MB | %.0f%% | %.2f |\n", s.Scenario, s.Mode, s.Instances,
+		p("| %s | %s | %d | %s | %s | %s / %s | %s | %s | %s / %s | %.0f%% | %.2f | %d MB | %.1f%% | %d / %d MB | %.0f%% | %.2f |\n", s.Scenario, s.Mode, s.Instances,
 			num(s.AggregatedPublishRate), num(s.AggregatedConsumeRate), num(s.AggregatedWakeRate["normal"]), num(s.AggregatedWakeRate["priority"]),
 			latCell(s.EndToEndLatency["normal"]), latCell(s.EndToEndLatency["priority"]), commas(s.SnapshotBytes.P50), commas(s.SnapshotBytes.Max),
-			100*s.TruncationRate, s.ProjectorCPU, s.ProjectorRSSBytes>>20, 100*s.MachineBusy, s.LoadAvg1)
+			100*s.TruncationRate, s.ProjectorCPU, s.ProjectorRSSBytes>>20, 100*s.ProjectorGCCPUShare, s.ProjectorHeapBytes>>20, s.ProjectorHeapMaxBytes>>20,
+			100*s.MachineBusy, s.LoadAvg1)
 	}
 	for _, s := range r.Scenarios {
 		p("\n#### %s\n\n%s.\n", s.Scenario, s.Description)

@@ -25,8 +25,9 @@ type proc struct {
 	cmd    *exec.Cmd
 	out    lockedBuffer
 	exited chan struct{}
-	err    error // set before exited is closed
-	killed bool  // stopped on purpose: exiting is not a failure
+	err    error  // set before exited is closed
+	killed bool   // stopped on purpose: exiting is not a failure
+	addr   string // its query endpoint, once its log has said it
 	mu     sync.Mutex
 }
 
@@ -49,14 +50,25 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startProc(name, bin string, args []string) (*proc, error) {
+// startProc starts bin; with cpus, pinned to them and with a GOMAXPROCS of
+// their count (Go reads the CPU count once, when it starts).
+func startProc(name, bin string, args []string, cpus []int) (*proc, error) {
 	p := &proc{name: name, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if len(cpus) > 0 {
+		p.cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(len(cpus)))
+	}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	if len(cpus) > 0 {
+		if err := pinProc(p.pid(), cpus); err != nil {
+			p.kill()
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	return p, nil
 }
 

@@ -39,6 +39,9 @@ type Machine struct {
 	CPUModel    string  `json:"cpuModel"`
 	GoVersion   string  `json:"goVersion"`
 	OS          string  `json:"os"`
+	// Pinning is the CPU split of a run with Config.Pin; absent when the
+	// projectors and the harness shared every CPU.
+	Pinning *Pinning `json:"pinning,omitempty"`
 }
 
 // ScenarioResult is one scenario's figures.
@@ -96,6 +99,16 @@ type ScenarioResult struct {
 	// the largest total seen.
 	ProjectorCPU      float64 `json:"projectorCpuCores"`
 	ProjectorRSSBytes int64   `json:"projectorRssBytes"`
+	// ProjectorGCCPUShare is the GC's share of the CPU the projectors used
+	// over the window, from runtime/metrics' CPU classes on their
+	// /metrics (the runtime's estimates, updated at each GC's end: GC
+	// over total less idle).
+	// ProjectorHeapBytes is their heap in use at the end
+	// (go_memstats_heap_inuse_bytes, summed), ProjectorHeapMaxBytes the
+	// largest total of the samples taken every few seconds.
+	ProjectorGCCPUShare   float64 `json:"projectorGcCpuShare"`
+	ProjectorHeapBytes    int64   `json:"projectorHeapBytes"`
+	ProjectorHeapMaxBytes int64   `json:"projectorHeapMaxBytes"`
 	// HarnessCPU is the harness process's CPU in cores: the embedded
 	// broker, the load and the reader.
 	HarnessCPU  float64 `json:"harnessCpuCores"`
@@ -217,13 +230,14 @@ func verdict(t Target) string {
 // targets beside the measured values.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tmode\tinst\tevents/s in\tevents/s projected\twakes/s n/p\te2e normal p50/p99/p99.9/max ms\te2e priority p50/p99/p99.9/max ms\tsnapshot p50 B\ttrunc\tproj CPU\tproj RSS MB\tbusy")
+	fmt.Fprintln(tw, "scenario\tmode\tinst\tevents/s in\tevents/s projected\twakes/s n/p\te2e normal p50/p99/p99.9/max ms\te2e priority p50/p99/p99.9/max ms\tsnapshot p50 B\ttrunc\tproj CPU\tproj RSS MB\tproj GC\tproj heap MB\tbusy")
 	for _, s := range r.Scenarios {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s/%s\t%s\t%s\t%d\t%.0f%%\t%.2f\t%d\t%.0f%%\n", s.Scenario, s.Mode, s.Instances,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s/%s\t%s\t%s\t%d\t%.0f%%\t%.2f\t%d\t%.1f%%\t%d\t%.0f%%\n", s.Scenario, s.Mode, s.Instances,
 			num(s.AggregatedPublishRate), num(s.AggregatedConsumeRate),
 			num(s.AggregatedWakeRate["normal"]), num(s.AggregatedWakeRate["priority"]),
 			lat(s.EndToEndLatency["normal"]), lat(s.EndToEndLatency["priority"]),
-			s.SnapshotBytes.P50, 100*s.TruncationRate, s.ProjectorCPU, s.ProjectorRSSBytes>>20, 100*s.MachineBusy)
+			s.SnapshotBytes.P50, 100*s.TruncationRate, s.ProjectorCPU, s.ProjectorRSSBytes>>20,
+			100*s.ProjectorGCCPUShare, s.ProjectorHeapMaxBytes>>20, 100*s.MachineBusy)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -26,7 +26,13 @@ type sampler struct {
 	lastCPU     map[*proc]time.Duration
 	selfCPU0    time.Duration
 	busy0, tot0 int64
-	final       samplerStats
+	// The projectors' runtime figures from their /metrics (gcstats.go):
+	// each one's first and last sample, the largest total heap in use
+	// seen, and the first scrape that failed.
+	firstRT, lastRT map[*proc]runtimeSample
+	heapMax         float64
+	runtimeErr      error
+	final           samplerStats
 }
 
 // samplerStats is what a sampler measured over its whole window.
@@ -40,12 +46,20 @@ type samplerStats struct {
 	harnessCPU float64
 	// machineBusy is the machine's utilisation over the window, 0 to 1.
 	machineBusy float64
+	// gcShare is the GC's share of the projectors' CPU over the window;
+	// heap and heapMax their total heap in use at the end and the largest
+	// seen; runtimeErr the first failed scrape of their /metrics.
+	gcShare       float64
+	heap, heapMax float64
+	runtimeErr    error
 }
 
 func (s *stage) startSampler() {
 	sm := &sampler{s: s, began: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
-		firstCPU: map[*proc]time.Duration{}, lastCPU: map[*proc]time.Duration{}}
+		firstCPU: map[*proc]time.Duration{}, lastCPU: map[*proc]time.Duration{},
+		firstRT: map[*proc]runtimeSample{}, lastRT: map[*proc]runtimeSample{}}
 	sm.sampleProcs()
+	sm.sampleRuntime()
 	if self, err := sampleProc(os.Getpid()); err == nil {
 		sm.selfCPU0 = self.cpu
 	}
@@ -62,6 +76,7 @@ func (sm *sampler) run() {
 	lastWakes := sm.s.reader.stats().wakes
 	last := time.Now()
 	lastPrint := last
+	ticks := 0
 	// sample appends the rates since the last sample; the last one, at
 	// close, is over less than a second and scaled to one.
 	sample := func() readerStats {
@@ -95,6 +110,9 @@ func (sm *sampler) run() {
 		}
 		rs := sample()
 		rss := sm.sampleProcs()
+		if ticks++; ticks%runtimeEvery == 0 {
+			sm.sampleRuntime()
+		}
 		if time.Since(lastPrint) >= sm.s.h.cfg.ProgressEvery-100*time.Millisecond {
 			lastPrint = time.Now()
 			sm.progress(rs, rss)
@@ -154,6 +172,7 @@ func (sm *sampler) close() samplerStats {
 	close(sm.stop)
 	<-sm.done
 	sm.sampleProcs()
+	heap := sm.sampleRuntime()
 	el := time.Since(sm.began)
 	sm.mu.Lock()
 	defer sm.mu.Unlock()
@@ -168,6 +187,7 @@ func (sm *sampler) close() samplerStats {
 	if busy, tot, err := machineCPU(); err == nil && tot > sm.tot0 {
 		st.machineBusy = float64(busy-sm.busy0) / float64(tot-sm.tot0)
 	}
+	st.gcShare, st.heap, st.heapMax, st.runtimeErr = gcShare(sm.firstRT, sm.lastRT), heap, sm.heapMax, sm.runtimeErr
 	sm.final = st
 	return st
 }

@@ -33,7 +33,11 @@ func (s *stage) result(name, desc, mode string, instances int, st samplerStats) 
 	r := &ScenarioResult{Scenario: name, Description: desc, Mode: mode, Instances: instances, Partitions: int(s.partitions),
 		DurationSeconds: st.elapsed.Seconds(), Events: s.acked.Load(),
 		ProjectorCPU: st.projectorCPU, ProjectorRSSBytes: st.projectorRSS, HarnessCPU: st.harnessCPU, MachineBusy: st.machineBusy,
+		ProjectorGCCPUShare: st.gcShare, ProjectorHeapBytes: int64(st.heap), ProjectorHeapMaxBytes: int64(st.heapMax),
 		EndToEndLatency: map[string]*Latency{}, EndToEndLatencyFromSchedule: map[string]*Latency{}, Baselines: map[string]float64{}}
+	if st.runtimeErr != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projectors' /metrics for their GC and heap failed (the figures leave those samples out): %v", st.runtimeErr))
+	}
 	sm := s.sampler
 	sm.mu.Lock()
 	r.PublishRate, r.ConsumeRate = sm.publish, sm.consume

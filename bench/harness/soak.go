@@ -815,8 +815,14 @@ var listening = regexp.MustCompile(`msg="query endpoint listening".* addr=(\S+)`
 // httpAddr is the address the instance's HTTP endpoint listens on, from its
 // log (it was started with -http-addr 127.0.0.1:0).
 func (p *proc) httpAddr() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.addr != "" {
+		return p.addr, nil
+	}
 	if m := listening.FindStringSubmatch(p.out.String()); m != nil {
-		return strings.Trim(m[1], `"`), nil
+		p.addr = strings.Trim(m[1], `"`)
+		return p.addr, nil
 	}
 	return "", fmt.Errorf("%s: no %q line in its log", p.name, "query endpoint listening")
 }

@@ -109,7 +109,7 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 		name := fmt.Sprintf("%s-i%d", s.name, i)
 		args := []string{"run", "-brokers", strings.Join(s.h.kafka.Brokers, ","), "-topic-prefix", s.names.Prefix,
 			"-data-dir", filepath.Join(s.h.work, name), "-group", s.group, "-session-timeout", s.h.cfg.SessionTimeout.String(),
-			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "", "-log-level", "info"}
+			"-advertise-addr", fmt.Sprintf("i%d:1", i), "-http-addr", "127.0.0.1:0", "-log-level", "info"}
 		if d := s.h.cfg.ProfileDir; d != "" {
 			// Made here: a mistyped or fresh directory must not cost a
 			// whole scenario's run.
@@ -119,7 +119,11 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"))
 		}
 		args = append(append(args, s.args...), s.h.cfg.ProjectorArgs...)
-		p, err := startProc(name, s.h.cfg.Projector, args)
+		var cpus []int
+		if s.h.pin != nil {
+			cpus = s.h.pin.forProjector(i)
+		}
+		p, err := startProc(name, s.h.cfg.Projector, args, cpus)
 		if err != nil {
 			return err
 		}
