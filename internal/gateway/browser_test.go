@@ -213,29 +213,7 @@ func TestUIBrowser(t *testing.T) {
 	}
 
 	// Accessibility: axe-core finds no serious or critical violation.
-	axe, err := os.ReadFile(filepath.Join("testdata", "axe", "axe-4.10.3.min.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](string(axe)+";undefined")); err != nil {
-		t.Fatalf("injecting axe-core: %v", err)
-	}
-	type violation struct {
-		ID, Impact, Help string
-		Nodes            []struct{ Target []string }
-	}
-	vs, err := chromedp.Run(ctx, chromedp.Evaluate[[]violation](`axe.run(document, {resultTypes: ["violations"]}).then(r => r.violations)`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("running axe-core: %v", err)
-	}
-	for _, v := range vs {
-		msg := fmt.Sprintf("axe-core: %s (%s): %s, e.g. %v", v.ID, v.Impact, v.Help, v.Nodes[0].Target)
-		if v.Impact == "serious" || v.Impact == "critical" {
-			t.Error(msg)
-		} else {
-			t.Log(msg)
-		}
-	}
+	checkAxe(t, ctx)
 
 	// An unknown run says so, clearly.
 	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("run"), "never-seen-run"), chromedp.Click(chromedp.CSS(`#pick button[type=submit]`))); err != nil {
@@ -313,5 +291,34 @@ func TestUIRunFacts(t *testing.T) {
 	}
 	if n := js[int](t, ctx, `[...document.querySelectorAll("#facts [data-fact]")].filter(d => d.dataset.status !== "known" && !d.querySelector(".why")).length`); n != 0 {
 		t.Errorf("%d facts not known are shown without their status and reason", n)
+	}
+}
+
+// checkAxe runs axe-core on the page of ctx: a serious or critical
+// violation fails the test, a lesser one is logged.
+func checkAxe(t *testing.T, ctx context.Context) {
+	t.Helper()
+	axe, err := os.ReadFile(filepath.Join("testdata", "axe", "axe-4.10.3.min.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](string(axe)+";undefined")); err != nil {
+		t.Fatalf("injecting axe-core: %v", err)
+	}
+	type violation struct {
+		ID, Impact, Help string
+		Nodes            []struct{ Target []string }
+	}
+	vs, err := chromedp.Run(ctx, chromedp.Evaluate[[]violation](`axe.run(document, {resultTypes: ["violations"]}).then(r => r.violations)`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("running axe-core: %v", err)
+	}
+	for _, v := range vs {
+		msg := fmt.Sprintf("axe-core: %s (%s): %s, e.g. %v", v.ID, v.Impact, v.Help, v.Nodes[0].Target)
+		if v.Impact == "serious" || v.Impact == "critical" {
+			t.Error(msg)
+		} else {
+			t.Log(msg)
+		}
 	}
 }

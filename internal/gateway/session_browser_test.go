@@ -3,8 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -112,29 +110,7 @@ func TestUISessionBrowser(t *testing.T) {
 	waitJS(t, ctx, 5*time.Second, "older history loads", `document.querySelectorAll("#session-history li").length === 40`)
 
 	// Accessibility: axe-core finds no serious or critical violation.
-	axe, err := os.ReadFile(filepath.Join("testdata", "axe", "axe-4.10.3.min.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](string(axe)+";undefined")); err != nil {
-		t.Fatalf("injecting axe-core: %v", err)
-	}
-	type violation struct {
-		ID, Impact, Help string
-		Nodes            []struct{ Target []string }
-	}
-	vs, err := chromedp.Run(ctx, chromedp.Evaluate[[]violation](`axe.run(document, {resultTypes: ["violations"]}).then(r => r.violations)`, chromedp.EvalAwaitPromise))
-	if err != nil {
-		t.Fatalf("running axe-core: %v", err)
-	}
-	for _, v := range vs {
-		msg := fmt.Sprintf("axe-core: %s (%s): %s, e.g. %v", v.ID, v.Impact, v.Help, v.Nodes[0].Target)
-		if v.Impact == "serious" || v.Impact == "critical" {
-			t.Error(msg)
-		} else {
-			t.Log(msg)
-		}
-	}
+	checkAxe(t, ctx)
 
 	// A run link opens the run page (a navigation: the address loses its
 	// session).
