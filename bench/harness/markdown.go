@@ -68,49 +68,56 @@ func (r *Report) Markdown() string {
 			100*s.MachineBusy, s.LoadAvg1)
 	}
 	for _, s := range r.Scenarios {
-		p("\n#### %s\n\n%s.\n", s.Scenario, s.Description)
-		if len(s.Baselines) > 0 {
-			p("\nBaselines and ratios: ")
-			var parts []string
-			for _, k := range sortedKeys(s.Baselines) {
-				parts = append(parts, fmt.Sprintf("%s %s", k, num(s.Baselines[k])))
-			}
-			p("%s.\n", strings.Join(parts, ", "))
-		}
-		p("\nRebalances after the first full assignment: %d partition assignments.\n", s.Reassignments)
-		if s.Mode == "open-loop" && s.PublishDelayLatency != nil {
-			p("\nSender: %d sends late by more than 10 ms; send delay p99 %s ms, max %s ms.\n", s.LateSends,
-				num(s.PublishDelayLatency.P99), num(s.PublishDelayLatency.Max))
-		}
-		if len(s.Steps) > 0 {
-			cols := sortedKeys(s.Steps[0])
-			p("\n| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
-			for _, row := range s.Steps {
-				var cells []string
-				for _, c := range cols {
-					switch v := row[c].(type) {
-					case float64:
-						cells = append(cells, num(v))
-					case int64:
-						cells = append(cells, commas(v))
-					case int:
-						cells = append(cells, commas(int64(v)))
-					default:
-						cells = append(cells, fmt.Sprint(v))
-					}
-				}
-				p("| %s |\n", strings.Join(cells, " | "))
-			}
-		}
-		for _, n := range s.Notes {
-			p("\n- %s", n)
-		}
-		if len(s.Notes) > 0 {
-			p("\n")
-		}
+		scenarioMarkdown(&b, s)
 	}
 	p("\n%s\n", end)
 	return b.String()
+}
+
+// scenarioMarkdown is one scenario's section of the report: its
+// description, baselines, rebalances, sender, steps and notes.
+func scenarioMarkdown(b *strings.Builder, s *ScenarioResult) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n#### %s\n\n%s.\n", s.Scenario, s.Description)
+	if len(s.Baselines) > 0 {
+		p("\nBaselines and ratios: ")
+		var parts []string
+		for _, k := range sortedKeys(s.Baselines) {
+			parts = append(parts, fmt.Sprintf("%s %s", k, num(s.Baselines[k])))
+		}
+		p("%s.\n", strings.Join(parts, ", "))
+	}
+	p("\nRebalances after the first full assignment: %d partition assignments.\n", s.Reassignments)
+	if s.Mode == "open-loop" && s.PublishDelayLatency != nil {
+		p("\nSender: %d sends late by more than 10 ms; send delay p99 %s ms, max %s ms.\n", s.LateSends,
+			num(s.PublishDelayLatency.P99), num(s.PublishDelayLatency.Max))
+	}
+	if len(s.Steps) > 0 {
+		cols := sortedKeys(s.Steps[0])
+		p("\n| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
+		for _, row := range s.Steps {
+			var cells []string
+			for _, c := range cols {
+				switch v := row[c].(type) {
+				case float64:
+					cells = append(cells, num(v))
+				case int64:
+					cells = append(cells, commas(v))
+				case int:
+					cells = append(cells, commas(int64(v)))
+				default:
+					cells = append(cells, fmt.Sprint(v))
+				}
+			}
+			p("| %s |\n", strings.Join(cells, " | "))
+		}
+	}
+	for _, n := range s.Notes {
+		p("\n- %s", n)
+	}
+	if len(s.Notes) > 0 {
+		p("\n")
+	}
 }
 
 func latCell(l *Latency) string {
