@@ -764,8 +764,9 @@ func encodeActivity(a *activity) ([]byte, error) {
 	return nil, fmt.Errorf("projection: the activity record does not fit in %d bytes", maxActivityBytes)
 }
 
-// cut drops about a quarter of the biggest list or map's entries, oldest
-// first.
+// cut drops the older half of every recent list and of every listed map
+// of open things (those counted as untracked): encodeActivity repeats it
+// until the record fits.
 func (a *activity) cut() {
 	a.Tools.RecentFailed = halve(a.Tools.RecentFailed)
 	a.Processes.RecentExited = halve(a.Processes.RecentExited)
