@@ -94,7 +94,9 @@ func (f *runFlags) configure(stderr io.Writer, deprecated []string) (projectorht
 	if err != nil {
 		return projectorhttp.Endpoint{}, err
 	}
-	return queryEndpoint(f.httpAddr, f.querySecretFile)
+	e, err := queryEndpoint(f.httpAddr, f.querySecretFile)
+	e.Profiling = f.pprof
+	return e, err
 }
 
 // startCPUProfile starts a CPU profile written to path; stop ends it.
@@ -151,7 +153,7 @@ func serveProjector(cfg *projector.Config, endpoint projectorhttp.Endpoint, stde
 			return 1
 		}
 		h := projectorhttp.New(projectorhttp.Config{Source: sup, Secret: endpoint.Secret, Metrics: telemetry.Handler(in.Registry),
-			Serving: ready.Ready})
+			Serving: ready.Ready, Profiling: endpoint.Profiling})
 		cfg.Logger.Info("query endpoint listening", "addr", ln.Addr().String(), "secret", len(endpoint.Secret) > 0)
 		// In-flight queries finish; the projector has stopped by now, so
 		// they are answered 503 at once.
@@ -173,6 +175,7 @@ type runFlags struct {
 	memtableMB                            float64
 	transactions                          bool
 	httpAddr                              optionalString
+	pprof                                 bool
 	querySecretFile, logLevel, cpuProfile string
 	check                                 *bool
 }
@@ -231,6 +234,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	cfg.Redaction.RegisterFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles (heap, goroutines, CPU, execution trace) under /debug/pprof/ on -http-addr,\n"+
+		"behind -query-secret-file like the reads, for performance work")
 	f.check = checkConfigFlag(fs)
 }
 

@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -85,6 +86,11 @@ type Config struct {
 	// Metrics, when set, serves GET /metrics: the process's registry
 	// (telemetry.Handler). Default none: /metrics is 404.
 	Metrics http.Handler
+	// Profiling, when set, serves Go's profiles under /debug/pprof/
+	// (net/http/pprof: heap, goroutines, a CPU profile or an execution
+	// trace on demand), behind Secret like the reads: what performance
+	// work needs from a running instance under its real load. Default off.
+	Profiling bool
 	// Serving, when set, says whether the process is up and not shutting
 	// down (lifecycle.Readiness.Ready): once it says false, /readyz answers
 	// 503 whatever Source says. Default always up.
@@ -128,6 +134,13 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	if cfg.Metrics != nil {
 		h.mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	if cfg.Profiling {
+		h.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		h.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		h.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		h.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		h.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, problem.New(http.StatusNotFound, problem.NotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))

@@ -351,6 +351,19 @@ func TestSecret(t *testing.T) {
 	if code, _, body := open.get(snapshot, ""); code != http.StatusOK {
 		t.Errorf("GET snapshot of an endpoint without a secret: %d %s", code, body)
 	}
+
+	// The profiles: only when asked for, and behind the secret like the
+	// reads (a heap profile shows what the heap holds).
+	if code, _, _ := open.get("/debug/pprof/heap", ""); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/heap without Profiling: %d, want 404", code)
+	}
+	prof := serve(t, New(Config{Source: p.sup, Secret: secret, Profiling: true}))
+	if code, _, _ := prof.get("/debug/pprof/heap", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /debug/pprof/heap without the secret: %d, want 401", code)
+	}
+	if code, _, body := prof.get("/debug/pprof/heap?debug=1", bearer); code != http.StatusOK || !strings.Contains(string(body), "heap profile") {
+		t.Errorf("GET /debug/pprof/heap with the secret: %d %.100s, want the heap profile", code, body)
+	}
 }
 
 // TestReadProblems: each error a read can end with is the problem, status

@@ -49,6 +49,8 @@ type Endpoint struct {
 	// Secret, when set, is what every request but the probes and /metrics
 	// must carry as "Authorization: Bearer <Secret>" (Config.Secret).
 	Secret []byte
+	// Profiling serves /debug/pprof/ there (Config.Profiling).
+	Profiling bool
 }
 
 // Validate refuses an endpoint that would answer for runs to the network
