@@ -10,6 +10,7 @@
 //	go run ./bench -scenario soak           bounded state: 5,000,000 events of runs that finish
 //	go run ./bench -kafka real              against Apache Kafka, started here
 //	go run ./bench -pin                     each projector on a CPU of its own, the harness on the others
+//	go run ./bench -pin -repeat 3           every scenario 3 times, interleaved: medians and ranges
 package main
 
 import (
@@ -91,6 +92,7 @@ func addFlags(fs *flag.FlagSet, c *harness.Config) flagValues {
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", 3e9, "the projectors' group session timeout (the harness's brokers allow 1s and more)")
 	fs.BoolVar(&c.Pin, "pin", false, "run each projector instance on a CPU of its own and the harness (broker, gateway, load, readers)\n"+
 		"on the others (needs 2 CPUs; GOMAXPROCS set to match)")
+	fs.IntVar(&c.Repeat, "repeat", 1, "run each scenario this many times, interleaved; the targets are judged on the medians")
 	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write a CPU profile of each projector instance here (<stage>-i<n>.cpu.pprof; go tool pprof)")
 	f.jsonOut = fs.String("json", "", "the JSON result file (default bench/results.json, with -kafka real bench/results-kafka.json; - : none)")
 	f.results = fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")

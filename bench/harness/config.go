@@ -109,6 +109,11 @@ type Config struct {
 	// one each (round-robin when a scenario runs more instances than that),
 	// with GOMAXPROCS set to match. It needs 2 CPUs at least. Default off.
 	Pin bool
+	// Repeat is how many times each scenario runs: the runs are
+	// interleaved (every scenario once, then again), each with the
+	// baselines it measures in its own run, and the targets are judged on
+	// the median of the runs (summary.go); default 1.
+	Repeat int
 	// Command is the command line recorded in the result; default
 	// "go run ./bench".
 	Command string
@@ -202,6 +207,9 @@ func (c Config) WithDefaults() Config {
 	if c.Command == "" {
 		c.Command = "go run ./bench"
 	}
+	if c.Repeat == 0 {
+		c.Repeat = 1
+	}
 	if c.SoakEvents == 0 {
 		c.SoakEvents = 5_000_000
 	}
@@ -245,6 +253,7 @@ func (c Config) Validate() error {
 			ps = append(ps, fmt.Sprintf(format, args...))
 		}
 	}
+	check(c.Repeat >= 1 && c.Repeat <= 10, "repeat %d: want 1 to 10 runs of each scenario", c.Repeat)
 	check(c.Partitions >= 1, "partitions %d: want 1 or more", c.Partitions)
 	check(c.Duration >= time.Second, "duration %v: want 1s or more", c.Duration)
 	check(c.Rate >= 0, "rate %v: want 0 (half the measured maximum) or more", c.Rate)

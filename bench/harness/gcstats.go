@@ -17,6 +17,8 @@ const (
 	metricCPUIdle  = "go_cpu_classes_idle_cpu_seconds_total"
 	metricCPUGC    = "go_cpu_classes_gc_total_cpu_seconds_total"
 	metricHeap     = "go_memstats_heap_inuse_bytes"
+	// metricMemoryLimit is the projector's -memory-limit.
+	metricMemoryLimit = "canopy_projector_memory_limit_bytes"
 )
 
 // errNoRuntime is a projector's /metrics without the runtime figures.
@@ -27,6 +29,9 @@ var errNoRuntime = fmt.Errorf("harness: no %s, %s, %s or %s in the projector's /
 // clock, less idle), in seconds since it started, and its heap in use.
 type runtimeSample struct {
 	gc, used, heap float64
+	// limit is its -memory-limit (canopy_projector_memory_limit_bytes), 0
+	// when it does not say.
+	limit float64
 }
 
 // runtimeFigures reads a runtimeSample from a projector's metric
@@ -52,7 +57,8 @@ func runtimeFigures(fams map[string]*dto.MetricFamily) (runtimeSample, bool) {
 	idle, ok2 := v(metricCPUIdle)
 	gc, ok3 := v(metricCPUGC)
 	heap, ok4 := v(metricHeap)
-	return runtimeSample{gc: gc, used: total - idle, heap: heap}, ok1 && ok2 && ok3 && ok4
+	limit, _ := v(metricMemoryLimit)
+	return runtimeSample{gc: gc, used: total - idle, heap: heap, limit: limit}, ok1 && ok2 && ok3 && ok4
 }
 
 // gcShare is the GC's share of the CPU the projectors used between their
@@ -121,6 +127,9 @@ func (sm *sampler) sampleRuntime() float64 {
 		sm.lastRT[p] = rs
 	}
 	sm.heapMax = max(sm.heapMax, heap)
+	for _, rs := range got {
+		sm.memLimit = max(sm.memLimit, rs.limit)
+	}
 	return heap
 }
 

@@ -92,30 +92,44 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		h.maxRate = 0
 		rep.Broker += "; warmed up with one unmeasured max scenario before the first"
 	}
-	for _, name := range cfg.Scenarios {
-		needsMax := name == "steady" && cfg.Rate == 0 || name == "soak" && cfg.SoakRate == 0
-		if needsMax && h.maxRate == 0 && !contains(rep.Scenarios, "max") {
-			// steady runs at half the maximum of this invocation, soak at
-			// 60% of it.
+	rep.Repeat = cfg.Repeat
+	for i := 1; i <= cfg.Repeat; i++ {
+		if err := h.runAll(ctx, rep, i); err != nil {
+			return rep, err
+		}
+	}
+	var all []Target
+	for _, s := range rep.Scenarios {
+		all = append(all, s.Targets...)
+	}
+	rep.Targets = summarize(all)
+	rep.Machine.LoadAvgEnd = loadAvg()
+	return rep, nil
+}
+
+// runAll runs every scenario of the configuration once, as the
+// repetition-th run, and adds their results to rep.
+func (h *Harness) runAll(ctx context.Context, rep *Report, repetition int) error {
+	for _, name := range h.cfg.Scenarios {
+		if name == "soak" && h.cfg.SoakRate == 0 && h.maxRate == 0 && !contains(rep.Scenarios, "max") {
+			// soak runs at 60% of the maximum of this invocation.
 			res, err := h.scenario(ctx, "max")
 			if err != nil {
-				return rep, err
+				return err
 			}
+			res.Repetition = repetition
 			rep.Scenarios = append(rep.Scenarios, res)
 		}
 		res, err := h.scenario(ctx, name)
 		if res != nil {
+			res.Repetition = repetition
 			rep.Scenarios = append(rep.Scenarios, res)
 		}
 		if err != nil {
-			return rep, fmt.Errorf("scenario %s: %w", name, err)
+			return fmt.Errorf("scenario %s (run %d of %d): %w", name, repetition, h.cfg.Repeat, err)
 		}
 	}
-	for _, s := range rep.Scenarios {
-		rep.Targets = append(rep.Targets, s.Targets...)
-	}
-	rep.Machine.LoadAvgEnd = loadAvg()
-	return rep, nil
+	return nil
 }
 
 func contains(rs []*ScenarioResult, name string) bool {

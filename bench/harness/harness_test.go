@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -226,8 +227,11 @@ func TestRun(t *testing.T) {
 	if math.Abs(st.AggregatedPublishRate-300)/300 > 0.2 {
 		t.Errorf("steady: %v events/s sent, want about the 300 scheduled", st.AggregatedPublishRate)
 	}
-	if pr := byName["priority"]; pr.EndToEndLatency["priority"].Count == 0 {
-		t.Errorf("priority: no priority latency measured")
+	if pr := byName["priority"]; pr.EndToEndLatency["priority"].Count == 0 || pr.EndToEndLatency["priorityIdle"].Count == 0 {
+		t.Errorf("priority: latency %+v, without a backlog %+v: want both measured", pr.EndToEndLatency["priority"], pr.EndToEndLatency["priorityIdle"])
+	}
+	if m := byName["max"]; m.ProjectorCPUPerEventMicros <= 0 || m.ProjectorMemoryLimitBytes != 512<<20 {
+		t.Errorf("max: CPU per event %v µs, memory limit %d: want the cost measured and the default limit read", m.ProjectorCPUPerEventMicros, m.ProjectorMemoryLimitBytes)
 	}
 	if g := byName["grow"]; len(g.Steps) != 2 || g.Steps[1]["nodes"] != 500 || g.Steps[1]["snapshotBuildMs"].(float64) <= 0 {
 		t.Errorf("grow: steps %v: want 100 and 500 nodes with build times", g.Steps)
@@ -300,6 +304,102 @@ func TestRun(t *testing.T) {
 	}
 	if strings.Contains(out, "\nold\n") || strings.Count(out, BeginMarker) != 1 {
 		t.Errorf("RESULTS.md: the old section is still there:\n%s", out)
+	}
+}
+
+// TestRunRepeated: with Repeat, every scenario runs that many times,
+// interleaved, each run numbered; steady measures the maximum of its own
+// mix when no rate is given; and the report's targets are the medians of
+// the runs, with their range.
+func TestRunRepeated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts projector processes")
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "projector")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/projector").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var progress strings.Builder
+	cfg := Config{Projector: bin, Partitions: 2, Duration: 3 * time.Second, Runs: 4, Nodes: 30, HugeShare: 0.25,
+		HugeNodes: 500, HumanRate: 10, MaxEvents: 3000, SessionTimeout: time.Second, WorkDir: tmp,
+		Progress: &progress, ProgressEvery: time.Second, Scenarios: []string{"steady", "max"}, Repeat: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, s := range rep.Scenarios {
+		order = append(order, fmt.Sprintf("%s/%d", s.Scenario, s.Repetition))
+	}
+	if want := []string{"steady/1", "max/1", "steady/2", "max/2"}; !slices.Equal(order, want) {
+		t.Fatalf("scenarios ran as %v, want %v", order, want)
+	}
+	for _, s := range rep.Scenarios {
+		if s.Scenario == "steady" && (s.Baselines["ownMixMaxRate"] <= 0 || math.Abs(s.TargetRate-s.Baselines["ownMixMaxRate"]/2) > 1e-6) {
+			t.Errorf("steady run %d: rate %v, own mix's maximum %v: want half of it", s.Repetition, s.TargetRate, s.Baselines["ownMixMaxRate"])
+		}
+	}
+	n := 0
+	for _, tg := range rep.Targets {
+		if tg.Runs != 2 {
+			t.Errorf("target %s: %s summarises %d runs, want 2", tg.Scenario, tg.Name, tg.Runs)
+			continue
+		}
+		n++
+		if tg.Min > tg.Max || tg.Min > tg.Value || tg.Value > tg.Max || !strings.Contains(tg.Measured, "median of 2") {
+			t.Errorf("target %+v: want the median within the range, and said", tg)
+		}
+	}
+	if n == 0 {
+		t.Errorf("no targets: want the medians of max's and steady's")
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "ran 2 times") || !strings.Contains(md, "#### max (run 2)") {
+		t.Errorf("RESULTS.md does not say the scenarios were repeated:\n%s", md)
+	}
+}
+
+// TestSummarize: repeated targets become one each, judged on the median.
+func TestSummarize(t *testing.T) {
+	ts := []Target{
+		atMost("priority", "p99", 400, 50, " ms", ""), atLeast("max", "ratio", 0.2, 0.5, "", ""),
+		atMost("priority", "p99", 30, 50, " ms", ""), atLeast("max", "ratio", 0.6, 0.5, "", ""),
+		atMost("priority", "p99", 40, 50, " ms", ""), atLeast("max", "ratio", 0.7, 0.5, "", ""),
+		atMost("steady", "once", 1, 2, "", "kept"),
+	}
+	got := summarize(ts)
+	if len(got) != 3 || got[0].Name != "p99" || got[1].Name != "ratio" || got[2].Name != "once" {
+		t.Fatalf("summarize: %+v: want p99, ratio, once in the order first seen", got)
+	}
+	if p := got[0]; p.Value != 40 || !p.Met || p.Min != 30 || p.Max != 400 || p.Runs != 3 || p.Measured != "40.0 ms (median of 3; 30.0 to 400)" {
+		t.Errorf("p99: %+v: want the median 40 met, range 30 to 400", p)
+	}
+	if r := got[1]; r.Value != 0.6 || !r.Met || !r.Floor {
+		t.Errorf("ratio: %+v: want the median 0.6, a floor, met", r)
+	}
+	if o := got[2]; o.Runs != 0 || o.Note != "kept" || o.Measured != "1.00" {
+		t.Errorf("a target of one run: %+v: want it as it was", o)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of 1..4 = %v, want 2.5", m)
+	}
+}
+
+// TestThirds: steady's collapse check compares the means of the window's
+// first and last thirds, and leaves out what follows the window.
+func TestThirds(t *testing.T) {
+	first, last, ok := thirds([]float64{10, 10, 10, 20, 20, 20, 5, 5, 5, 1000}, 9)
+	if !ok || first != 10 || last != 5 {
+		t.Errorf("thirds = %v, %v, %v; want 10, 5, true", first, last, ok)
+	}
+	if _, _, ok := thirds([]float64{1, 2}, 30); ok {
+		t.Errorf("thirds of 2 samples: want false")
+	}
+	if _, _, ok := thirds([]float64{0, 0, 0, 1, 1, 1}, 6); ok {
+		t.Errorf("thirds with nothing in the first: want false")
 	}
 }
 

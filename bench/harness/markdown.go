@@ -53,20 +53,15 @@ func (r *Report) Markdown() string {
 	p("- **Result file**: every figure below and the per-second series are in the JSON result (OpenMessaging Benchmark field names).\n\n")
 	p("Latency is measured from an event's append (the broker's produce acknowledgement; for human input, the gateway's 202, sent once Kafka has the record) to the moment the harness's read_committed consumer reads the committed wake that names the event among its triggers. Open-loop senders never wait for replies; a send behind its schedule is counted, and latency from the schedule is in the JSON too.\n\n")
 
+	if r.Repeat > 1 {
+		p("Each scenario ran %d times, interleaved (every scenario once, then again), each run with the baselines it measures itself; each target is judged on the median of the runs, with their range beside it.\n\n", r.Repeat)
+	}
 	p("### Targets\n\n| scenario | target | want | measured | verdict | note |\n|---|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		p("| %s | %s | %s | %s | %s | %s |\n", t.Scenario, t.Name, t.Want, t.Measured, verdict(t), t.Note)
 	}
 	p("\n### Scenarios\n\n")
-	p("| scenario | mode | instances | events/s in | events/s projected | wakes/s normal / priority | e2e normal p50 / p99 / p99.9 / max (ms) | e2e priority p50 / p99 / p99.9 / max (ms) | snapshot bytes p50 / max | truncated | projector CPU (cores) | projector RSS | projector GC CPU share | projector heap end / max | machine busy | load average at start |\n")
-	p("|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, s := range r.Scenarios {
-		p("| %s | %s | %d | %s | %s | %s / %s | %s | %s | %s / %s | %.0f%% | %.2f | %d MB | %.1f%% | %d / %d MB | %.0f%% | %.2f |\n", s.Scenario, s.Mode, s.Instances,
-			num(s.AggregatedPublishRate), num(s.AggregatedConsumeRate), num(s.AggregatedWakeRate["normal"]), num(s.AggregatedWakeRate["priority"]),
-			latCell(s.EndToEndLatency["normal"]), latCell(s.EndToEndLatency["priority"]), commas(s.SnapshotBytes.P50), commas(s.SnapshotBytes.Max),
-			100*s.TruncationRate, s.ProjectorCPU, s.ProjectorRSSBytes>>20, 100*s.ProjectorGCCPUShare, s.ProjectorHeapBytes>>20, s.ProjectorHeapMaxBytes>>20,
-			100*s.MachineBusy, s.LoadAvg1)
-	}
+	scenariosTable(&b, r.Scenarios)
 	for _, s := range r.Scenarios {
 		scenarioMarkdown(&b, s)
 	}
@@ -74,11 +69,41 @@ func (r *Report) Markdown() string {
 	return b.String()
 }
 
+// scenariosTable is the report's table of every scenario run, one row each
+// (a scenario repeated has a row per run, numbered).
+func scenariosTable(b *strings.Builder, rs []*ScenarioResult) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("| scenario | run | mode | instances | events/s in | events/s projected | wakes/s normal / priority | e2e normal p50 / p99 / p99.9 / max (ms) | e2e priority p50 / p99 / p99.9 / max (ms) | snapshot bytes p50 / max | truncated | projector CPU (cores) | projector CPU per event | projector RSS / limit | projector GC CPU share | projector heap end / max | machine busy | load average at start |\n")
+	p("|---|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range rs {
+		perEvent := "-"
+		if s.ProjectorCPUPerEventMicros > 0 {
+			perEvent = num(s.ProjectorCPUPerEventMicros) + " µs"
+		}
+		limit := "-"
+		if s.ProjectorMemoryLimitBytes > 0 {
+			limit = fmt.Sprintf("%d MiB", s.ProjectorMemoryLimitBytes>>20)
+		}
+		p("| %s | %d | %s | %d | %s | %s | %s / %s | %s | %s | %s / %s | %.0f%% | %.2f | %s | %d MiB / %s | %.1f%% | %d / %d MiB | %.0f%% | %.2f |\n", s.Scenario, max(s.Repetition, 1), s.Mode, s.Instances,
+			num(s.AggregatedPublishRate), num(s.AggregatedConsumeRate), num(s.AggregatedWakeRate["normal"]), num(s.AggregatedWakeRate["priority"]),
+			latCell(s.EndToEndLatency["normal"]), latCell(s.EndToEndLatency["priority"]), commas(s.SnapshotBytes.P50), commas(s.SnapshotBytes.Max),
+			100*s.TruncationRate, s.ProjectorCPU, perEvent, s.ProjectorRSSBytes>>20, limit, 100*s.ProjectorGCCPUShare, s.ProjectorHeapBytes>>20, s.ProjectorHeapMaxBytes>>20,
+			100*s.MachineBusy, s.LoadAvg1)
+	}
+}
+
 // scenarioMarkdown is one scenario's section of the report: its
 // description, baselines, rebalances, sender, steps and notes.
 func scenarioMarkdown(b *strings.Builder, s *ScenarioResult) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("\n#### %s\n\n%s.\n", s.Scenario, s.Description)
+	if s.Repetition > 1 {
+		p("\n#### %s (run %d)\n\n%s.\n", s.Scenario, s.Repetition, s.Description)
+	} else {
+		p("\n#### %s\n\n%s.\n", s.Scenario, s.Description)
+	}
+	if l := s.EndToEndLatency["priorityIdle"]; l != nil && l.Count > 0 {
+		p("\nPriority lane without a backlog (the same run, a stage of its own), p50 / p99 / p99.9 / max: %s ms (%d human inputs).\n", latCell(l), l.Count)
+	}
 	if len(s.Baselines) > 0 {
 		p("\nBaselines and ratios: ")
 		var parts []string

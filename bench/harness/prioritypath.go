@@ -163,14 +163,7 @@ func (d *drainMeter) sample(ctx context.Context) {
 		}
 		return
 	}
-	var n float64
-	if f := fams["canopy_projector_records_consumed_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			if label(m, "topic") == d.topic {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
+	n := consumedIn(fams, d.topic)
 	if !d.lastAt.IsZero() {
 		i := 0
 		if d.on(d.lastAt.Add(now.Sub(d.lastAt) / 2)) {
@@ -208,4 +201,27 @@ func (d *drainMeter) rates() (off, on float64, err error) {
 		on = d.records[1] / d.seconds[1]
 	}
 	return off, on, d.err
+}
+
+// consumed reads the records of topic a projector has consumed, from its
+// /metrics at url (canopy_projector_records_consumed_total).
+func consumed(ctx context.Context, client *http.Client, url, topic string) (float64, error) {
+	fams, err := scrapeFamilies(ctx, client, url)
+	if err != nil {
+		return 0, err
+	}
+	return consumedIn(fams, topic), nil
+}
+
+// consumedIn is canopy_projector_records_consumed_total of topic in fams.
+func consumedIn(fams map[string]*dto.MetricFamily, topic string) float64 {
+	var n float64
+	if f := fams["canopy_projector_records_consumed_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			if label(m, "topic") == topic {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }

@@ -26,7 +26,11 @@ type Report struct {
 	// "" when Config.Brokers were given.
 	Kafka     string            `json:"kafka,omitempty"`
 	Scenarios []*ScenarioResult `json:"scenarios"`
-	// Targets are every scenario's standing targets, for the summary.
+	// Repeat is how many times each scenario ran (Config.Repeat).
+	Repeat int `json:"repeat,omitempty"`
+	// Targets are every scenario's standing targets, for the summary: with
+	// Repeat above 1, each is the median of its runs' values, with their
+	// range (summary.go).
 	Targets []Target `json:"targets"`
 }
 
@@ -46,7 +50,10 @@ type Machine struct {
 
 // ScenarioResult is one scenario's figures.
 type ScenarioResult struct {
-	Scenario    string `json:"scenario"`
+	Scenario string `json:"scenario"`
+	// Repetition counts the runs of the scenario in the invocation, from
+	// 1 (Config.Repeat).
+	Repetition  int    `json:"repetition,omitempty"`
 	Description string `json:"description"`
 	// Mode is "open-loop" (a fixed schedule of sends, never waiting for
 	// replies) or "closed-loop" (as fast as the broker takes them).
@@ -106,9 +113,18 @@ type ScenarioResult struct {
 	// ProjectorHeapBytes is their heap in use at the end
 	// (go_memstats_heap_inuse_bytes, summed), ProjectorHeapMaxBytes the
 	// largest total of the samples taken every few seconds.
-	ProjectorGCCPUShare   float64 `json:"projectorGcCpuShare"`
-	ProjectorHeapBytes    int64   `json:"projectorHeapBytes"`
-	ProjectorHeapMaxBytes int64   `json:"projectorHeapMaxBytes"`
+	// ProjectorMemoryLimitBytes is their -memory-limit, as their /metrics
+	// say (0 when they did not).
+	ProjectorMemoryLimitBytes int64 `json:"projectorMemoryLimitBytes,omitempty"`
+	// ProjectorCPUPerEvent is the projectors' CPU over the window divided
+	// by the events of the window, in microseconds: what an event costs
+	// canopy in the whole pipeline (fetch, apply, wakes, commits, Pebble,
+	// GC), in closed-loop scenarios where every event is projected within
+	// the window.
+	ProjectorCPUPerEventMicros float64 `json:"projectorCpuPerEventMicros,omitempty"`
+	ProjectorGCCPUShare        float64 `json:"projectorGcCpuShare"`
+	ProjectorHeapBytes         int64   `json:"projectorHeapBytes"`
+	ProjectorHeapMaxBytes      int64   `json:"projectorHeapMaxBytes"`
 	// HarnessCPU is the harness process's CPU in cores: the embedded
 	// broker, the load and the reader.
 	HarnessCPU  float64 `json:"harnessCpuCores"`
@@ -166,12 +182,25 @@ type Target struct {
 	// the target for a ceiling. Above 1 is a miss by that factor.
 	Factor float64 `json:"factor"`
 	Note   string  `json:"note,omitempty"`
+	// Value and Limit are Measured and Want as numbers (in Unit), and
+	// Floor says Limit is a floor, not a ceiling: what the summary of
+	// repeated runs takes the median of (summary.go).
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Unit  string  `json:"unit,omitempty"`
+	Floor bool    `json:"floor,omitempty"`
+	// Runs is how many runs' values the target summarises (Config.Repeat),
+	// with their range; 0 for one run's target.
+	Runs int     `json:"runs,omitempty"`
+	Min  float64 `json:"min,omitempty"`
+	Max  float64 `json:"max,omitempty"`
 }
 
 // atLeast and atMost make a target of a floor and a ceiling.
 func atLeast(scenario, name string, measured, want float64, unit, note string) Target {
 	t := Target{Scenario: scenario, Name: name, Want: fmt.Sprintf(">= %s%s", num(want), unit),
-		Measured: num(measured) + unit, Met: measured >= want, Note: note}
+		Measured: num(measured) + unit, Met: measured >= want, Note: note,
+		Value: measured, Limit: want, Unit: unit, Floor: true}
 	t.Factor = want / measured
 	if measured <= 0 {
 		t.Factor = math.Inf(1)
@@ -181,7 +210,8 @@ func atLeast(scenario, name string, measured, want float64, unit, note string) T
 
 func atMost(scenario, name string, measured, want float64, unit, note string) Target {
 	return Target{Scenario: scenario, Name: name, Want: fmt.Sprintf("<= %s%s", num(want), unit),
-		Measured: num(measured) + unit, Met: measured <= want, Factor: measured / want, Note: note}
+		Measured: num(measured) + unit, Met: measured <= want, Factor: measured / want, Note: note,
+		Value: measured, Limit: want, Unit: unit}
 }
 
 // num prints a figure with about three significant digits.

@@ -31,6 +31,7 @@ type sampler struct {
 	// seen, and the first scrape that failed.
 	firstRT, lastRT map[*proc]runtimeSample
 	heapMax         float64
+	memLimit        float64 // the largest -memory-limit of the projectors
 	runtimeErr      error
 	final           samplerStats
 }
@@ -51,7 +52,9 @@ type samplerStats struct {
 	// seen; runtimeErr the first failed scrape of their /metrics.
 	gcShare       float64
 	heap, heapMax float64
-	runtimeErr    error
+	// memLimit is the projectors' -memory-limit, 0 when they did not say.
+	memLimit   float64
+	runtimeErr error
 }
 
 func (s *stage) startSampler() {
@@ -188,6 +191,7 @@ func (sm *sampler) close() samplerStats {
 		st.machineBusy = float64(busy-sm.busy0) / float64(tot-sm.tot0)
 	}
 	st.gcShare, st.heap, st.heapMax, st.runtimeErr = gcShare(sm.firstRT, sm.lastRT), heap, sm.heapMax, sm.runtimeErr
+	st.memLimit = sm.memLimit
 	sm.final = st
 	return st
 }

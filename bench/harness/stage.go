@@ -224,6 +224,9 @@ func (s *stage) probe(ctx context.Context, topic string) error {
 		ev := workload.Marker(run, now)
 		ev.ID = fmt.Sprintf("probe-%d", p)
 		if topic == s.names.HumanInput() {
+			// An id of its own: after the agent lane's probe of the same
+			// run, the same id would be a duplicate, applied never.
+			ev.ID = fmt.Sprintf("probe-human-%d", p)
 			ev.Type, ev.AgentID, ev.Source = topics.TypeInput, "human:bench", "/bench"
 			ev.Data = &topics.Input{InputKind: "steer", Text: "probe"}
 		}
