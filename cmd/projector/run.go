@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -60,6 +61,16 @@ func runProjector(args []string, stderr io.Writer) int {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(f.cfg.GoMemLimit())
 	}
+	// At least minProcs Ps, even on one CPU: with one, a goroutine that
+	// human input wakes (its fetch, its worker, its commit) waits for the
+	// worker applying agent records to be preempted, 10 ms at a time and
+	// behind every other runnable goroutine; with two the kernel
+	// time-slices the threads and runs a woken one promptly. Measured in
+	// the bench's priority scenario, pinned to one CPU: priority p99 840 ms
+	// with one P, 471 ms with two (bench/RESULTS.md).
+	if n := runtime.GOMAXPROCS(0); n < f.minProcs {
+		runtime.GOMAXPROCS(f.minProcs)
+	}
 	if f.cpuProfile != "" {
 		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
@@ -81,6 +92,9 @@ func (f *runFlags) configure(stderr io.Writer, deprecated []string) (projectorht
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return projectorhttp.Endpoint{}, fmt.Errorf("-log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	if f.minProcs < 1 {
+		return projectorhttp.Endpoint{}, fmt.Errorf("-min-procs %d: want 1 or more (1 leaves GOMAXPROCS alone)", f.minProcs)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	warnDeprecated(cfg.Logger, deprecated)
@@ -176,6 +190,7 @@ type runFlags struct {
 	transactions                          bool
 	httpAddr                              optionalString
 	pprof                                 bool
+	minProcs                              int
 	querySecretFile, logLevel, cpuProfile string
 	check                                 *bool
 }
@@ -199,6 +214,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"memory the process may use, e.g. 512MiB or 2Gi: the container's limit. Bounds the runs kept in memory and sets GOMEMLIMIT\n"+
 			"to 90% of it less Pebble's memtables and block cache, unless GOMEMLIMIT is set")
 	fs.IntVar(&cfg.MaxPending, "max-pending", projector.DefaultMaxPending, "fetched agent records waiting per partition before its fetching pauses")
+	fs.Var(byteSize{&cfg.MaxQueuedBytes}, "max-queued-bytes",
+		"bytes of fetched agent records waiting for the instance's partitions, shared by them, before a partition's fetching pauses,\n"+
+			"e.g. 32MiB (default a sixteenth of -memory-limit)")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", projector.DefaultSessionTimeout, "consumer group session timeout")
 	fs.DurationVar(&cfg.RebalanceTimeout, "rebalance-timeout", projector.DefaultRebalanceTimeout, "how long the group's coordinator waits for members to rejoin in a rebalance")
 	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", 0,
@@ -234,6 +252,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	cfg.Redaction.RegisterFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
+	fs.IntVar(&f.minProcs, "min-procs", 2, "raise GOMAXPROCS to at least this, even on fewer CPUs, so that human input's goroutines\n"+
+		"run while a worker applies agent records (1: leave GOMAXPROCS as the runtime or GOMAXPROCS sets it)")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles (heap, goroutines, CPU, execution trace) under /debug/pprof/ on -http-addr,\n"+
 		"behind -query-secret-file like the reads, for performance work")
 	f.check = checkConfigFlag(fs)

@@ -73,6 +73,13 @@ type Config struct {
 	// partition's owner before that partition's fetching pauses; it resumes
 	// at half. Default 20000.
 	MaxPending int
+	// MaxQueuedBytes bounds the bytes of the fetched agent records waiting
+	// for the instance's partitions (keys, values, headers and each
+	// record's own size), shared evenly by the partitions it owns: past
+	// its share, a partition's fetching pauses, and resumes at half
+	// (intake.go). It also bounds a fetch's bytes (an eighth of it). Default
+	// MemoryLimit/16 (32 MiB of 512 MiB).
+	MaxQueuedBytes int64
 	// SessionTimeout is the group session timeout; default 6s. With
 	// GroupProtocol "consumer" the projector sets it as the group's
 	// consumer.session.timeout.ms (and a sixth of it as its heartbeat
@@ -213,6 +220,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
 	}
+	if c.MaxQueuedBytes == 0 {
+		c.MaxQueuedBytes = c.MemoryLimit / 16
+	}
 	if c.GroupProtocol == "" {
 		c.GroupProtocol = GroupProtocolClassic
 	}
@@ -294,7 +304,8 @@ const (
 
 // processOverhead is what HotRunBytes sets aside of the memory limit for
 // everything but runs and memtables: the Kafka clients and their fetch
-// buffers, Pebble's block cache (8 MiB), the records queued per partition,
+// buffers, Pebble's block cache (8 MiB), the records queued for the
+// partitions (MaxQueuedBytes, a sixteenth of the limit by default),
 // goroutine stacks, the HTTP endpoint.
 const processOverhead = 64 << 20
 
@@ -364,6 +375,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatch < c.Chunk {
 		errs = append(errs, fmt.Sprintf("max batch %d: want at least the chunk size %d", c.MaxBatch, c.Chunk))
+	}
+	if c.MaxQueuedBytes < 1<<20 {
+		errs = append(errs, fmt.Sprintf("max queued bytes %d: want 1 MiB or more (default a sixteenth of the memory limit)", c.MaxQueuedBytes))
 	}
 	if c.MaxPending < c.Chunk {
 		errs = append(errs, fmt.Sprintf("max pending %d: want at least the chunk size %d", c.MaxPending, c.Chunk))

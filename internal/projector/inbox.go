@@ -39,10 +39,11 @@ type inbox struct {
 	// humanSignal wakes the worker from a pause at the gate.
 	humanWaiting atomic.Bool
 	humanSignal  chan struct{}
-	// pendingAgent counts the agent records queued, for pausing and
-	// resuming the partition's fetching; paused says it is paused.
-	pendingAgent atomic.Int64
-	paused       atomic.Bool
+	// pendingAgent counts the agent records queued, and pendingBytes what
+	// they hold (recordBytes), for pausing and resuming the partition's
+	// fetching (intake.go); paused says it is paused.
+	pendingAgent, pendingBytes atomic.Int64
+	paused                     atomic.Bool
 	// lag is, per input topic (agent events, human input), the high
 	// watermark minus the next offset, as of the last batch; -1 before the
 	// first. Read by Projector.Lag.
@@ -59,14 +60,20 @@ func (in *inbox) init() {
 func (in *inbox) queued() bool { return in.pendingAgent.Load() > 0 || len(in.agent) > 0 }
 
 // enqueue hands a fetched batch to the worker, pausing the partition's agent
-// fetching when too much waits. It never blocks once the worker is stopping.
+// fetching when too much waits: more than MaxPending records, or more than
+// its share of MaxQueuedBytes (intake.go). It never blocks once the worker
+// is stopping.
 func (w *worker) enqueue(b batch, human bool) {
 	in := &w.in
 	ch := in.agent
 	if human {
 		ch = in.human
-	} else if n := in.pendingAgent.Add(int64(len(b.records))); n > int64(w.p.cfg.MaxPending) && !in.paused.Swap(true) {
-		w.p.group.PauseFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+	} else {
+		n := in.pendingAgent.Add(int64(len(b.records)))
+		by := in.pendingBytes.Add(recordBytes(b.records))
+		if (n > int64(w.p.cfg.MaxPending) || by > w.p.queueShare()) && !in.paused.Swap(true) {
+			w.p.group.PauseFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
+		}
 	}
 	select {
 	case ch <- b:
@@ -86,12 +93,20 @@ func (w *worker) enqueue(b batch, human bool) {
 	}
 }
 
-// dequeued counts n agent records out of the queue, resuming the
-// partition's fetching once half of what paused it is left.
-func (w *worker) dequeued(n int) {
-	if left := w.in.pendingAgent.Add(-int64(n)); left <= int64(w.p.cfg.MaxPending/2) && w.in.paused.Swap(false) {
+// dequeued counts agent records out of the queue, resuming the partition's
+// fetching once at most half of both bounds is left.
+func (w *worker) dequeued(rs []*kgo.Record) {
+	left := w.in.pendingAgent.Add(-int64(len(rs)))
+	bytes := w.in.pendingBytes.Add(-recordBytes(rs))
+	if left <= int64(w.p.cfg.MaxPending/2) && bytes <= w.p.queueShare()/2 && w.in.paused.Swap(false) {
 		w.p.group.ResumeFetchPartitions(map[string][]int32{w.p.cfg.Names.AgentEvents(): {w.part}})
 	}
+}
+
+// requeued counts back in agent records dequeued and left unapplied.
+func (w *worker) requeued(rs []*kgo.Record) {
+	w.in.pendingAgent.Add(int64(len(rs)))
+	w.in.pendingBytes.Add(recordBytes(rs))
 }
 
 // gateHold is a partition's hold on the instance's priority gate (gate.go).

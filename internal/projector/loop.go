@@ -164,9 +164,9 @@ func (w *worker) applyChunk(rs []*kgo.Record, highWatermark int64) (done int, ok
 	// Counted out before applying, so that the chunk reaching the high
 	// watermark is seen as caught up; what preemption leaves unapplied is
 	// counted back in.
-	w.dequeued(n)
+	w.dequeued(rs[:n])
 	done = w.apply(batch{records: rs[:n], highWatermark: highWatermark}, false)
-	w.in.pendingAgent.Add(int64(n - done))
+	w.requeued(rs[done:n])
 	if w.rewinding() {
 		return done, false
 	}

@@ -205,7 +205,7 @@ func (w *worker) keep(rs []*kgo.Record, human bool) {
 		w.poison.rest = append(w.poison.rest, applied{r: r, human: human})
 	}
 	if !human {
-		w.dequeued(len(rs)) // no longer queued: the rewind has them
+		w.dequeued(rs) // no longer queued: the rewind has them
 	}
 }
 

@@ -67,6 +67,12 @@ type Projector struct {
 	// input on its way (gate.go).
 	gate *gate
 
+	// gov pauses the agent intake while the heap is short of memory
+	// (intake.go); owning counts the workers, for each one's share of
+	// Config.MaxQueuedBytes.
+	gov    *governor
+	owning atomic.Int64
+
 	mu      sync.Mutex
 	workers map[int32]*worker
 	// closing is set, under mu, once shutdown has stopped the workers: a
@@ -120,6 +126,7 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 func newInstance(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
 		ready: make(chan struct{}), progress: cfg.progress, common: cfg.Kafka.Opts()}
+	p.gov = newGovernor(p)
 	p.gate = newGate(&p.stats.GatePauses, &p.stats.GatePausedNanos)
 	p.hooks = tee{&p.stats, cfg.Hooks}
 
@@ -227,6 +234,10 @@ func (p *Projector) groupOpts(ctx context.Context) []kgo.Opt {
 		// up (BenchmarkProjector: 31k events/s at 5 s, 78k at 100 ms). New
 		// data still returns at once; an idle instance asks every 100 ms.
 		kgo.FetchMaxWait(100*time.Millisecond),
+		// A fetch's records join the queues (Config.MaxQueuedBytes): one
+		// fetch buffered, compressed, must not hold more than a share of
+		// them (franz-go's default is 50 MiB).
+		kgo.FetchMaxBytes(int32(min(cfg.MaxQueuedBytes/8, 50<<20))),
 		kgo.OnPartitionsAssigned(p.assigned),
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.revoked),
@@ -288,10 +299,11 @@ func (p *Projector) Run(ctx context.Context) error {
 	p.running.Store(true)
 	defer p.running.Store(false)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); p.pollGroup(ctx) }()
 	go func() { defer wg.Done(); p.pollHuman(ctx) }()
 	go func() { defer wg.Done(); p.watchGroup(ctx) }()
+	go func() { defer wg.Done(); p.gov.run(ctx) }()
 	if p.standby != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.standby.run(ctx) }()
@@ -485,6 +497,7 @@ func (p *Projector) revoked(_ context.Context, _ *kgo.Client, revoked map[string
 		p.mu.Lock()
 		w := p.workers[part]
 		delete(p.workers, part)
+		p.owning.Store(int64(len(p.workers)))
 		p.mu.Unlock()
 		if w != nil {
 			w.stop()
@@ -519,6 +532,7 @@ func (p *Projector) startWorker(part int32) error {
 		return err
 	}
 	p.workers[part] = w
+	p.owning.Store(int64(len(p.workers)))
 	go w.run()
 	return nil
 }

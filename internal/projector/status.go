@@ -35,6 +35,11 @@ type Status struct {
 	// Config.MemoryLimit, defaults applied.
 	Memory      projection.BudgetStats
 	MemoryLimit int64
+	// QueuedBytes is what the fetched agent records waiting for the
+	// partitions hold (Config.MaxQueuedBytes bounds it); Throttling says
+	// the agent intake is paused for memory now (intake.go).
+	QueuedBytes int64
+	Throttling  bool
 	// Pebble is the state store's metrics (compactions, disk usage, cache
 	// hits), nil once the instance is shutting down.
 	Pebble *pebble.Metrics
@@ -81,6 +86,11 @@ type Counts struct {
 	// GatePaused the time they spent paused (gate.go).
 	GatePauses int64
 	GatePaused time.Duration
+	// Throttles counts the times the agent intake paused because the
+	// heap was short of memory, Throttled the time it spent paused
+	// (intake.go).
+	Throttles int64
+	Throttled time.Duration
 }
 
 // stats are an instance's Counts as it counts them: as a Hooks
@@ -114,8 +124,22 @@ func (s *stats) counts() Counts {
 
 // Status reads the instance: it is running, since it is its own instance.
 func (p *Projector) Status() Status {
+	c := p.stats.counts()
+	c.Throttles, c.Throttled = p.gov.throttles.Load(), time.Duration(p.gov.throttledNanos.Load())
 	return Status{Running: true, Owned: p.Owned(), Lag: p.lag(), Stalled: p.stalledNow(),
-		Memory: p.cfg.Projection.Memory.Stats(), MemoryLimit: p.cfg.MemoryLimit, Pebble: p.pebbleMetrics(), Counts: p.stats.counts()}
+		Memory: p.cfg.Projection.Memory.Stats(), MemoryLimit: p.cfg.MemoryLimit, Pebble: p.pebbleMetrics(), Counts: c,
+		QueuedBytes: p.queuedBytes(), Throttling: p.gov.throttling.Load()}
+}
+
+// queuedBytes is what the agent records waiting for the workers hold.
+func (p *Projector) queuedBytes() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, w := range p.workers {
+		n += w.in.pendingBytes.Load()
+	}
+	return n
 }
 
 // PartitionLag is how far one owned partition is behind an input topic.

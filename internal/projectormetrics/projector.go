@@ -334,6 +334,16 @@ var (
 		"Runs read back from Pebble when an event or a read needed them.", nil, nil)
 	descHotEvictions = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_run_evictions_total",
 		"Runs dropped from memory to keep the budget (they stay in Pebble).", nil, nil)
+	descThrottles = prometheus.NewDesc(telemetry.Namespace+"_projector_intake_throttles_total",
+		"Times the agent intake paused because the Go heap's live bytes passed 70% of its memory limit (it resumes below 55%, or after 2 s).", nil, nil)
+	descThrottled = prometheus.NewDesc(telemetry.Namespace+"_projector_intake_throttled_seconds_total",
+		"Time the agent intake spent paused for memory.", nil, nil)
+	descThrottling = prometheus.NewDesc(telemetry.Namespace+"_projector_intake_throttling",
+		"1 while the agent intake is paused for memory, else 0.", nil, nil)
+	descQueuedBytes = prometheus.NewDesc(telemetry.Namespace+"_projector_queued_bytes",
+		"Bytes of the fetched agent records waiting for the partitions' owners (bounded by -max-queued-bytes).", nil, nil)
+	descHotInForce = prometheus.NewDesc(telemetry.Namespace+"_projector_hot_runs_limit_in_force_bytes",
+		"The budget of runs in memory in force: below the limit while the heap is short of memory.", nil, nil)
 	descGatePauses = prometheus.NewDesc(telemetry.Namespace+"_projector_priority_gate_pauses_total",
 		"Times a partition paused its agent records while another partition's human input was on its way to its wake.", nil, nil)
 	descGatePaused = prometheus.NewDesc(telemetry.Namespace+"_projector_priority_gate_paused_seconds_total",
@@ -347,7 +357,8 @@ var (
 func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOwned, descRestoring, descRestoredRecords, descLag, descStalled, descCompactions, descFlushes, descDisk,
 		descReadAmp, descDebt, descCacheHits, descCacheMisses, descCacheBytes,
-		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descGatePauses, descGatePaused} {
+		descMemoryLimit, descHotLimit, descHotBytes, descHotHits, descHotMisses, descHotEvictions, descNodeReads, descNodeEvictions, descGatePauses, descGatePaused,
+		descThrottles, descThrottled, descThrottling, descQueuedBytes, descHotInForce} {
 		ch <- d
 	}
 }
@@ -379,6 +390,15 @@ func (g gauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descNodeEvictions, prometheus.CounterValue, float64(mem.NodeEvictions))
 	ch <- prometheus.MustNewConstMetric(descGatePauses, prometheus.CounterValue, float64(c.GatePauses))
 	ch <- prometheus.MustNewConstMetric(descGatePaused, prometheus.CounterValue, c.GatePaused.Seconds())
+	ch <- prometheus.MustNewConstMetric(descThrottles, prometheus.CounterValue, float64(c.Throttles))
+	ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, c.Throttled.Seconds())
+	throttling := 0.0
+	if st.Throttling {
+		throttling = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descThrottling, prometheus.GaugeValue, throttling)
+	ch <- prometheus.MustNewConstMetric(descQueuedBytes, prometheus.GaugeValue, float64(st.QueuedBytes))
+	ch <- prometheus.MustNewConstMetric(descHotInForce, prometheus.GaugeValue, float64(mem.InForce))
 	pm := st.Pebble
 	if pm == nil {
 		return

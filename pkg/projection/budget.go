@@ -16,7 +16,10 @@ import (
 // share (see Projection.Committed). Colder runs are read back from the Storage on
 // their next event. A Budget is safe for concurrent use.
 type Budget struct {
-	limit                   int64
+	limit int64
+	// squeezed, when positive, is the limit in force while the process
+	// is short of memory (Squeeze).
+	squeezed                atomic.Int64
 	used                    atomic.Int64
 	hits, misses, evictions atomic.Int64
 	nodeReads, nodeDrops    atomic.Int64
@@ -25,11 +28,34 @@ type Budget struct {
 // NewBudget returns a budget of limit bytes of hot runs.
 func NewBudget(limit int64) *Budget { return &Budget{limit: limit} }
 
+// Squeeze sets the limit in force to share (0 to 1) of the budget's limit,
+// or back to all of it with 1: a process short of memory evicts runs at
+// its partitions' next commits, down to the squeezed limit.
+func (b *Budget) Squeeze(share float64) {
+	if b == nil {
+		return
+	}
+	if share >= 1 {
+		b.squeezed.Store(0)
+		return
+	}
+	b.squeezed.Store(max(1, int64(float64(b.limit)*share)))
+}
+
+// inForce is the limit in force: squeezed, or the budget's own.
+func (b *Budget) inForce() int64 {
+	if s := b.squeezed.Load(); s > 0 {
+		return s
+	}
+	return b.limit
+}
+
 // BudgetStats are a budget's figures at one moment, for metrics.
 type BudgetStats struct {
 	// Limit and Used are bytes: the bound, and the estimated footprint of
-	// the runs in memory now.
-	Limit, Used int64
+	// the runs in memory now; InForce is the bound in force, below Limit
+	// while the process is short of memory (Squeeze).
+	Limit, Used, InForce int64
 	// Hits count runs found in memory when an event or a read needed them,
 	// Misses runs read back from the Storage, Evictions runs dropped from memory
 	// to keep the budget.
@@ -41,7 +67,7 @@ type BudgetStats struct {
 
 // Stats returns the budget's figures.
 func (b *Budget) Stats() BudgetStats {
-	return BudgetStats{Limit: b.limit, Used: b.used.Load(), Hits: b.hits.Load(), Misses: b.misses.Load(), Evictions: b.evictions.Load(),
+	return BudgetStats{Limit: b.limit, Used: b.used.Load(), InForce: b.inForce(), Hits: b.hits.Load(), Misses: b.misses.Load(), Evictions: b.evictions.Load(),
 		NodeReads: b.nodeReads.Load(), NodeEvictions: b.nodeDrops.Load()}
 }
 
@@ -226,8 +252,8 @@ func (p *Projection) evict() {
 		nodeTarget = p.cfg.MaxHotNodes * 8 / 10
 	}
 	if b := p.cfg.Memory; b != nil {
-		if used := b.used.Load(); used > b.limit && used > 0 {
-			byteTarget = int64(float64(p.hotBytes) * float64(b.limit) * 0.8 / float64(used))
+		if used, limit := b.used.Load(), b.inForce(); used > limit && used > 0 {
+			byteTarget = int64(float64(p.hotBytes) * float64(limit) * 0.8 / float64(used))
 		}
 	}
 	if nodeTarget == p.hotNodes && byteTarget == p.hotBytes {
