@@ -210,6 +210,11 @@ func (c Config) WithDefaults() Config {
 	if c.Repeat == 0 {
 		c.Repeat = 1
 	}
+	return c.withSoakDefaults()
+}
+
+// withSoakDefaults returns c with soak's zero fields set to their defaults.
+func (c Config) withSoakDefaults() Config {
 	if c.SoakEvents == 0 {
 		c.SoakEvents = 5_000_000
 	}
