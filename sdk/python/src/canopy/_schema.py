@@ -2,7 +2,8 @@
 
 The schemas use a small part of JSON Schema 2020-12; this module implements exactly that part and
 refuses a schema with any other keyword (so a schema that starts using one fails the package's
-tests instead of being half-checked). format is an annotation, as 2020-12 has it by default.
+tests instead of being half-checked). format is asserted, as canopy's Go decoder does: uri and
+uri-reference the way Go's net/url parses them, date-time a real day of its month.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from typing import Any
 
 from ._errors import ValidationError
 
-_ANNOTATIONS = {"$schema", "$id", "$defs", "$comment", "title", "description", "format", "examples", "default"}
-_ASSERTIONS = {"$ref", "allOf", "anyOf", "not", "if", "then", "type", "const", "enum", "properties",
+_ANNOTATIONS = {"$schema", "$id", "$defs", "$comment", "title", "description", "examples", "default"}
+_ASSERTIONS = {"format", "$ref", "allOf", "anyOf", "not", "if", "then", "type", "const", "enum", "properties",
                "patternProperties", "additionalProperties", "required", "minLength", "maxLength", "pattern",
                "minimum", "maximum", "items", "maxItems"}
 
@@ -73,6 +74,8 @@ class Schemas:
         for k in ("properties", "patternProperties", "$defs"):
             for name, sub in s.get(k, {}).items():
                 self._check(sub, f"{where}/{k}/{name}")
+        if "format" in s and s["format"] not in _FORMATS:
+            raise SchemaError(f"{where}: format {s['format']!r} is not implemented by canopy's validator")
         if "pattern" in s:
             self._patterns.setdefault(s["pattern"], _ecma(s["pattern"]))
         for name in s.get("patternProperties", {}):
@@ -154,6 +157,10 @@ class Schemas:
             out.append(f"{at}: {len(v)} characters, at most {s['maxLength']} allowed")
         if "pattern" in s and not self._patterns[s["pattern"]].search(v):
             out.append(f"{at}: {_show(v)} does not match {s['pattern']}")
+        fmt = s.get("format")
+        problem = _FORMATS[fmt](v) if fmt else None
+        if problem:
+            out.append(f"{at}: {_show(v)} is not a {fmt}: {problem}")
 
     def _object(self, v: dict[str, Any], s: Mapping[str, Any], doc: str, path: str, out: list[str]) -> None:
         at = path or "(event)"
@@ -181,6 +188,97 @@ class Schemas:
         errs: list[str] = []
         self._validate(v, s, doc, path, errs)
         return errs
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9/._~-]*\Z")
+_SCHEME_CHAR = re.compile(r"[A-Za-z0-9+.-]")
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_HOST = re.compile(r"[A-Za-z0-9.\-_~!$&'()*+,;=%]*\Z")
+
+
+def uri_reference_problem(v: str) -> str | None:
+    """Why v is not a URI-reference (RFC 3986) as canopy's Go decoder judges it (net/url), or None."""
+    if v == "" or _PLAIN.match(v):
+        return None  # a relative path of unreserved characters, as most sources are
+    if "\\" in v:
+        return "contains a backslash"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in v):
+        return "a control character"
+    scheme, rest = "", v
+    for i, c in enumerate(v):
+        if c == ":":
+            if i == 0:
+                return "missing the scheme before ':'"
+            scheme, rest = v[:i], v[i + 1:]
+            break
+        if not _SCHEME_CHAR.match(c) or (i == 0 and not c.isascii()) or (i == 0 and not c.isalpha()):
+            break
+    rest, _, fragment = rest.partition("#")
+    if _ESCAPE.search(fragment):
+        return "a bad %-escape in the fragment"
+    rest, _, _query = rest.partition("?")
+    if not scheme and not rest.startswith("/") and ":" in rest.split("/", 1)[0]:
+        return "its first path segment has a ':' (a scheme must start with a letter)"
+    if rest.startswith("//") and (scheme or not rest.startswith("///")):
+        authority, slash, path = rest[2:].partition("/")
+        problem = _authority_problem(authority)
+        if problem:
+            return problem
+        rest = slash + path
+    if _ESCAPE.search(rest):
+        return "a bad %-escape in the path"
+    return None
+
+
+def _authority_problem(authority: str) -> str | None:
+    userinfo, at, host = authority.rpartition("@")
+    if at and _ESCAPE.search(userinfo):
+        return "a bad %-escape in the user information"
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            return "an IPv6 host without ']'"
+        import ipaddress
+
+        try:
+            ipaddress.IPv6Address(host[1:end].split("%", 1)[0])
+        except ValueError:
+            return "a bad IPv6 host"
+        port = host[end + 1:]
+        if port and (not port.startswith(":") or not port[1:].isdigit() and port != ":"):
+            return "a bad port"
+        return None
+    name, colon, port = host.rpartition(":") if ":" in host else (host, "", "")
+    if colon and ":" in name:
+        return "a bad IPv6 host"
+    if colon and port and not (port.isascii() and port.isdigit()):
+        return "a bad port"
+    if not _HOST.match(name):
+        return "a bad character in the host"
+    return None
+
+
+def uri_problem(v: str) -> str | None:
+    """Why v is not an absolute URI (a URI-reference with a scheme), or None."""
+    problem = uri_reference_problem(v)
+    if problem or v == "":
+        return problem
+    m = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", v)
+    return None if m else "no scheme (e.g. https://)"
+
+
+def date_time_problem(v: str) -> str | None:
+    """Why v (already matching the timestamp pattern) is not a real time, or None."""
+    import datetime as dt
+
+    try:
+        dt.date(int(v[0:4]), int(v[5:7]), int(v[8:10]))
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+_FORMATS = {"uri-reference": uri_reference_problem, "uri": uri_problem, "date-time": date_time_problem}
 
 
 def _is(v: Any, t: str) -> bool:

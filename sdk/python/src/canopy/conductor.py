@@ -170,6 +170,8 @@ class Conductor:
         self._assigned = False
         self._backlog: dict[int, int] = {}  # priority partition -> where its backlog ends
         self._backlog_since = 0.0
+        self._taken: dict[int, int] = {}  # priority partition -> the offset after the last record taken
+        self._fetched_end: set[int] = set()  # backlog partitions librdkafka had fetched to the end
         self._held: Message | None = None  # a normal wake fetched, waiting for the priority lane
         self._subscribed = False
         self._stopping = threading.Event()
@@ -195,12 +197,16 @@ class Conductor:
         except KafkaException as e:
             log.warning("canopy: cannot list the priority backlog; priority wakes go first as they are fetched: %s", e)
             return
+        log.debug("canopy: priority partitions %s assigned; backlog ends %s (committed %s)",
+                  [tp.partition for tp in parts], ends, committed)
         self._backlog.update(ends)
+        self._fetched_end.difference_update(ends)
         self._backlog_since = time.monotonic()
 
     def _on_revoke(self, _consumer: Any, parts: list[TopicPartition]) -> None:
         for tp in parts:
             self._backlog.pop(tp.partition, None)
+            self._taken.pop(tp.partition, None)
 
     def _subscribe(self) -> None:
         if not self._subscribed:
@@ -211,12 +217,21 @@ class Conductor:
 
     def _waiting_for_priority(self) -> bool:
         """Whether normal wakes must wait: the priority lane is not assigned yet, or the backlog
-        listed at its assignment has not all been fetched (at most priority_wait_ms)."""
+        listed at its assignment has not all been taken (at most priority_wait_ms). Called right
+        after a poll of the priority lane returned nothing."""
         if self._backlog:
             positions = self._prio.position([TopicPartition(self.priority_topic, p) for p in self._backlog])
             for tp in positions:
-                if tp.offset >= 0 and tp.offset >= self._backlog.get(tp.partition, 0):
+                end = self._backlog.get(tp.partition, 0)
+                if self._taken.get(tp.partition, 0) >= end:
                     self._backlog.pop(tp.partition, None)
+                elif tp.offset >= end:
+                    # librdkafka has fetched past the backlog (the transaction marker that may end
+                    # it is never handed over): what it fetched is queued. Once a poll after this
+                    # returns nothing, all of it was taken.
+                    if tp.partition in self._fetched_end:
+                        self._backlog.pop(tp.partition, None)
+                    self._fetched_end.add(tp.partition)
             if self._backlog and (time.monotonic() - self._backlog_since) * 1000 > self.priority_wait_ms:
                 log.warning("canopy: the priority backlog of partitions %s did not arrive within %d ms; delivering "
                             "normal wakes", sorted(self._backlog), self.priority_wait_ms)
@@ -280,6 +295,8 @@ class Conductor:
                 raise KafkaException(err)
             log.warning("canopy: %s, retrying", err)
             return False
+        if consumer is self._prio:
+            self._taken[m.partition() or 0] = (m.offset() or 0) + 1
         value = m.value() or b""
         try:
             w = json.loads(value)
