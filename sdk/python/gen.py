@@ -17,6 +17,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE.parent.parent / "schema" / "events"
@@ -28,7 +29,7 @@ ENVELOPE_PARAMS = ("run_id", "agent_id", "source", "time", "id", "session_id", "
                    "correlation_id", "causation_id")
 
 
-def python_type(name: str, prop: dict, defs: dict) -> str:
+def python_type(name: str, prop: dict[str, Any], defs: dict[str, Any]) -> str:
     """The annotation of a data field, from its schema."""
     if "anyOf" in prop:
         alts = [python_type(name, a, defs) for a in prop["anyOf"]]
@@ -61,9 +62,9 @@ def summary(text: str) -> str:
     return first + "."
 
 
-def builder(etype: str, schema: dict) -> str:
+def builder(etype: str, schema: dict[str, Any]) -> str:
     data = schema["properties"]["data"]
-    props: dict = data.get("properties", {})
+    props: dict[str, Any] = data.get("properties", {})
     required = set(data.get("required", []))
     fname = etype.replace(".", "_")
     for p in props:
@@ -165,17 +166,17 @@ def main() -> int:
     if a.check:
         if stale or extra:
             print("gen.py: out of date with schema/events (run python3 sdk/python/gen.py):", file=sys.stderr)
-            for p in stale:
-                print(f"  {p} differs", file=sys.stderr)
-            for p in extra:
-                print(f"  {p} has no schema in schema/events", file=sys.stderr)
+            for name in stale:
+                print(f"  {name} differs", file=sys.stderr)
+            for name in extra:
+                print(f"  {name} has no schema in schema/events", file=sys.stderr)
             return 1
         return 0
     for p, text in want.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text, encoding="utf-8")
-    for p in extra:
-        (HERE / p).unlink()
+    for name in extra:
+        (HERE / name).unlink()
     print(f"gen.py: {len(want)} files written", file=sys.stderr)
     return 0
 

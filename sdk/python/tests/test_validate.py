@@ -38,6 +38,9 @@ def test_good() -> None:
     canopy.validate(with_("sessionid", None))  # null is absent
     canopy.validate(with_("time", "2026-02-14T10:00:00.123+01:00"))
     canopy.validate(with_("myext", "x"))  # an extension attribute
+    canopy.validate(with_("source", "urn:canopy:agents:w"))
+    canopy.validate(with_("source", "https://agents.example/w?x=1#f"))
+    canopy.validate(with_("dataschema", "https://canopy.dev/schema/events/tree.node_created.schema.json"))
 
 
 @pytest.mark.parametrize("path,value,says", [
@@ -59,6 +62,11 @@ def test_good() -> None:
     ("data", [], "not of type object"),
     ("Upper", "x", "unknown field Upper"),
     ("runid", "\ud800", "not valid UTF-8"),
+    ("source", "2026:agents", "not a uri-reference"),  # a first segment with ':' and no scheme
+    ("source", "a\\b", "not a uri-reference"),
+    ("source", "http://[::1/x", "not a uri-reference"),
+    ("dataschema", "/schemas/x", "not a uri"),  # relative: dataschema is an absolute URI
+    ("time", "2026-02-30T10:00:00Z", "not a date-time"),
 ])
 def test_refused(path: str, value: Any, says: str) -> None:
     with pytest.raises(canopy.ValidationError) as e:

@@ -95,12 +95,14 @@ def _check_wake(w: Any) -> None:
     """Raise ValueError unless w has what the conductor reads of a wake."""
     if not isinstance(w, dict):
         raise ValueError("not a JSON object")
-    for k, t in (("wake_id", str), ("run_id", str), ("lane", str), ("triggers", list), ("agent_tree_snapshot", dict)):
+    want: tuple[tuple[str, type], ...] = (("wake_id", str), ("run_id", str), ("lane", str), ("triggers", list),
+                                          ("agent_tree_snapshot", dict))
+    for k, t in want:
         if not isinstance(w.get(k), t):
             raise ValueError(f"{k}: missing or not a {t.__name__}")
     s = w["agent_tree_snapshot"]
     for k, t in (("snapshot_id", str), ("snapshot_age_ms", int), ("nodes", list)):
-        if not isinstance(s.get(k), t):
+        if not isinstance(s.get(k), t) or isinstance(s.get(k), bool):
             raise ValueError(f"agent_tree_snapshot.{k}: missing or not a {t.__name__}")
 
 
@@ -365,7 +367,7 @@ class Conductor:
             session_id=scope.get("session_id") or None, thread_id=scope.get("thread_id") or None)
 
     def _commit(self, consumer: Any, m: Message) -> None:
-        tp = TopicPartition(m.topic(), m.partition(), m.offset() + 1)
+        tp = TopicPartition(m.topic() or "", m.partition() or 0, (m.offset() or 0) + 1)
         try:
             consumer.commit(offsets=[tp], asynchronous=False)
         except KafkaException as e:

@@ -50,8 +50,10 @@ class Producer:
     idempotent with acks=all. An event without a source takes this producer's.
 
     send() queues; flush() waits and raises DeliveryError naming each event Kafka refused and
-    why. Use it as a context manager to flush on leaving. Extra keyword arguments are
-    librdkafka properties, underscores for dots (security_protocol="SASL_SSL").
+    why. Use it as a context manager to flush on leaving. validate_events=False skips the
+    validation (for events validated already). Extra keyword arguments are librdkafka
+    properties, underscores for dots (security_protocol="SASL_SSL"). The topics must exist
+    (canopy's operator creates them: `projector create-topics`); the producer never creates one.
     """
 
     def __init__(self, brokers: str, *, source: str, prefix: str = DEFAULT_PREFIX,
@@ -112,7 +114,7 @@ class Producer:
         value = event.to_json().encode("utf-8")
         key = event.run_id.encode("utf-8")
         part = partition(key, self.partitions(topic))
-        headers = [("content-type", CONTENT_TYPE.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [("content-type", CONTENT_TYPE.encode())]
         if traceparent is not None:
             headers.append(("traceparent", traceparent.encode()))
         with self._lock:
