@@ -184,9 +184,9 @@ def test_run_stops_on_stop(kafka: Kafka) -> None:
 
 def test_config_problems_are_all_reported() -> None:
     with pytest.raises(canopy.ConfigError) as e:
-        Conductor("nohost", group="", stale_after_ms=-1, dedupe_size=0)
+        Conductor("nohost", group="", stale_after_ms=-1, dedupe_size=0, source="/conductors/\x01")
     msg = str(e.value)
-    for what in ("brokers", "group", "stale_after_ms", "dedupe_size"):
+    for what in ("brokers", "group", "stale_after_ms", "dedupe_size", "source"):
         assert what in msg
 
 

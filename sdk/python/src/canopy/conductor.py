@@ -15,8 +15,9 @@ from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from . import events
-from ._errors import ConfigError, HandlerError
+from ._errors import ConfigError, HandlerError, ValidationError
 from ._event import Event, _ms, ack_id, parse_time
+from ._schema import validate
 from .producer import _PREFIX, DEFAULT_PREFIX, QUIET, Producer, kafka_config, topic_names
 
 log = logging.getLogger("canopy.conductor")
@@ -148,6 +149,14 @@ class Conductor:
             problems.append(f"priority_wait_ms {priority_wait_ms}: must not be negative")
         if not agent_id:
             problems.append("agent_id: must not be empty")
+        # The acknowledgement is an event: its source and fallback agent id must pass the contract.
+        probe = events.conductor_wake_received(run_id="probe", agent_id=agent_id or "-", wake_id="probe",
+                                               source=source or "/conductors/" + group,
+                                               time=datetime(1970, 1, 1, tzinfo=timezone.utc))
+        try:
+            validate(probe)
+        except ValidationError as e:
+            problems += [f"source {probe.source!r} or agent_id {agent_id!r}: {p}" for p in e.problems]
         if problems:
             raise ConfigError("canopy: invalid conductor config: " + "; ".join(problems))
         self.group = group
