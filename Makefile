@@ -10,7 +10,8 @@ BIN       := bin
 
 # Tools the tests need beyond Go's module cache land in bin/tools (helm),
 # tools/kafka/lib (Apache Kafka's jars, from Maven Central) or come from
-# Debian (kcat, python3-confluent-kafka, prometheus, a JDK, Maven): see
+# Debian (kcat, python3-venv, prometheus, a JDK, Maven), tools/python/venv
+# (PyPI, pinned by tools/python/requirements.txt): see
 # tools/install.sh.
 export PATH := $(CURDIR)/$(BIN)/tools:$(PATH)
 

@@ -38,10 +38,57 @@ import (
 // topics.ErrInvalidUTF8, naming the field.
 func TestSchemasAgreeWithDecoder(t *testing.T) {
 	s := newSchemas(t)
-	type input struct {
-		name string
-		doc  []byte
+	corpus, fieldOf := eventCorpus(t)
+
+	var disagree []string
+	accepted, notText := 0, 0
+	for _, in := range corpus {
+		_, derr := topics.DecodeEvent(in.doc)
+		if !isText(in.doc) {
+			// Invalid UTF-8 is not JSON (RFC 8259 §8.1; an escaped lone
+			// surrogate is not a character, §8.2): a schema validator
+			// reads it through its JSON decoder, which makes U+FFFD of
+			// it, so the schemas cannot say. The decoder must refuse it,
+			// as text that is not UTF-8 when it is a JSON object otherwise.
+			notText++
+			object := json.Valid(in.doc) && bytes.HasPrefix(bytes.TrimSpace(in.doc), []byte("{"))
+			if derr == nil || object && !errors.Is(derr, topics.ErrInvalidUTF8) {
+				disagree = append(disagree, fmt.Sprintf("%s: not UTF-8, and the decoder %v\n    %q", in.name, verdict(derr), clipDoc(in.doc)))
+			} else if field, ok := fieldOf[in.name]; ok && !namesField(derr, field) {
+				disagree = append(disagree, fmt.Sprintf("%s: the decoder does not name the field %s alone: %v", in.name, field, derr))
+			}
+			continue
+		}
+		verr := s.validate(eventSchema, in.doc)
+		if se := (*schemaError)(nil); errors.As(verr, &se) {
+			t.Fatal(verr)
+		}
+		if (derr == nil) != (verr == nil) && !knownException(in.name, derr == nil, verr == nil) {
+			disagree = append(disagree, fmt.Sprintf("%s: decoder %v, schema %v\n    %s", in.name, verdict(derr), verdict(verr), clipDoc(in.doc)))
+		}
+		if derr == nil {
+			accepted++
+		}
 	}
+	t.Logf("%d inputs, %d accepted by both, %d not UTF-8 and refused as such", len(corpus), accepted, notText)
+	if len(corpus) < 1000 || accepted < 100 || notText < 500 {
+		t.Fatalf("the corpus is too small to mean anything (%d inputs, %d accepted)", len(corpus), accepted)
+	}
+	if len(disagree) > 0 {
+		t.Fatalf("the schema and the decoder disagree on %d of %d inputs:\n%s", len(disagree), len(corpus), strings.Join(disagree, "\n"))
+	}
+}
+
+// input is one document of the differential corpus.
+type input struct {
+	name string
+	doc  []byte
+}
+
+// eventCorpus is TestSchemasAgreeWithDecoder's corpus (described there),
+// and the field each input that is not UTF-8 spoils, by input name.
+func eventCorpus(t *testing.T) ([]input, map[string]string) {
+	t.Helper()
 	var corpus []input
 	add := func(name string, doc []byte) { corpus = append(corpus, input{name, doc}) }
 
@@ -162,43 +209,7 @@ func TestSchemasAgreeWithDecoder(t *testing.T) {
 		}
 	}
 
-	var disagree []string
-	accepted, notText := 0, 0
-	for _, in := range corpus {
-		_, derr := topics.DecodeEvent(in.doc)
-		if !isText(in.doc) {
-			// Invalid UTF-8 is not JSON (RFC 8259 §8.1; an escaped lone
-			// surrogate is not a character, §8.2): a schema validator
-			// reads it through its JSON decoder, which makes U+FFFD of
-			// it, so the schemas cannot say. The decoder must refuse it,
-			// as text that is not UTF-8 when it is a JSON object otherwise.
-			notText++
-			object := json.Valid(in.doc) && bytes.HasPrefix(bytes.TrimSpace(in.doc), []byte("{"))
-			if derr == nil || object && !errors.Is(derr, topics.ErrInvalidUTF8) {
-				disagree = append(disagree, fmt.Sprintf("%s: not UTF-8, and the decoder %v\n    %q", in.name, verdict(derr), clipDoc(in.doc)))
-			} else if field, ok := fieldOf[in.name]; ok && !namesField(derr, field) {
-				disagree = append(disagree, fmt.Sprintf("%s: the decoder does not name the field %s alone: %v", in.name, field, derr))
-			}
-			continue
-		}
-		verr := s.validate(eventSchema, in.doc)
-		if se := (*schemaError)(nil); errors.As(verr, &se) {
-			t.Fatal(verr)
-		}
-		if (derr == nil) != (verr == nil) && !knownException(in.name, derr == nil, verr == nil) {
-			disagree = append(disagree, fmt.Sprintf("%s: decoder %v, schema %v\n    %s", in.name, verdict(derr), verdict(verr), clipDoc(in.doc)))
-		}
-		if derr == nil {
-			accepted++
-		}
-	}
-	t.Logf("%d inputs, %d accepted by both, %d not UTF-8 and refused as such", len(corpus), accepted, notText)
-	if len(corpus) < 1000 || accepted < 100 || notText < 500 {
-		t.Fatalf("the corpus is too small to mean anything (%d inputs, %d accepted)", len(corpus), accepted)
-	}
-	if len(disagree) > 0 {
-		t.Fatalf("the schema and the decoder disagree on %d of %d inputs:\n%s", len(disagree), len(corpus), strings.Join(disagree, "\n"))
-	}
+	return corpus, fieldOf
 }
 
 // absent marks a mutation that deletes the member.

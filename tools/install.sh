@@ -3,7 +3,9 @@
 # only what is missing, so that a fresh Debian machine (as root, or with
 # sudo) needs nothing done by hand:
 #
-#   kcat, python3-confluent-kafka  foreign Kafka clients of the interop tests
+#   kcat                           a foreign Kafka client of the interop tests
+#   python3-venv + tools/python/venv  (pip, pinned by tools/python/requirements.txt)
+#                                  the Python SDK's tests and the Python examples
 #   prometheus (with promtool)     the real server the dashboard tests query
 #   helm                           renders and lints deploy/helm (bin/tools)
 #   kube-score                     checks the rendered chart (bin/tools)
@@ -28,8 +30,8 @@ TOOLS_BIN=${TOOLS_BIN:-$PWD/bin/tools}
 apt_pkgs=()
 command -v kcat >/dev/null 2>&1 || apt_pkgs+=(kcat)
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || apt_pkgs+=(prometheus)
-# The Debian module is for Debian's python3; a pyenv shim on PATH may not see it.
-/usr/bin/python3 -c 'import confluent_kafka' >/dev/null 2>&1 || apt_pkgs+=(python3-confluent-kafka)
+# The venv below is made with Debian's python3, which needs python3-venv for pip.
+/usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1 || apt_pkgs+=(python3-venv)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_pkgs+=(nodejs npm)
 command -v java >/dev/null 2>&1 || apt_pkgs+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || apt_pkgs+=(maven)
@@ -62,6 +64,19 @@ if ! [ -x examples/typescript/node_modules/.bin/tsc ] || [ "$(cat examples/types
 	echo "tools: npm ci in examples/typescript (typescript, kafkajs, kafkajs-snappy, as package-lock.json pins them)"
 	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
 	echo "$ts_stamp" >examples/typescript/node_modules/.stamp
+fi
+
+# The Python test environment: the SDK's dependency and pytest, as
+# requirements.txt pins them, in a venv of Debian's python3 (PEP 668: no
+# system-wide pip). The stamp is the requirements' checksum.
+py_venv=tools/python/venv
+py_stamp=$(sha256sum tools/python/requirements.txt | cut -d' ' -f1)
+if ! [ -x "$py_venv/bin/python" ] || [ "$(cat "$py_venv/.stamp" 2>/dev/null)" != "$py_stamp" ]; then
+	echo "tools: pip install into $py_venv (confluent-kafka, pytest, setuptools, as requirements.txt pins them)"
+	rm -rf "$py_venv"
+	/usr/bin/python3 -m venv "$py_venv"
+	"$py_venv/bin/pip" install -q --disable-pip-version-check -r tools/python/requirements.txt
+	echo "$py_stamp" >"$py_venv/.stamp"
 fi
 
 # The API documents' validators (schema/apitools_test.go). The stamp is the
