@@ -10,3 +10,7 @@ append, in a test). The framework is an optional dependency: install the extra
 (pip install 'canopy-agents[openai-agents]' or '[langgraph]'); importing an adapter without its
 framework raises ImportError naming the extra. docs/adapters/ has each mapping, and what it loses.
 """
+
+from ._common import AdapterError, Target
+
+__all__ = ["AdapterError", "Target"]
