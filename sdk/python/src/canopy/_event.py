@@ -55,8 +55,10 @@ def ack_id(wake_id: str, source: str, at_ms: int) -> str:
     time the wake id's own (at_ms when it is not a ULID), entropy a SHA-256 of the source and the
     wake id, so a repeated acknowledgement is a duplicate canopy applies once."""
     ms = ulid_ms(wake_id)
+    if ms is None:
+        ms = at_ms if 0 <= at_ms <= _MAX_ULID_MS else 0  # out of a ULID's range: no time, as pkg/ids
     seed = hashlib.sha256(f"conductor.wake_received\0{source}\0{wake_id}".encode("utf-8", "surrogatepass"))
-    return ulid(at_ms if ms is None else ms, seed.digest())
+    return ulid(ms, seed.digest())
 
 
 def format_time(at: datetime) -> str:

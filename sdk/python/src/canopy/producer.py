@@ -66,7 +66,9 @@ class Producer:
         self.human_input_topic = topic_names(prefix)["human-input"]
         self._validate = validate_events
         conf: dict[str, Any] = {"bootstrap.servers": brokers, "client.id": source, "enable.idempotence": True,
-                                "acks": "all", "partitioner": "murmur2_random"}
+                                "acks": "all", "partitioner": "murmur2_random",
+                                # canopy's topics are made by its operator, with its partition count.
+                                "allow.auto.create.topics": False}
         conf.update(kafka_config(kafka_options))
         self._kafka = _KafkaProducer(conf)
         self._partitions: dict[str, int] = {}
