@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -74,7 +75,9 @@ var adapterDemos = []adapterDemo{{
 // nodes page hold the three agents with their parents, all blocked; the
 // read model has the approval pending from the sub-agent, the two calls
 // waiting for it running, the others succeeded, and the model usage so far;
-// the wake stream has delivered the request's wake. A person approves
+// the wake stream has delivered the request's wake; and the live view
+// (/ui/ in headless Chromium) draws the three agents in tree order, the
+// approval waiting, the calls running and the request's wake. A person approves
 // through the gateway (POST .../input, input_kind approve); the program
 // takes the decision from its priority wake, resumes and exits; then the
 // run is completed, the approval resolved, every call succeeded (each
@@ -90,6 +93,7 @@ func testAdapters(t *testing.T, b *brokertest.Broker) {
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	gw := startCanopy(ctx, t, b, names)
+	page := liveView(t)
 
 	for _, demo := range adapterDemos {
 		t.Run(demo.name, func(t *testing.T) {
@@ -133,6 +137,7 @@ func testAdapters(t *testing.T, b *brokertest.Broker) {
 				return nil
 			})
 			checkWaiting(t, demo, gw, ctx, run, rm)
+			checkLiveView(t, page, gw, demo, run, rm.PendingApprovals.Value.Requests[0].RequestID)
 			// The wake for the approval request reached the wake stream.
 			wakes.await(t, time.Until(deadline), "the request's wake", func(w *topics.Wake) bool {
 				return slices.ContainsFunc(w.Triggers, func(tr topics.Trigger) bool {
@@ -244,6 +249,54 @@ func checkWaiting(t *testing.T, demo adapterDemo, gw *canopyGateway, ctx context
 	}
 	if m := rm.ModelRouting.Value; m == nil || m.Totals != demo.before {
 		t.Errorf("read model: model usage %+v, want %+v", rm.ModelRouting.Value, demo.before)
+	}
+}
+
+// liveView starts Debian's headless Chromium (testenv.Tool's CI rule) for
+// the test and returns its context.
+func liveView(t *testing.T) context.Context {
+	t.Helper()
+	chrome := testenv.Tool(t, "chromium")
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000), chromedp.Flag("disable-gpu", true))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); acancel() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, with no deadline of its own
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// checkLiveView opens run's page of the live view in a new tab of browser
+// and waits until it shows the demo's agents (root first, each above its
+// sub-agent), the approval request waiting from the sub-agent, the calls
+// waiting for it running, and the request's wake in its feed.
+func checkLiveView(t *testing.T, browser context.Context, gw *canopyGateway, demo adapterDemo, run, request string) {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browser)
+	defer cancel()
+	agents, _ := json.Marshal(demo.agents)
+	waiting, _ := json.Marshal(demo.waiting)
+	cond := fmt.Sprintf(`(() => {
+		const rows = [...document.querySelectorAll("#tree-body tr[data-agent]")].map(tr => tr.dataset.agent);
+		const text = document.body.textContent, feed = [...document.querySelectorAll("#feed li")].map(li => li.textContent);
+		return document.getElementById("tree-count").textContent === "(3 nodes)" && JSON.stringify(rows) === %[1]q &&
+			text.includes(%[2]q) && %[3]s.every(tool => text.includes(tool + " · ")) &&
+			feed.some(li => li.includes("request") && li.includes(%[4]q)); })()`,
+		agents, request+" · "+demo.agents[2], waiting, demo.agents[2])
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	err := chromedp.Do(wctx, chromedp.Navigate(gw.srv.URL+gateway.UIPath+"#token="+gw.token+"&run="+run))
+	if err == nil {
+		_, err = chromedp.Run(wctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(25*time.Second)))
+	}
+	if err != nil {
+		state, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({count: document.getElementById("tree-count").textContent,
+			rows: [...document.querySelectorAll("#tree-body tr[data-agent]")].map(tr => tr.dataset.agent),
+			feed: [...document.querySelectorAll("#feed li")].map(li => li.textContent).slice(0, 5),
+			message: document.getElementById("message").textContent})`))
+		t.Fatalf("the live view of %s does not show the agents, the approval waiting and its wake: %v; page: %s", run, err, state)
 	}
 }
 
