@@ -170,7 +170,11 @@ func testPythonSDK(t *testing.T, b *brokertest.Broker) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("pytest sdk/python/tests on %s: %v\n%s", b.Kind, err, out.String())
 	}
-	t.Logf("pytest on %s: %s", b.Kind, lastLine(out.String()))
+	if testing.Verbose() {
+		t.Logf("pytest on %s:\n%s", b.Kind, out.String())
+	} else {
+		t.Logf("pytest on %s: %s", b.Kind, lastLine(out.String()))
+	}
 
 	// The end-to-end run: its events, and an acknowledgement of each wake
 	// the conductor received, all applied.

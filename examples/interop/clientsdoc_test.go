@@ -27,35 +27,44 @@ import (
 )
 
 // docBlocks returns the lines of docs/CLIENTS.md's fenced blocks whose
-// info string is "sh <kind>", by kind (install, produce, dry-run,
-// conductor): the commands the doc tells its reader to type.
-func docBlocks(t *testing.T, root string) map[string][]string {
+// info string is "sh <kind>", by kind (install, first-program, produce,
+// dry-run, conductor): the commands the doc tells its reader to type; and
+// the programs of those whose info string is "python <kind>", by kind, as
+// written (first-program: the program the first command runs).
+func docBlocks(t *testing.T, root string) (commands map[string][]string, programs map[string]string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "docs/CLIENTS.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := regexp.MustCompile("^```sh ([a-z-]+)$")
-	out := map[string][]string{}
-	kind := ""
+	open := regexp.MustCompile("^```(sh|python) ([a-z-]+)$")
+	commands, programs = map[string][]string{}, map[string]string{}
+	lang, kind := "", ""
 	for sc := bufio.NewScanner(bytes.NewReader(b)); sc.Scan(); {
 		line := sc.Text()
 		switch m := open.FindStringSubmatch(line); {
 		case m != nil:
-			kind = m[1]
+			lang, kind = m[1], m[2]
 		case line == "```":
 			kind = ""
+		case kind != "" && lang == "python":
+			programs[kind] += line + "\n"
 		case kind != "" && strings.TrimSpace(line) != "" && !strings.HasPrefix(line, "#"):
-			out[kind] = append(out[kind], line)
+			commands[kind] = append(commands[kind], line)
 		}
 	}
-	return out
+	return commands, programs
 }
 
 // TestClientsDocExamples runs every command of docs/CLIENTS.md exactly as
-// the doc writes it (HOST:PORT replaced by the broker's address), from the
-// repository's top directory, against the embedded Kafka (kfake on
-// loopback) with canopy's default topic names and a real projector:
+// the doc writes it (HOST:PORT replaced by the broker's address, and the
+// .venv/bin/python the doc's install block makes by a python with the
+// canopy package installed, testenv.PythonSDK), from the repository's top
+// directory, against the embedded Kafka (kfake on loopback) with canopy's
+// default topic names and a real projector:
+//   - the first program (the page's first screen), saved as the doc says,
+//     exits 0 and the projector applies its run: two nodes, the worker
+//     completed;
 //   - every dry run, piped into projector replay, exits 0 with wakes and
 //     no invalid line (npm's banner in the JSON lines would be two);
 //   - every producer exits 0 and the projector applies all they wrote;
@@ -67,12 +76,19 @@ func docBlocks(t *testing.T, root string) map[string][]string {
 // packages); the test checks the doc states them.
 func TestClientsDocExamples(t *testing.T) {
 	root := testenv.RepoRoot(t)
-	blocks := docBlocks(t, root)
+	blocks, programs := docBlocks(t, root)
 	install := strings.Join(blocks["install"], "\n")
-	for _, want := range []string{"apt-get install -y python3-confluent-kafka kcat nodejs npm", "pip install confluent-kafka", "npm ci"} {
+	if !strings.HasPrefix(install, "python3 -m venv .venv\n.venv/bin/pip install ./sdk/python\n") {
+		t.Errorf("docs/CLIENTS.md's first install block is not python3 -m venv .venv and .venv/bin/pip install ./sdk/python:\n%s", install)
+	}
+	for _, want := range []string{"apt-get install -y python3-venv kcat nodejs npm", "npm ci"} {
 		if !strings.Contains(install, want) {
 			t.Errorf("docs/CLIENTS.md's install blocks do not say %q", want)
 		}
+	}
+	if len(blocks["first-program"]) != 1 || programs["first-program"] == "" {
+		t.Fatalf("docs/CLIENTS.md has %d first-program commands and %d bytes of its program, want one and the program",
+			len(blocks["first-program"]), len(programs["first-program"]))
 	}
 	for kind, n := range map[string]int{"produce": 4, "dry-run": 4, "conductor": 3} {
 		if len(blocks[kind]) != n {
@@ -80,11 +96,11 @@ func TestClientsDocExamples(t *testing.T) {
 		}
 	}
 
-	// The doc's python3 is one that imports confluent_kafka; node_modules
+	// The doc's .venv/bin/python is one with the canopy package; node_modules
 	// are what npm ci installs (tools/install.sh).
-	bin := t.TempDir()
-	if err := os.Symlink(testenv.Python(t), filepath.Join(bin, "python3")); err != nil {
-		t.Fatal(err)
+	python := testenv.PythonSDK(t)
+	asWritten := func(line, brokers string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(line, ".venv/bin/python ", python+" "), "HOST:PORT", brokers)
 	}
 	for _, tool := range []string{"kcat", "go", "node", "npm"} {
 		testenv.Tool(t, tool)
@@ -92,10 +108,10 @@ func TestClientsDocExamples(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "examples/typescript/node_modules/.bin/tsc")); err != nil {
 		testenv.Missing(t, "examples/typescript/node_modules (npm ci in examples/typescript)")
 	}
-	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	env := os.Environ()
 
 	for _, line := range blocks["dry-run"] {
-		cmd := exec.Command("bash", "-o", "pipefail", "-c", line)
+		cmd := exec.Command("bash", "-o", "pipefail", "-c", asWritten(line, ""))
 		cmd.Dir, cmd.Env = root, env
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -135,8 +151,28 @@ func TestClientsDocExamples(t *testing.T) {
 		}
 	}()
 
+	// The first program, saved as first.py (in a directory of the test's
+	// own, not the checkout).
+	first := filepath.Join(t.TempDir(), "first.py")
+	if err := os.WriteFile(first, []byte(programs["first-program"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line := strings.ReplaceAll(asWritten(blocks["first-program"][0], brokers), " first.py", " "+first)
+	if out, err := exec.Command("bash", "-c", line).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", blocks["first-program"][0], err, out)
+	}
+	waitDoc(t, ctx, "the first program's run applied", func() bool { return p.Status().Counts.Applied == 5 }, nil)
+	m, err := p.ReadModel(ctx, "run-first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Counts.Nodes != 2 || m.Counts.ByStatus.Completed != 1 || m.RootAgentID == nil || *m.RootAgentID != "planner" {
+		t.Errorf("the first program's run: %d nodes, %d completed, root %v; want 2, the worker completed, planner",
+			m.Counts.Nodes, m.Counts.ByStatus.Completed, m.RootAgentID)
+	}
+
 	for _, line := range blocks["produce"] {
-		line = strings.ReplaceAll(line, "HOST:PORT", brokers)
+		line = asWritten(line, brokers)
 		cmd := exec.Command("bash", "-c", line)
 		cmd.Dir, cmd.Env = root, env
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -149,9 +185,9 @@ func TestClientsDocExamples(t *testing.T) {
 	}
 	var events int64
 	ends.Each(func(o kadm.ListedOffset) { events += o.Offset })
-	// 12 + 10 + 12 + 12 events; each run raises wakes.
-	if events != 46 {
-		t.Errorf("the producers wrote %d records, want 46", events)
+	// 5 of the first program, then 12 + 10 + 12 + 12 events; each run raises wakes.
+	if events != 51 {
+		t.Errorf("the first program and the producers wrote %d records, want 51", events)
 	}
 	waitDoc(t, ctx, "the producers' events applied", func() bool { return p.Status().Counts.Applied == events && p.Status().Counts.Wakes > 0 }, nil)
 	wakes := p.Status().Counts.Wakes
@@ -163,7 +199,7 @@ func TestClientsDocExamples(t *testing.T) {
 		}
 	}()
 	for _, line := range blocks["conductor"] {
-		cs = append(cs, startShell(t, root, env, strings.ReplaceAll(line, "HOST:PORT", brokers)))
+		cs = append(cs, startShell(t, root, env, asWritten(line, brokers)))
 	}
 	waitDoc(t, ctx, "every conductor printed and acknowledged every wake", func() bool {
 		for _, c := range cs {

@@ -47,7 +47,7 @@ func perLaneGroups(g string) (string, string) { return g + "-priority", g }
 var conductors = []conductorUnderTest{
 	{name: "python", groups: perLaneGroups,
 		command: func(t *testing.T, root string, brokers, prefix, group string, work time.Duration) []string {
-			return []string{testenv.Python(t), filepath.Join(root, "examples/python/conductor.py"), "--brokers", brokers,
+			return []string{testenv.PythonSDK(t), filepath.Join(root, "examples/python/conductor.py"), "--brokers", brokers,
 				"--prefix", prefix, "--group", group, "--print-wakes", "--work-ms", fmt.Sprint(work.Milliseconds())}
 		}},
 	{name: "typescript", groups: perLaneGroups,

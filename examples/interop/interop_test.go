@@ -1,10 +1,10 @@
-// Package interop proves that canopy needs none of its own code on either
-// side: clients canopy did not write (kcat and confluent-kafka-python, both
-// librdkafka, and kafkajs from TypeScript) produce events to a real broker
-// (kfake over TCP on loopback, and Apache Kafka 4.x: the broker matrix of
-// internal/brokertest), a real projector projects them, and the
-// example Python conductor reads the wakes with read_committed and
-// acknowledges them.
+// Package interop proves that canopy needs none of its Go code on either
+// side: clients of other languages (kcat, on librdkafka; kafkajs from
+// TypeScript; canopy's Python package, sdk/python, on confluent-kafka)
+// produce events to a real broker (kfake over TCP on loopback, and Apache
+// Kafka 4.x: the broker matrix of internal/brokertest), a real projector
+// projects them, and the example Python conductor (on the Python package)
+// reads the wakes with read_committed and acknowledges them.
 package interop
 
 import (
@@ -62,7 +62,7 @@ func TestForeignClients(t *testing.T) { brokertest.Run(t, testForeignClients) }
 
 func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	kcat := testenv.Tool(t, "kcat")
-	python := testenv.Python(t)
+	python := testenv.PythonSDK(t)
 	root := testenv.RepoRoot(t)
 	tsProducer := compileTypeScript(t, root)
 	schemas := newSchemas(t, root)
@@ -440,7 +440,7 @@ func TestPythonConductorPriorityFirst(t *testing.T) {
 }
 
 func testPythonConductorPriorityFirst(t *testing.T, b *brokertest.Broker) {
-	python := testenv.Python(t)
+	python := testenv.PythonSDK(t)
 	root := testenv.RepoRoot(t)
 	brokers := b.Addrs
 	names := topics.Names{Prefix: b.Prefix(t, "pyfirst"), Version: 1}

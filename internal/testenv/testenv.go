@@ -1,5 +1,5 @@
-// Package testenv finds the outside tools some tests need (kcat, Debian's
-// python3 with confluent-kafka, prometheus, promtool, helm). `make test`
+// Package testenv finds the outside tools some tests need (kcat, the Python
+// venv of tools/python, prometheus, promtool, helm). `make test`
 // installs them (tools/install.sh); a test run by hand without them is
 // skipped, but under CI=true a missing tool fails the test, so CI can never
 // pass by skipping. It also holds Buffer, which the tests that run those
@@ -26,22 +26,6 @@ func Tool(t testing.TB, name string) string {
 		return p
 	}
 	Missing(t, name)
-	return ""
-}
-
-// Python returns Debian's python3 when it can import confluent_kafka (a
-// pyenv shim on PATH may not see Debian's module), with the same CI rule as
-// Tool.
-func Python(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(p, "-c", "import confluent_kafka").Run() == nil {
-			if abs, err := exec.LookPath(p); err == nil {
-				return abs
-			}
-		}
-	}
-	Missing(t, "python3 with confluent_kafka (Debian package python3-confluent-kafka)")
 	return ""
 }
 

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from . import events
 from ._errors import ConfigError, HandlerError
 from ._event import Event, _ms, ack_id, parse_time
-from .producer import _PREFIX, DEFAULT_PREFIX, Producer, kafka_config, topic_names
+from .producer import _PREFIX, DEFAULT_PREFIX, QUIET, Producer, kafka_config, topic_names
 
 log = logging.getLogger("canopy.conductor")
 
@@ -161,7 +161,7 @@ class Conductor:
         common = {"bootstrap.servers": brokers, "isolation.level": "read_committed", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest",
                   # New wakes return at once; an idle lane is asked every 100 ms, as pkg/wake's.
-                  "fetch.wait.max.ms": 100}
+                  "fetch.wait.max.ms": 100, **QUIET}
         self._prio = _KafkaConsumer({**common, **extra, "group.id": group + "-priority"})
         self._normal = _KafkaConsumer({**common, **extra, "group.id": group})
         self._producer = Producer(brokers, source=self.source, prefix=prefix, **kafka_options) if ack else None

@@ -21,6 +21,10 @@ DEFAULT_PREFIX = "canopy"
 TOPIC_VERSION = 1
 """The version in canopy's topic names (<prefix>.agent-events.v1)."""
 
+QUIET: dict[str, Any] = {"enable.metrics.push": False}
+"""librdkafka settings of every client the package makes: no client metrics pushed to the broker
+(KIP-714), which also keeps librdkafka's telemetry notices off stderr."""
+
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -68,7 +72,7 @@ class Producer:
         conf: dict[str, Any] = {"bootstrap.servers": brokers, "client.id": source, "enable.idempotence": True,
                                 "acks": "all", "partitioner": "murmur2_random",
                                 # canopy's topics are made by its operator, with its partition count.
-                                "allow.auto.create.topics": False}
+                                "allow.auto.create.topics": False, **QUIET}
         conf.update(kafka_config(kafka_options))
         self._kafka = _KafkaProducer(conf)
         self._partitions: dict[str, int] = {}
