@@ -13,12 +13,14 @@ they start and end (docs/adapters/openai-agents.md has the table and what is los
                                 handed off, an agent used as a tool (Agent.as_tool) a child of
                                 the agent that called it (tree.node_created, tree.node_delegated);
                                 tree.node_status running, tree.node_completed when it ends
-    turn span                   turn.started, turn.completed
-    function span               tool.started, tool.finished (call_kind mcp for an MCP tool)
+    turn span                   turn.started, turn.completed (failed on an error)
+    function span               tool.started, tool.finished (failed on an error; call_kind mcp
+                                for an MCP tool); a call that ended without output when the
+                                run stopped waits (for its approval) until the run resumes it
     generation, response span   model.usage
     guardrail span (tripped)    incident.opened, the node failed
     handoff span                the parent edge and delegation of the agent handed to
-    error on a span             signal.failed on its agent; the run's root failed at its end
+    error on an agent span      signal.failed on its agent; the run's root failed at its end
     end of Runner.run           the root completed (or failed)
 
 A tool that needs approval (function_tool(needs_approval=...)) stops the run with
