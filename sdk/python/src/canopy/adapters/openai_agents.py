@@ -326,6 +326,8 @@ class CanopyTracingProcessor(TracingProcessor):
     def _agent_started(self, run: _Run, span: Any, parent: _Span | None, at: datetime) -> str:
         node = ident(span.span_data.name, "agent")
         handoff = run.handoffs.pop(node, None)
+        by: str | None
+        via: str | None
         if handoff is not None:
             by, via = handoff
         elif parent is not None and parent.agent is not None:
@@ -339,7 +341,7 @@ class CanopyTracingProcessor(TracingProcessor):
             self._send(run, events.tree_node_created, node, at, role="conductor" if by is None else "worker",
                        parent_agent_id=by if by != node else None)
         if node != run.root and via is not None:
-            self._send(run, events.tree_node_delegated, node, at, task_id=ident(via, "task") if via else None)
+            self._send(run, events.tree_node_delegated, node, at, task_id=ident(via, "task"))
         self._send(run, events.tree_node_status, node, at, status="running")
         return node
 
