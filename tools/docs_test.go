@@ -31,7 +31,8 @@ var (
 )
 
 // markdownFiles returns the module's Markdown files (third_party,
-// node_modules, bin and dot directories aside), relative to its root.
+// node_modules, venv, bin and dot directories aside: code of others,
+// installed by tools/install.sh), relative to its root.
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	var out []string
@@ -39,7 +40,7 @@ func markdownFiles(t *testing.T) []string {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != ".." && (slices.Contains([]string{"third_party", "node_modules", "bin"}, d.Name()) || strings.HasPrefix(d.Name(), ".")) {
+		if d.IsDir() && path != ".." && (slices.Contains([]string{"third_party", "node_modules", "venv", "bin"}, d.Name()) || strings.HasPrefix(d.Name(), ".")) {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, ".md") {
