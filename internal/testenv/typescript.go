@@ -1,0 +1,77 @@
+package testenv
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TypeScriptExamples compiles examples/typescript against the
+// @canopy/agents package built from sdk/typescript's sources now, both with
+// the package's own tsc, into a directory of the test's own, and returns
+// node and the directory of the compiled examples (producer.js,
+// conductor.js). They run from there as they are: the package and its
+// dependencies are in the directory's node_modules, so a dist/ left in the
+// checkout by an older build is never what is tested. Without node or the
+// package's node_modules (npm ci in sdk/typescript, which tools/install.sh
+// runs) the test fails under CI=true and is skipped otherwise.
+func TypeScriptExamples(t testing.TB) (node, dir string) {
+	t.Helper()
+	node = Tool(t, "node")
+	root := RepoRoot(t)
+	sdk := filepath.Join(root, "sdk/typescript")
+	tsc := filepath.Join(sdk, "node_modules/typescript/bin/tsc")
+	if _, err := os.Stat(tsc); err != nil {
+		Missing(t, "sdk/typescript/node_modules (npm ci in sdk/typescript)")
+	}
+	out := t.TempDir()
+	modules := filepath.Join(out, "node_modules")
+	pkg := filepath.Join(modules, "@canopy/agents")
+	if b, err := exec.Command(node, tsc, "-p", sdk, "--outDir", filepath.Join(pkg, "dist")).CombinedOutput(); err != nil {
+		t.Fatalf("tsc -p sdk/typescript: %v\n%s", err, b)
+	}
+	manifest, err := os.ReadFile(filepath.Join(sdk, "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "package.json"), manifest, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The package's dependencies (kafkajs, ...) and types, as npm would
+	// install them beside it.
+	deps, err := os.ReadDir(filepath.Join(sdk, "node_modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps {
+		if d.Name()[0] == '.' || d.Name() == "@canopy" {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(sdk, "node_modules", d.Name()), filepath.Join(modules, d.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	examples := filepath.Join(root, "examples/typescript")
+	cfg, err := json.Marshal(map[string]any{
+		"extends": filepath.Join(examples, "tsconfig.json"),
+		"compilerOptions": map[string]any{
+			"outDir":    filepath.Join(out, "js"),
+			"typeRoots": []string{filepath.Join(modules, "@types")},
+			// Not examples/typescript/node_modules' link to the checkout's sdk/typescript.
+			"paths": map[string][]string{"@canopy/agents": {pkg}},
+		},
+		"files": []string{filepath.Join(examples, "producer.ts"), filepath.Join(examples, "conductor.ts")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "tsconfig.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(node, tsc, "-p", filepath.Join(out, "tsconfig.json")).CombinedOutput(); err != nil {
+		t.Fatalf("tsc -p examples/typescript (against sdk/typescript's build): %v\n%s", err, b)
+	}
+	return node, filepath.Join(out, "js")
+}
