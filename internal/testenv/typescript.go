@@ -8,26 +8,25 @@ import (
 	"testing"
 )
 
-// TypeScriptExamples compiles examples/typescript against the
-// @canopy/agents package built from sdk/typescript's sources now, both with
-// the package's own tsc, into a directory of the test's own, and returns
-// node and the directory of the compiled examples (producer.js,
-// conductor.js). They run from there as they are: the package and its
-// dependencies are in the directory's node_modules, so a dist/ left in the
-// checkout by an older build is never what is tested. Without node or the
-// package's node_modules (npm ci in sdk/typescript, which tools/install.sh
-// runs) the test fails under CI=true and is skipped otherwise.
-func TypeScriptExamples(t testing.TB) (node, dir string) {
+// TypeScriptPackage builds the @canopy/agents package from sdk/typescript's
+// sources now, with its own tsc, into dir/node_modules/@canopy/agents, a
+// directory of the test's own, beside its dependencies and tools (links to
+// sdk/typescript/node_modules: kafkajs, typescript, @types/node, .bin): dir
+// is laid out as a project that installed the package, so a dist/ left in
+// the checkout by an older build is never what is tested. Without node or
+// the package's node_modules (npm ci in sdk/typescript, which
+// tools/install.sh runs) the test fails under CI=true and is skipped
+// otherwise.
+func TypeScriptPackage(t testing.TB) (node, dir string) {
 	t.Helper()
 	node = Tool(t, "node")
-	root := RepoRoot(t)
-	sdk := filepath.Join(root, "sdk/typescript")
+	sdk := filepath.Join(RepoRoot(t), "sdk/typescript")
 	tsc := filepath.Join(sdk, "node_modules/typescript/bin/tsc")
 	if _, err := os.Stat(tsc); err != nil {
 		Missing(t, "sdk/typescript/node_modules (npm ci in sdk/typescript)")
 	}
-	out := t.TempDir()
-	modules := filepath.Join(out, "node_modules")
+	dir = t.TempDir()
+	modules := filepath.Join(dir, "node_modules")
 	pkg := filepath.Join(modules, "@canopy/agents")
 	if b, err := exec.Command(node, tsc, "-p", sdk, "--outDir", filepath.Join(pkg, "dist")).CombinedOutput(); err != nil {
 		t.Fatalf("tsc -p sdk/typescript: %v\n%s", err, b)
@@ -39,20 +38,33 @@ func TypeScriptExamples(t testing.TB) (node, dir string) {
 	if err := os.WriteFile(filepath.Join(pkg, "package.json"), manifest, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The package's dependencies (kafkajs, ...) and types, as npm would
-	// install them beside it.
 	deps, err := os.ReadDir(filepath.Join(sdk, "node_modules"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range deps {
-		if d.Name()[0] == '.' || d.Name() == "@canopy" {
+		if d.Name() == "@canopy" || d.Name() != ".bin" && d.Name()[0] == '.' {
 			continue
 		}
 		if err := os.Symlink(filepath.Join(sdk, "node_modules", d.Name()), filepath.Join(modules, d.Name())); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return node, dir
+}
+
+// TypeScriptExamples compiles examples/typescript against the package
+// TypeScriptPackage builds, with the package's tsc, and returns node and
+// the directory of the compiled examples (producer.js, conductor.js). They
+// run from there as they are: the package and its dependencies are in the
+// node_modules beside them.
+func TypeScriptExamples(t testing.TB) (node, dir string) {
+	t.Helper()
+	node, out := TypeScriptPackage(t)
+	root := RepoRoot(t)
+	modules := filepath.Join(out, "node_modules")
+	pkg := filepath.Join(modules, "@canopy/agents")
+	tsc := filepath.Join(modules, "typescript/bin/tsc")
 	examples := filepath.Join(root, "examples/typescript")
 	cfg, err := json.Marshal(map[string]any{
 		"extends": filepath.Join(examples, "tsconfig.json"),
