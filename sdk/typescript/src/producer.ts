@@ -54,12 +54,20 @@ export class Producer {
     this.producer = kafka.producer(producerConfig(options.producer));
   }
 
-  /** connect connects to Kafka; send does when needed. */
-  connect(): Promise<void> {
-    if (this.closed) return Promise.reject(new DeliveryError("canopy: the producer is closed", this.topic, [], "CLOSED", false, undefined));
+  /** connect connects to Kafka (a DeliveryError if it cannot); send does when needed. */
+  async connect(): Promise<void> {
+    try {
+      await this.connectOnce();
+    } catch (e) {
+      throw e instanceof DeliveryError ? e : deliveryError(e, this.topic, []);
+    }
+  }
+
+  private connectOnce(): Promise<void> {
+    if (this.closed) return Promise.reject(Object.assign(new Error("the producer is closed"), { name: "CLOSED" }));
     this.connecting ??= this.producer.connect().catch((e: unknown) => {
       this.connecting = undefined;
-      throw deliveryError(e, this.topic, []);
+      throw e;
     });
     return this.connecting;
   }
@@ -82,11 +90,11 @@ export class Producer {
     if (options.traceparent) headers.traceparent = options.traceparent;
     const messages = list.map((ev) => ({ key: ev.runid, value: JSON.stringify(ev), headers }));
     const p = (async () => {
-      await this.connect();
       try {
+        await this.connectOnce();
         return await this.producer.send({ topic: this.topic, messages, compression: this.compression, acks: -1 });
       } catch (e) {
-        throw deliveryError(e, this.topic, list.map((ev) => ev.id));
+        throw e instanceof DeliveryError ? e : deliveryError(e, this.topic, list.map((ev) => ev.id));
       }
     })();
     this.inFlight.add(p);

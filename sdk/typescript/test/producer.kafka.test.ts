@@ -102,9 +102,3 @@ test("a record over the topic's max.message.bytes is refused as MESSAGE_TOO_LARG
     await p.close();
   }
 });
-
-test("a closed producer sends nothing", needsBroker, async () => {
-  const p = new Producer(brokers, { prefix: unique("closed") });
-  await p.close();
-  await assert.rejects(p.send(events.signalHeartbeat({ runId: "r", agentId: "a" })), DeliveryError);
-});
