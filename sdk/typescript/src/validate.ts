@@ -45,6 +45,7 @@ export class SchemaError extends Error {
 export class Validator {
   private readonly docs: { readonly [file: string]: Schema };
   private readonly patterns = new Map<string, RegExp>();
+  private readonly refs = new Map<string, [string, Schema]>();
 
   /** The Validator of docs; it throws SchemaError if any uses what it does not implement. */
   constructor(docs: { readonly [file: string]: unknown }) {
@@ -99,6 +100,16 @@ export class Validator {
   }
 
   private resolve(file: string, ref: string): [string, Schema] {
+    const key = `${file}\0${ref}`;
+    let r = this.refs.get(key);
+    if (!r) {
+      r = this.lookup(file, ref);
+      this.refs.set(key, r);
+    }
+    return r;
+  }
+
+  private lookup(file: string, ref: string): [string, Schema] {
     const hash = ref.indexOf("#");
     const target = hash < 0 ? ref : ref.slice(0, hash);
     const pointer = hash < 0 ? "" : ref.slice(hash + 1);
@@ -190,6 +201,13 @@ export class Validator {
     }
     const props = (s.properties ?? {}) as { readonly [k: string]: Schema };
     const patterns = Object.entries((s.patternProperties ?? {}) as { readonly [k: string]: Schema });
+    if (patterns.length === 0 && s.additionalProperties === undefined) {
+      // Only the named properties matter (the common case, an if's): no need to look at every key.
+      for (const k of Object.keys(props)) {
+        if (Object.prototype.hasOwnProperty.call(o, k)) this.eval(file, props[k], o[k], at(k), out);
+      }
+      return;
+    }
     for (const [k, x] of Object.entries(o)) {
       let matched = false;
       if (Object.prototype.hasOwnProperty.call(props, k)) {
