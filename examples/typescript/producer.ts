@@ -7,7 +7,9 @@
 // record by run id, places it in the partition canopy keeps the run in (murmur2 of the run id) and
 // sets the content type; one W3C traceparent for the run, which its wakes' spans continue.
 import { randomBytes } from "crypto";
-import { type Event, Producer, events } from "@canopy/agents";
+import { type Event, Producer, events, withSource } from "@canopy/agents";
+
+const SOURCE = "/apps/canopy-example-ts"; // the source of every event: this program
 
 // runEvents: a conductor delegates to two workers; one finishes, the other needs input.
 export function runEvents(run: string, base: Date): Event[] {
@@ -41,12 +43,12 @@ async function main(argv: string[]): Promise<void> {
   if (isNaN(base.getTime())) throw new Error("--base-time: want an RFC 3339 time like 2026-02-14T10:00:00Z");
   const evs = runEvents(run, base);
   if (argv.includes("--dry-run")) {
-    for (const e of evs) console.log(JSON.stringify(e));
+    for (const e of evs) console.log(JSON.stringify(withSource(e, SOURCE))); // as the producer sends them
     return;
   }
   const prefix = topic.match(/^(.+)\.agent-events\.v1$/)?.[1];
   if (!prefix) throw new Error(`--topic ${topic}: want <prefix>.agent-events.v1`);
-  const producer = new Producer(flag("brokers", "127.0.0.1:9092"), { prefix, clientId: "canopy-example-ts" });
+  const producer = new Producer(flag("brokers", "127.0.0.1:9092"), { source: SOURCE, prefix, clientId: "canopy-example-ts" });
   try {
     const trace = randomBytes(16).toString("hex"); // one trace for the run: its wakes' spans continue it
     await producer.send(evs, { traceparent: `00-${trace}-${randomBytes(8).toString("hex")}-01` });

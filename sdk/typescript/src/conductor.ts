@@ -1,7 +1,9 @@
 import type { Admin, Consumer, ConsumerConfig, KafkaConfig, KafkaMessage, Producer as KafkaProducer } from "kafkajs";
 import { ConfigError, HandlerError } from "./errors";
 import { DEFAULT_PREFIX, type Logger, newKafka, producerConfig, stderrLogger, topicNames } from "./kafka";
+import { conductorWakeReceived } from "./events";
 import { deliveryError } from "./producer";
+import { validate } from "./validation";
 import { ackEvent, ackHeaders, decodeWake, type Received, staleAge } from "./wake";
 import type { Wake } from "./wakes";
 
@@ -124,6 +126,10 @@ export class Conductor {
     if (options.dedupeSize !== undefined && !(Number.isInteger(options.dedupeSize) && options.dedupeSize > 0)) {
       problems.push(`dedupeSize ${options.dedupeSize}: must be a positive integer`);
     }
+    // The acknowledgement is an event: its source and agent must pass the contract.
+    const probe = validate(conductorWakeReceived({ runId: "probe", agentId: options.agentId ?? "conductor", wakeId: "probe",
+      source: options.source ?? `/conductors/${group}`, time: new Date(0) }));
+    problems.push(...probe.map((p) => `${p.path === "agentid" ? "agentId" : "source"}: ${p.message}`));
     if (problems.length) throw new ConfigError(problems);
     this.opts = {
       group,

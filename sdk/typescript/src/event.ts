@@ -18,7 +18,11 @@ export interface Envelope {
   runId: string;
   /** The node of the run's agent tree the event is about (agentid). */
   agentId: string;
-  /** The producer, a URI-reference. Default: /agents/<agentId>. */
+  /**
+   * The producer, a URI-reference. Default: the source of the Producer
+   * that sends the event (or /agents/<agentId> when it is serialised
+   * without one). It is not part of the derived id.
+   */
   source?: string;
   /**
    * When the event happened: a Date, or an RFC 3339 string (kept as
@@ -29,8 +33,8 @@ export interface Envelope {
   /**
    * The event id. Default: eventId of the event's content, a ULID whose
    * time is the event's: building the same event again (same time, same
-   * content) gives the same id, so a retry is a duplicate canopy applies
-   * once.
+   * content, whatever the source) gives the same id, so a retry is a
+   * duplicate canopy applies once.
    */
   id?: string;
   /** The session scope of the run (sessionid). */
@@ -94,7 +98,7 @@ export function makeEvent<T extends EventType>(type: T, env: Envelope, data: Eve
   const ev: Record<string, unknown> = {
     specversion: SPEC_VERSION,
     id: "",
-    source: env.source ?? `/agents/${env.agentId}`,
+    source: env.source ?? `/agents/${env.agentId}`, // until a Producer gives its own
     type,
     time: toTime(env.time ?? new Date()),
     datacontenttype: DATA_CONTENT_TYPE,
@@ -109,21 +113,39 @@ export function makeEvent<T extends EventType>(type: T, env: Envelope, data: Eve
   }
   ev.data = Object.freeze(d);
   ev.id = env.id ?? eventId(ev);
-  return Object.freeze(ev) as unknown as Event<T>;
+  const out = Object.freeze(ev) as unknown as Event<T>;
+  if (env.source === undefined) defaultSource.add(out);
+  return out;
+}
+
+// defaultSource holds the events built without a source: a Producer sends
+// them with its own.
+const defaultSource = new WeakSet<object>();
+
+/** withSource returns ev with source, if ev was built without one; its id stays (the source is not part of it). */
+export function withSource<T extends EventType>(ev: Event<T>, source: string): Event<T> {
+  if (!defaultSource.has(ev) || ev.source === source) return ev;
+  return Object.freeze({ ...ev, source }) as Event<T>;
 }
 
 /**
- * eventId derives an event's id from its content: a ULID whose time is the
- * event's (the milliseconds of its time, 0 if it has none that parses) and
- * whose entropy is pkg/ids.Derive's hash of "canopy.event" and the event
- * without its id as canonical JSON (keys sorted, no spaces). The same
+ * eventId derives an event's id from its content, as the Python package
+ * (canopy-agents) does: a ULID whose time is the event's milliseconds (0 if
+ * its time does not parse) and whose entropy is pkg/ids.Derive's hash of
+ * "canopy.event", its type, run, agent, time (in UTC at millisecond
+ * precision), session, thread, correlation and causation ids ("" when
+ * absent), its data as canonical JSON (keys sorted, no spaces), and its
+ * subject and dataschema when it has either. Not its source. The same
  * content always gives the same id.
  */
 export function eventId(ev: { readonly [k: string]: unknown }): string {
-  const rest: Record<string, unknown> = { ...ev };
-  delete rest.id;
   const ms = typeof ev.time === "string" ? Date.parse(ev.time) : NaN;
-  return derive(Number.isNaN(ms) ? 0 : ms, "canopy.event", canonicalJSON(rest));
+  const ok = Number.isFinite(ms) && ms >= -62135596800000 && ms <= 253402300799999; // years 1 to 9999
+  const s = (k: string) => (typeof ev[k] === "string" ? (ev[k] as string) : "");
+  const parts = ["canopy.event", s("type"), s("runid"), s("agentid"), ok ? new Date(ms).toISOString() : s("time"),
+    s("sessionid"), s("threadid"), s("correlationid"), s("causationid"), ev.data == null ? "" : canonicalJSON(ev.data)];
+  if (ev.subject !== undefined || ev.dataschema !== undefined) parts.push(s("subject"), s("dataschema"));
+  return derive(ok ? ms : 0, ...parts);
 }
 
 /** canonicalJSON is JSON.stringify with every object's keys sorted. */

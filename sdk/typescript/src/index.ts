@@ -1,7 +1,7 @@
 // @canopy/agents: feed canopy from Node.
 //
 //   import { Producer, events } from "@canopy/agents";
-//   const producer = new Producer("localhost:9092");
+//   const producer = new Producer("localhost:9092", { source: "/apps/my-agents" });
 //   await producer.send(events.treeNodeCreated({ runId: "run-1", agentId: "planner", role: "conductor" }));
 //
 // events has a builder for every event type of the contract
@@ -13,7 +13,7 @@ import * as events from "./events";
 export { events };
 export type { EventDataMap, EventType } from "./events";
 export { BUILDERS, EVENT_TYPES, FIELDS } from "./events";
-export { type Envelope, type Event, CONTENT_TYPE, DATA_CONTENT_TYPE, SPEC_VERSION, canonicalJSON, eventId, makeEvent, toTime } from "./event";
+export { type Envelope, type Event, CONTENT_TYPE, DATA_CONTENT_TYPE, SPEC_VERSION, canonicalJSON, eventId, makeEvent, toTime, withSource } from "./event";
 export { CONTRACT_SHA256, SCHEMA_VERSION, VERSION } from "./contract";
 export { CanopyError, ConfigError, DeliveryError, HandlerError, ValidationError } from "./errors";
 export { assertValid, validate } from "./validation";

@@ -1,11 +1,18 @@
-import type { CompressionTypes, IHeaders, KafkaConfig, Producer as KafkaProducer, ProducerConfig, RecordMetadata } from "kafkajs";
-import { CONTENT_TYPE, type Event } from "./event";
+import type { CompressionTypes, IHeaders, KafkaConfig, Producer as KafkaProducer, ProducerConfig } from "kafkajs";
+import { CONTENT_TYPE, type Event, withSource } from "./event";
+import type { EventType } from "./events";
 import { ConfigError, DeliveryError, ValidationError } from "./errors";
 import { DEFAULT_PREFIX, type Logger, newKafka, producerConfig, stderrLogger, topicNames } from "./kafka";
 import { validate } from "./validation";
+import * as builders from "./events";
 
-/** ProducerOptions are a Producer's options; each has a default. */
+/** ProducerOptions are a Producer's options; each but source has a default. */
 export interface ProducerOptions {
+  /**
+   * Names this producer, a URI-reference such as /apps/my-agents: the
+   * source of the events it sends that were built without one.
+   */
+  source: string;
   /** The prefix of canopy's topic names: events go to <prefix>.agent-events.v1. Default "canopy". */
   prefix?: string;
   /** The Kafka client id. Default "canopy-agents". */
@@ -24,7 +31,14 @@ export interface ProducerOptions {
 export interface SendOptions {
   /** A W3C traceparent for the records: the wakes the events raise continue that trace. */
   traceparent?: string;
+  /**
+   * The topic: default the agent events topic; humanInputTopic for a
+   * human's signal.input (canopy wakes the conductor on its priority lane).
+   */
+  topic?: string;
 }
+
+const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 /**
  * Producer sends canopy events to the agent events topic: each validated
@@ -34,21 +48,34 @@ export interface SendOptions {
  * content type. It connects on first use; close it when done.
  */
 export class Producer {
-  /** The topic events go to. */
+  /** The topic events go to: <prefix>.agent-events.v1. */
   readonly topic: string;
+  /** The human input topic, <prefix>.human-input.v1, for SendOptions.topic. */
+  readonly humanInputTopic: string;
+  /** The source of the events sent without one. */
+  readonly source: string;
   private readonly producer: KafkaProducer;
   private readonly compression?: CompressionTypes;
   private connecting?: Promise<void>;
   private readonly inFlight = new Set<Promise<unknown>>();
   private closed = false;
 
-  /** A Producer on brokers ("host:port,host:port" or a list). */
-  constructor(brokers: string | readonly string[], options: ProducerOptions = {}) {
+  /** A Producer on brokers ("host:port,host:port" or a list); it throws a ConfigError listing every problem of its options. */
+  constructor(brokers: string | readonly string[], options: ProducerOptions) {
     const problems: string[] = [];
     if ((typeof brokers === "string" ? brokers.split(",") : brokers).every((b) => !b.trim())) problems.push("no brokers");
-    if (options.prefix !== undefined && !/^[A-Za-z0-9._-]+$/.test(options.prefix)) problems.push(`prefix ${JSON.stringify(options.prefix)}: want letters, digits, ".", "_" or "-"`);
+    if (!options?.source) problems.push("source: must not be empty (it names this producer, e.g. /apps/my-agents)");
+    else {
+      const bad = validate(builders.signalHeartbeat({ runId: "probe", agentId: "probe", source: options.source, time: new Date(0) }))
+        .filter((p) => p.path === "source");
+      problems.push(...bad.map((p) => `source ${p.message}`));
+    }
+    if (options?.prefix !== undefined && !/^[A-Za-z0-9._-]+$/.test(options.prefix)) problems.push(`prefix ${JSON.stringify(options.prefix)}: want letters, digits, ".", "_" or "-"`);
     if (problems.length) throw new ConfigError(problems);
-    this.topic = topicNames(options.prefix ?? DEFAULT_PREFIX).agentEvents;
+    const names = topicNames(options.prefix ?? DEFAULT_PREFIX);
+    this.topic = names.agentEvents;
+    this.humanInputTopic = names.humanInput;
+    this.source = options.source;
     this.compression = options.compression;
     const kafka = newKafka(brokers, options.clientId ?? "canopy-agents", options.logger ?? stderrLogger, options.kafka);
     this.producer = kafka.producer(producerConfig(options.producer));
@@ -73,28 +100,37 @@ export class Producer {
   }
 
   /**
-   * send validates events and writes them, resolving once Kafka has them
-   * all (acks from every in-sync replica). It throws ValidationError,
-   * sending nothing, if any event is invalid, and DeliveryError naming what
-   * Kafka refused if it did not take them. A retry of the same events is
-   * safe: their ids are the same, and canopy applies an id once.
+   * send validates events and writes them, resolving, once Kafka has them
+   * all (acks from every in-sync replica), to the events as sent (with this
+   * producer's source if they had none). It throws ValidationError, sending
+   * nothing, if any event is invalid, and DeliveryError naming what Kafka
+   * refused if it did not take them. A retry of the same events is safe:
+   * their ids are the same, and canopy applies an id once.
    */
-  async send(events: Event | readonly Event[], options: SendOptions = {}): Promise<RecordMetadata[]> {
-    const list: readonly Event[] = Array.isArray(events) ? events : [events as Event];
+  send<T extends EventType>(event: Event<T>, options?: SendOptions): Promise<Event<T>>;
+  send(events: readonly Event[], options?: SendOptions): Promise<Event[]>;
+  async send(events: Event | readonly Event[], options: SendOptions = {}): Promise<Event | Event[]> {
+    const one = !Array.isArray(events);
+    const list = (one ? [events as Event] : (events as readonly Event[])).map((ev) => withSource(ev, this.source));
     for (const ev of list) {
       const problems = validate(ev);
       if (problems.length) throw new ValidationError({ id: ev?.id, type: ev?.type }, problems);
     }
+    if (options.traceparent !== undefined && !TRACEPARENT.test(options.traceparent)) {
+      throw new TypeError(`canopy: traceparent ${JSON.stringify(options.traceparent)} is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)`);
+    }
     if (list.length === 0) return [];
+    const topic = options.topic ?? this.topic;
     const headers: IHeaders = { "content-type": CONTENT_TYPE };
     if (options.traceparent) headers.traceparent = options.traceparent;
     const messages = list.map((ev) => ({ key: ev.runid, value: JSON.stringify(ev), headers }));
     const p = (async () => {
       try {
         await this.connectOnce();
-        return await this.producer.send({ topic: this.topic, messages, compression: this.compression, acks: -1 });
+        await this.producer.send({ topic, messages, compression: this.compression, acks: -1 });
+        return one ? list[0] : list;
       } catch (e) {
-        throw e instanceof DeliveryError ? e : deliveryError(e, this.topic, list.map((ev) => ev.id));
+        throw e instanceof DeliveryError ? e : deliveryError(e, topic, list.map((ev) => ev.id));
       }
     })();
     this.inFlight.add(p);

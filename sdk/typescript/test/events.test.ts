@@ -90,9 +90,23 @@ test("event ids are ULIDs derived from the event's content and time", () => {
     events.treeNodeStatus({ ...f, time: "2026-02-14T10:00:00.124Z" }),
     events.treeNodeStatus({ ...f, reason: "x" }),
     events.treeNodeStatus({ ...f, sessionId: "s" }),
-    events.treeNodeStatus({ ...f, source: "/agents/other" }),
+    events.treeNodeStatus({ ...f, subject: "x" }),
     events.signalProgress({ runId: "run-1", agentId: "worker-1", time: f.time }),
   ];
   assert.equal(new Set([a.id, ...others.map((e) => e.id)]).size, others.length + 1, "two different events have one id");
   assert.equal(events.treeNodeStatus({ ...f, id: "my-id" }).id, "my-id");
+  // The source is not part of it: a Producer gives its own to events built without one.
+  assert.equal(events.treeNodeStatus({ ...f, source: "/agents/other" }).id, a.id);
+  // The time is, in UTC at millisecond precision however it is written.
+  assert.equal(events.treeNodeStatus({ ...f, time: "2026-02-14T11:00:00.123+01:00" }).id, a.id);
+});
+
+test("ids are the Python package's (canopy-agents) for the same event", () => {
+  // Each pinned from canopy.events in Python 3.11 with the same arguments.
+  const at = new Date("2026-02-14T10:00:00Z");
+  assert.equal(events.treeNodeCreated({ runId: "run-1", agentId: "worker-1", role: "worker", parentAgentId: "planner", capability: "wéb 🌳",
+    time: "2026-02-14T11:00:00.123+01:00", sessionId: "s-1", correlationId: "task-1" }).id, "01KHDSFJBV2SHQXBKPRA8MBTGJ");
+  assert.equal(events.signalHeartbeat({ runId: "run-2", agentId: "a", time: at }).id, "01KHDSFJ80REHSBXQMDN7K69YJ");
+  assert.equal(events.conductorWakeReceived({ runId: "r", agentId: "conductor", wakeId: "w", agentIds: ["a", "b"], time: at, source: "/x" }).id,
+    "01KHDSFJ80RYW02PCY80FFV1FG");
 });

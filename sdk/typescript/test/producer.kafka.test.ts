@@ -15,7 +15,8 @@ function oneOfEach(): Event[] {
   return EVENT_TYPES.map((type, i) => {
     const ex = readJSON(`schema/examples/${type}.json`) as Record<string, unknown>;
     const camel = Object.fromEntries(Object.entries(FIELDS[type]).map(([c, w]) => [w, c]));
-    const f: Record<string, unknown> = { runId: `run-ts-${i}`, agentId: ex.agentid, time: ex.time, correlationId: ex.correlationid, sessionId: ex.sessionid };
+    const f: Record<string, unknown> = { runId: `run-ts-${i}`, agentId: ex.agentid, time: ex.time, correlationId: ex.correlationid, sessionId: ex.sessionid,
+      source: type === "conductor.wake_received" ? ex.source : undefined };
     for (const [k, v] of Object.entries((ex.data ?? {}) as Record<string, unknown>)) f[camel[k]] = v;
     return (BUILDERS[type] as (f: unknown) => Event)(f);
   });
@@ -28,14 +29,17 @@ test("every event type, sent, is keyed by its run, in murmur2's partition, with 
     prefix = unique("produce");
     await createTopics([{ topic: `${prefix}.agent-events.v1`, numPartitions: PARTITIONS }]);
   }
-  const evs = oneOfEach();
-  const p = new Producer(brokers, { prefix });
+  const built = oneOfEach();
+  const p = new Producer(brokers, { source: "/apps/sdk-test", prefix });
+  let evs: Event[];
   try {
-    const meta = await p.send(evs, { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" });
-    assert.ok(meta.length > 0 && meta.every((m) => m.topicName === `${prefix}.agent-events.v1`));
+    evs = await p.send(built, { traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" });
   } finally {
     await p.close();
   }
+  // Built without a source, sent with the producer's; but the one built with its own keeps it. Ids stay.
+  assert.deepEqual(evs.map((e) => e.id), built.map((e) => e.id));
+  assert.deepEqual(evs.map((e) => e.source), built.map((e) => (e.type === "conductor.wake_received" ? e.source : "/apps/sdk-test")));
   const got = await readAll(`${prefix}.agent-events.v1`, evs.length);
   assert.equal(got.length, evs.length);
   for (const { partition: at, message } of got) {
@@ -54,12 +58,14 @@ test("an invalid event is refused before anything of its send is sent", needsBro
   await createTopics([{ topic, numPartitions: 1 }]);
   const good = events.signalHeartbeat({ runId: "run-1", agentId: "w" });
   const bad = { ...events.treeNodeStatus({ runId: "run-1", agentId: "w", status: "running" }), data: { status: "sleeping" } } as unknown as Event;
-  const p = new Producer(brokers, { prefix });
+  const p = new Producer(brokers, { source: "/apps/sdk-test", prefix });
   try {
     await assert.rejects(p.send([good, bad]), (e: unknown) => e instanceof ValidationError && e.problems.some((x) => x.path === "data.status"));
     assert.equal(await endOffsets(topic), 0);
-    await p.send(good);
+    const sent = await p.send(good);
+    assert.equal(sent.source, "/apps/sdk-test");
     assert.equal(await endOffsets(topic), 1);
+    await assert.rejects(p.send(good, { traceparent: "00-nope" }), TypeError);
   } finally {
     await p.close();
   }
@@ -67,7 +73,7 @@ test("an invalid event is refused before anything of its send is sent", needsBro
 
 test("a topic that does not exist is named, and not created", needsBroker, async () => {
   const prefix = unique("missing");
-  const p = new Producer(brokers, { prefix, kafka: quick });
+  const p = new Producer(brokers, { source: "/apps/sdk-test", prefix, kafka: quick });
   const ev = events.signalHeartbeat({ runId: "run-1", agentId: "w" });
   try {
     await assert.rejects(p.send(ev), (e: unknown) => {
@@ -94,7 +100,7 @@ test("a record over the topic's max.message.bytes is refused as MESSAGE_TOO_LARG
   const prefix = unique("large");
   await createTopics([{ topic: `${prefix}.agent-events.v1`, numPartitions: 1, configEntries: [{ name: "max.message.bytes", value: "2000" }] }]);
   const ev = events.conductorWakeReceived({ runId: "run-1", agentId: "conductor", wakeId: "w", agentIds: Array.from({ length: 64 }, (_, i) => `agent-${i}-${"x".repeat(200)}`) });
-  const p = new Producer(brokers, { prefix, kafka: quick });
+  const p = new Producer(brokers, { source: "/apps/sdk-test", prefix, kafka: quick });
   try {
     await assert.rejects(p.send(ev), (e: unknown) => e instanceof DeliveryError && e.code === "MESSAGE_TOO_LARGE" && !e.retriable &&
       e.message.includes("MESSAGE_TOO_LARGE"));

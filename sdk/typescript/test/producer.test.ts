@@ -6,7 +6,7 @@ import { ConfigError, DeliveryError, Producer, events, stderrLogger } from "../s
 const quiet = { ...stderrLogger, error() {}, warn() {} };
 
 test("no broker to reach: a DeliveryError naming the events and the client's error", async () => {
-  const p = new Producer("127.0.0.1:1", { logger: quiet, kafka: { retry: { retries: 0 }, connectionTimeout: 500 } });
+  const p = new Producer("127.0.0.1:1", { source: "/apps/test", logger: quiet, kafka: { retry: { retries: 0 }, connectionTimeout: 500 } });
   const evs = [events.signalHeartbeat({ runId: "r", agentId: "a" }), events.signalHeartbeat({ runId: "r", agentId: "b" })];
   await assert.rejects(p.send(evs), (e: unknown) => {
     assert.ok(e instanceof DeliveryError, String(e));
@@ -20,5 +20,6 @@ test("no broker to reach: a DeliveryError naming the events and the client's err
 });
 
 test("options: every problem at once", () => {
-  assert.throws(() => new Producer(" , ", { prefix: "a b" }), (e: unknown) => e instanceof ConfigError && e.problems.length === 2);
+  assert.throws(() => new Producer(" , ", { source: "", prefix: "a b" }), (e: unknown) => e instanceof ConfigError && e.problems.length === 3);
+  assert.throws(() => new Producer("h:1", { source: "1a:b" }), (e: unknown) => e instanceof ConfigError && /^source .*first path segment/.test(e.problems[0]));
 });
