@@ -43,16 +43,8 @@ func TestClientExamplesValid(t *testing.T) {
 			return cmd
 		}},
 		{"typescript", func(t *testing.T) *exec.Cmd {
-			node := testenv.Tool(t, "node")
-			tsc := ex("typescript/node_modules/.bin/tsc")
-			if _, err := os.Stat(tsc); err != nil {
-				testenv.Missing(t, "examples/typescript/node_modules (npm ci in examples/typescript)")
-			}
-			out := t.TempDir()
-			if b, err := exec.Command(tsc, "-p", ex("typescript"), "--outDir", out).CombinedOutput(); err != nil {
-				t.Fatalf("tsc: %v\n%s", err, b)
-			}
-			return exec.Command(node, filepath.Join(out, "producer.js"), "--dry-run")
+			node, dir := testenv.TypeScriptExamples(t)
+			return exec.Command(node, filepath.Join(dir, "producer.js"), "--dry-run")
 		}},
 	}
 	s := newSchemas(t)

@@ -9,8 +9,11 @@
 #   prometheus (with promtool)     the real server the dashboard tests query
 #   helm                           renders and lints deploy/helm (bin/tools)
 #   kube-score                     checks the rendered chart (bin/tools)
-#   nodejs, npm + examples/typescript/node_modules (npm ci, pinned by its
-#                                  package-lock.json) check the TypeScript examples
+#   nodejs, npm + sdk/typescript/node_modules and dist/ (npm ci, pinned by
+#                                  its package-lock.json, builds @canopy/agents)
+#                                  and examples/typescript/node_modules (npm ci:
+#                                  typescript, and a link to sdk/typescript)
+#                                  test the TypeScript package and examples
 #   tools/node/node_modules        (npm ci, pinned by its package-lock.json) the
 #                                  AsyncAPI parser and Redocly CLI, which check
 #                                  schema/asyncapi.yaml and schema/openapi.yaml
@@ -58,10 +61,28 @@ if ! [ -x "$TOOLS_BIN/kube-score" ] && ! command -v kube-score >/dev/null 2>&1; 
 	GOBIN="$TOOLS_BIN" go install "github.com/zegl/kube-score/cmd/kube-score@$KUBE_SCORE_VERSION"
 fi
 
+# The TypeScript package, @canopy/agents: npm ci again whenever its
+# package-lock.json changes (its checksum is the stamp); dist/ built again
+# (npm run build) whenever its sources change, since examples/typescript
+# runs it from there (the checksum of its sources is dist/'s stamp).
+sdk_ts=sdk/typescript
+sdk_stamp=$(sha256sum "$sdk_ts/package-lock.json" | cut -d' ' -f1)
+if ! [ -x "$sdk_ts/node_modules/.bin/tsc" ] || [ "$(cat "$sdk_ts/node_modules/.stamp" 2>/dev/null)" != "$sdk_stamp" ]; then
+	echo "tools: npm ci in $sdk_ts (kafkajs, kafkajs-snappy, typescript, as package-lock.json pins them; builds dist/)"
+	(cd "$sdk_ts" && npm ci --no-audit --no-fund >/dev/null)
+	echo "$sdk_stamp" >"$sdk_ts/node_modules/.stamp"
+fi
+sdk_src_stamp=$(cat "$sdk_ts/package.json" "$sdk_ts/tsconfig.json" "$sdk_ts"/src/*.ts | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$sdk_ts/dist/.stamp" 2>/dev/null)" != "$sdk_src_stamp" ]; then
+	echo "tools: building $sdk_ts (tsc: dist/ and its .d.ts types)"
+	(cd "$sdk_ts" && npm run --silent build >/dev/null)
+	echo "$sdk_src_stamp" >"$sdk_ts/dist/.stamp"
+fi
+
 # Again whenever package-lock.json changes (a dependency added): its checksum is the stamp.
 ts_stamp=$(sha256sum examples/typescript/package-lock.json | cut -d' ' -f1)
 if ! [ -x examples/typescript/node_modules/.bin/tsc ] || [ "$(cat examples/typescript/node_modules/.stamp 2>/dev/null)" != "$ts_stamp" ]; then
-	echo "tools: npm ci in examples/typescript (typescript, kafkajs, kafkajs-snappy, as package-lock.json pins them)"
+	echo "tools: npm ci in examples/typescript (typescript, and @canopy/agents linked from sdk/typescript, as package-lock.json pins them)"
 	(cd examples/typescript && npm ci --no-audit --no-fund >/dev/null)
 	echo "$ts_stamp" >examples/typescript/node_modules/.stamp
 fi

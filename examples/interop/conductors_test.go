@@ -52,10 +52,7 @@ var conductors = []conductorUnderTest{
 		}},
 	{name: "typescript", groups: perLaneGroups,
 		command: func(t *testing.T, root string, brokers, prefix, group string, work time.Duration) []string {
-			ts := compileTypeScript(t, root)
-			// The compiled conductor is outside examples/typescript: kafkajs
-			// is found through NODE_PATH.
-			t.Setenv("NODE_PATH", filepath.Join(root, "examples/typescript/node_modules"))
+			ts := compileTypeScript(t)
 			return []string{ts.node, filepath.Join(filepath.Dir(ts.js), "conductor.js"), "--brokers", brokers,
 				"--prefix", prefix, "--group", group, "--print-wakes", "--work-ms", fmt.Sprint(work.Milliseconds())}
 		}},

@@ -64,7 +64,7 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	kcat := testenv.Tool(t, "kcat")
 	python := testenv.PythonSDK(t)
 	root := testenv.RepoRoot(t)
-	tsProducer := compileTypeScript(t, root)
+	tsProducer := compileTypeScript(t)
 	schemas := newSchemas(t, root)
 
 	brokers := b.Addrs
@@ -124,9 +124,6 @@ func testForeignClients(t *testing.T, b *brokertest.Broker) {
 	}
 	tsRun := exec.Command(tsProducer.node, tsProducer.js, "--brokers", strings.Join(brokers, ","),
 		"--topic", names.AgentEvents(), "--run", "run-ts", "--base-time", base.Format(time.RFC3339))
-	// The compiled producer is outside examples/typescript: kafkajs is found
-	// through NODE_PATH.
-	tsRun.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(root, "examples/typescript/node_modules"))
 	if out, err := tsRun.CombinedOutput(); err != nil {
 		t.Fatalf("node examples/typescript/producer.js: %v\n%s", err, out)
 	}
@@ -300,22 +297,14 @@ func checkRecord(t *testing.T, r *kgo.Record, murmur2 bool) {
 // tsProducer is the TypeScript producer example compiled to JavaScript.
 type tsProducer struct{ node, js string }
 
-// compileTypeScript compiles examples/typescript with its own tsc, as
+// compileTypeScript compiles examples/typescript against the @canopy/agents
+// package built from sdk/typescript now (testenv.TypeScriptExamples), as
 // schema/clients_test.go does; without node or node_modules the test fails
 // under CI=true (testenv) and skips otherwise.
-func compileTypeScript(t *testing.T, root string) tsProducer {
+func compileTypeScript(t *testing.T) tsProducer {
 	t.Helper()
-	node := testenv.Tool(t, "node")
-	dir := filepath.Join(root, "examples/typescript")
-	tsc := filepath.Join(dir, "node_modules/.bin/tsc")
-	if _, err := os.Stat(tsc); err != nil {
-		testenv.Missing(t, "examples/typescript/node_modules (npm ci in examples/typescript)")
-	}
-	out := t.TempDir()
-	if b, err := exec.Command(tsc, "-p", dir, "--outDir", out).CombinedOutput(); err != nil {
-		t.Fatalf("tsc: %v\n%s", err, b)
-	}
-	return tsProducer{node: node, js: filepath.Join(out, "producer.js")}
+	node, dir := testenv.TypeScriptExamples(t)
+	return tsProducer{node: node, js: filepath.Join(dir, "producer.js")}
 }
 
 // misplacedRun returns a run id that librdkafka's default partitioner

@@ -1,74 +1,59 @@
-// Produce a small tree of agent events for one run to canopy with kafkajs.
+// Produce a small tree of agent events for one run to canopy, with @canopy/agents (sdk/typescript).
 //
 //   npm ci && npm run --silent produce -- --brokers 127.0.0.1:9092 --run run-ts-1
 //   npm run --silent dry-run     # print the events as JSON lines (--silent: no npm banner); needs no broker
 //
-// Each record: key = run id, value = one CloudEvents 1.0 JSON event (schema/events/), headers
-// content-type and a W3C traceparent. kafkajs's DefaultPartitioner is murmur2 like Kafka's Java
-// client and canopy, so a run's records land in its partition (librdkafka clients must set
-// partitioner=murmur2_random instead).
+// The package's builders make each event (schema/events), its Producer validates them, keys each
+// record by run id, places it in the partition canopy keeps the run in (murmur2 of the run id) and
+// sets the content type; one W3C traceparent for the run, which its wakes' spans continue.
 import { randomBytes } from "crypto";
+import { type Event, Producer, events, withSource } from "@canopy/agents";
 
-const B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"; // Crockford's base32, as ULIDs use
+const SOURCE = "/apps/canopy-example-ts"; // the source of every event: this program
 
-// ulid is 48 bits of Unix milliseconds and 80 random bits.
-function ulid(at: Date): string {
-  let n = (BigInt(at.getTime()) << 80n) | BigInt("0x" + randomBytes(10).toString("hex"));
-  let s = "";
-  for (let i = 0; i < 26; i++, n >>= 5n) s = B32[Number(n & 31n)] + s;
-  return s;
-}
-
-type Event = {
-  specversion: "1.0"; id: string; source: string; type: string; time: string; runid: string;
-  agentid: string; schemaversion: 1; sessionid?: string; correlationid?: string; data: Record<string, unknown>;
-};
-
-// events: a conductor delegates to two workers; one finishes, the other needs input.
-export function events(run: string, base: Date): Event[] {
-  const out: Event[] = [];
-  const ev = (agent: string, type: string, afterMs: number, data: Record<string, unknown>, corr?: string) => {
-    const at = new Date(base.getTime() + afterMs);
-    out.push({ specversion: "1.0", id: ulid(at), source: "/agents/" + agent, type, time: at.toISOString(), runid: run,
-      agentid: agent, schemaversion: 1, sessionid: "session-1", ...(corr ? { correlationid: corr } : {}), data });
-  };
-  const later = new Date(base.getTime() + 3600_000).toISOString(); // deadlines and leases well after the run
-  ev("conductor", "tree.node_created", 0, { role: "conductor", capability: "orchestrate" });
-  ev("conductor", "tree.node_status", 100, { status: "running", reason: "planning" });
+// runEvents: a conductor delegates to two workers; one finishes, the other needs input.
+export function runEvents(run: string, base: Date): Event[] {
+  const at = (ms: number) => new Date(base.getTime() + ms);
+  const env = (agentId: string, ms: number, correlationId?: string) => ({ runId: run, agentId, time: at(ms), sessionId: "session-1", correlationId });
+  const later = at(3600_000); // deadlines and leases well after the run
+  const out: Event[] = [
+    events.treeNodeCreated({ ...env("conductor", 0), role: "conductor", capability: "orchestrate" }),
+    events.treeNodeStatus({ ...env("conductor", 100), status: "running", reason: "planning" }),
+  ];
   for (const [i, capability] of [[1, "research"], [2, "write"]] as const) {
-    ev(`worker-${i}`, "tree.node_created", 200 + i, { role: "worker", parent_agent_id: "conductor", capability }, `task-${i}`);
-    ev(`worker-${i}`, "tree.node_delegated", 300 + i, { task_id: `task-${i}`, expected_by: later }, `task-${i}`);
+    out.push(events.treeNodeCreated({ ...env(`worker-${i}`, 200 + i, `task-${i}`), role: "worker", parentAgentId: "conductor", capability }));
+    out.push(events.treeNodeDelegated({ ...env(`worker-${i}`, 300 + i, `task-${i}`), taskId: `task-${i}`, expectedBy: later }));
   }
-  ev("worker-1", "lease.acquired", 400, { owner: "pool-1", expires_at: later }, "task-1");
-  ev("worker-1", "signal.progress", 500, { fraction: 0.5 }, "task-1");
-  ev("worker-2", "signal.request", 600, { request_id: "req-1", request_kind: "clarification", dedupe_key: "which-format" }, "task-2");
-  ev("worker-1", "signal.result", 700, { result_kind: "json", success: true }, "task-1");
-  ev("worker-1", "tree.node_completed", 800, { result_source: "completion_event" }, "task-1");
-  ev("worker-2", "tree.node_status", 900, { status: "blocked", reason: "waiting_for_input" }, "task-2");
+  out.push(
+    events.leaseAcquired({ ...env("worker-1", 400, "task-1"), owner: "pool-1", expiresAt: later }),
+    events.signalProgress({ ...env("worker-1", 500, "task-1"), fraction: 0.5 }),
+    events.signalRequest({ ...env("worker-2", 600, "task-2"), requestId: "req-1", requestKind: "clarification", dedupeKey: "which-format" }),
+    events.signalResult({ ...env("worker-1", 700, "task-1"), resultKind: "json", success: true }),
+    events.treeNodeCompleted({ ...env("worker-1", 800, "task-1"), resultSource: "completion_event" }),
+    events.treeNodeStatus({ ...env("worker-2", 900, "task-2"), status: "blocked", reason: "waiting_for_input" }),
+  );
   return out;
 }
 
 async function main(argv: string[]): Promise<void> {
   const flag = (name: string, def: string) => { const i = argv.indexOf("--" + name); return i >= 0 ? argv[i + 1] : def; };
-  const run = flag("run", "run-ts-" + ulid(new Date()).toLowerCase());
+  const run = flag("run", "run-ts-" + randomBytes(8).toString("hex"));
   const topic = flag("topic", "canopy.agent-events.v1");
   const base = new Date(flag("base-time", new Date().toISOString()));
   if (isNaN(base.getTime())) throw new Error("--base-time: want an RFC 3339 time like 2026-02-14T10:00:00Z");
-  const evs = events(run, base);
+  const evs = runEvents(run, base);
   if (argv.includes("--dry-run")) {
-    for (const e of evs) console.log(JSON.stringify(e));
+    for (const e of evs) console.log(JSON.stringify(withSource(e, SOURCE))); // as the producer sends them
     return;
   }
-  const { Kafka, Partitioners } = await import("kafkajs"); // only needed to really produce
-  const kafka = new Kafka({ clientId: "canopy-example-ts", brokers: flag("brokers", "127.0.0.1:9092").split(",") });
-  const producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, idempotent: true });
-  await producer.connect();
-  const trace = randomBytes(16).toString("hex"); // one trace for the run: its wakes' spans continue it
+  const prefix = topic.match(/^(.+)\.agent-events\.v1$/)?.[1];
+  if (!prefix) throw new Error(`--topic ${topic}: want <prefix>.agent-events.v1`);
+  const producer = new Producer(flag("brokers", "127.0.0.1:9092"), { source: SOURCE, prefix, clientId: "canopy-example-ts" });
   try {
-    await producer.send({ topic, messages: evs.map((e) => ({ key: run, value: JSON.stringify(e), headers: {
-      "content-type": "application/cloudevents+json", traceparent: `00-${trace}-${randomBytes(8).toString("hex")}-01` } })) });
+    const trace = randomBytes(16).toString("hex"); // one trace for the run: its wakes' spans continue it
+    await producer.send(evs, { traceparent: `00-${trace}-${randomBytes(8).toString("hex")}-01` });
   } finally {
-    await producer.disconnect();
+    await producer.close();
   }
   console.error(`produced ${evs.length} events of run ${run} to ${topic}`);
 }
