@@ -312,9 +312,6 @@ func TestRun(t *testing.T) {
 // mix when no rate is given; and the report's targets are the medians of
 // the runs, with their range.
 func TestRunRepeated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts projector processes")
-	}
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "projector")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/projector").CombinedOutput(); err != nil {

@@ -237,7 +237,7 @@ func (h *Harness) runSteady(ctx context.Context) (*ScenarioResult, error) {
 	}
 	inWindow := s.reader.stats().projected
 	s.drain(ctx, 15*time.Second)
-	ss, _, scrapeErr := scrapeStages(ctx, metrics)
+	ss, scrapeErr := scrapeStages(ctx, metrics)
 	st := s.sampler.close()
 	r := s.result("steady", fmt.Sprintf("steady state: %s events/s (%s) from %d runs under way (%d nodes; %.0f%% huge runs of %s nodes), %s human inputs/s through the gateway, 1 projector instance",
 		num(rate), why, h.cfg.Runs, h.cfg.Nodes, 100*max(h.cfg.HugeShare, 0), num(float64(h.cfg.HugeNodes)), num(h.cfg.HumanRate)), "open-loop", 1, st)
@@ -256,7 +256,7 @@ func (h *Harness) runSteady(ctx context.Context) (*ScenarioResult, error) {
 			num(r.AggregatedConsumeRate), num(r.AggregatedPublishRate)))
 	}
 	if scrapeErr != nil {
-		r.Notes = append(r.Notes, fmt.Sprintf("the projector's /metrics could not be read at the end (no stages, no memory limit): %v", scrapeErr))
+		r.Notes = append(r.Notes, fmt.Sprintf("the projector's /metrics could not be read at the end (no stages): %v", scrapeErr))
 	} else {
 		r.Notes = append(r.Notes, stagesNote(ss))
 	}
@@ -376,18 +376,14 @@ func (h *Harness) openLoopWithHumans(ctx context.Context, s *stage, mix *workloa
 	return err
 }
 
-// scrapeStages reads the priority path's stages and the memory limit from
-// a projector's /metrics.
-func scrapeStages(ctx context.Context, url string) ([]stageFigures, float64, error) {
+// scrapeStages reads the priority path's stages from a projector's
+// /metrics.
+func scrapeStages(ctx context.Context, url string) ([]stageFigures, error) {
 	fams, err := scrapeFamilies(ctx, &http.Client{Timeout: 5 * time.Second}, url)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	var limit float64
-	if f := fams["canopy_projector_memory_limit_bytes"]; f != nil && len(f.GetMetric()) > 0 {
-		limit = f.GetMetric()[0].GetGauge().GetValue()
-	}
-	return stages(fams), limit, nil
+	return stages(fams), nil
 }
 
 // growCheckpoints are the run sizes grow measures at.
