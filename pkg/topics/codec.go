@@ -515,7 +515,7 @@ func splitObject(b []byte) (members, bool) {
 	if v.i >= len(b) || b[v.i] != '{' {
 		return nil, false
 	}
-	ms := (*membersPool.Get().(*members))[:0]
+	ms := newMembers()
 	v.ms = &ms
 	ok := v.value(0)
 	v.space()
@@ -545,7 +545,7 @@ func decodeObjectTwoPass(b []byte) (members, error) {
 	// map for them cost more than the scan. Pooled: every event decodes two
 	// objects (its attributes and its data), and the slices were a quarter
 	// of the projector's allocated bytes (BenchmarkEventPath).
-	ms := (*membersPool.Get().(*members))[:0]
+	ms := newMembers()
 	s.i++ // {
 	s.skipSpace()
 	if s.peek() == '}' {
@@ -575,18 +575,28 @@ type member struct {
 // members are a JSON object's members in order.
 type members []member
 
-// membersPool recycles decodeObject's slices; free puts one back.
-var membersPool = sync.Pool{New: func() any { ms := make(members, 0, 16); return &ms }}
+// pooledMembers is the capacity of membersPool's arrays: an event has a
+// dozen attributes, and its data a handful of fields.
+const pooledMembers = 16
+
+// membersPool recycles decodeObject's slices; free puts one back. It holds
+// array pointers, not slices, so that a Put allocates no slice header.
+var membersPool = sync.Pool{New: func() any { return new([pooledMembers]member) }}
+
+// newMembers returns an empty slice from membersPool.
+func newMembers() members {
+	return membersPool.Get().(*[pooledMembers]member)[:0]
+}
 
 // free returns ms to the pool: nothing may use it, nor a member's name,
 // after (the raw values are slices of the decoded bytes, not of ms).
 func (ms members) free() {
-	if cap(ms) == 0 || cap(ms) > 256 {
+	if cap(ms) != pooledMembers {
 		return // none, or one grown by an outsized object: let it go
 	}
-	clear(ms[:cap(ms)])
-	ms = ms[:0]
-	membersPool.Put(&ms)
+	arr := (*[pooledMembers]member)(ms[:pooledMembers])
+	clear(arr[:])
+	membersPool.Put(arr)
 }
 
 // get returns the value of name; a repeated name's last value counts, as in
@@ -622,7 +632,7 @@ func unquote(raw []byte) (string, bool) {
 		return "", false
 	}
 	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 {
-		return string(inner), true // nothing to unescape
+		return intern(inner), true // nothing to unescape
 	}
 	var s string
 	err := json.Unmarshal(raw, &s)

@@ -52,13 +52,7 @@ var fastFields = func() map[reflect.Type]map[string]fastField {
 			if !tagged {
 				continue
 			}
-			name := tag
-			for j := range tag {
-				if tag[j] == ',' {
-					name = tag[:j]
-					break
-				}
-			}
+			name := jsonName(tag)
 			k := kindOf(sf.Type)
 			if k == 0 {
 				ok = false
