@@ -193,15 +193,16 @@ func (r *Run) mark(kind byte, id string) {
 	if r.dirty == nil {
 		return
 	}
+	d := r.dirty
 	switch kind {
 	case 'n':
-		r.dirty.nodes[id] = struct{}{}
+		addTo(&d.nodes, id)
 	case 'q':
-		r.dirty.requests[id] = struct{}{}
+		addTo(&d.requests, id)
 	case 'c':
-		r.dirty.handles[id] = struct{}{}
+		addTo(&d.handles, id)
 	case 'p':
-		r.dirty.plans[id] = struct{}{}
+		addTo(&d.plans, id)
 	}
 }
 
@@ -209,7 +210,7 @@ func (r *Run) mark(kind byte, id string) {
 // no more), when the run is persisted: its step record is written again.
 func (r *Run) markStep(plan string, band, step int) {
 	if r.dirty != nil {
-		r.dirty.steps[stepRef{plan, band, step / stepsPerRecord}] = struct{}{}
+		addTo(&r.dirty.steps, stepRef{plan, band, step / stepsPerRecord})
 	}
 }
 
@@ -217,7 +218,7 @@ func newRun(id string) *Run {
 	return &Run{
 		id:          id,
 		nodes:       make(map[string]*node),
-		ids:         idWindow{set: make(map[string]uint64)},
+		ids:         idWindow{set: make(map[uint64]uint64)},
 		urgent:      newTimedTree(newestFirst),
 		leases:      newTimedTree(soonestFirst),
 		signals:     newTimedTree(newestFirst),

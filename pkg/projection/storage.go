@@ -500,9 +500,47 @@ type dirt struct {
 	activity bool
 }
 
-func newDirt() *dirt {
-	return &dirt{nodes: map[string]struct{}{}, requests: map[string]struct{}{}, handles: map[string]struct{}{}, plans: map[string]struct{}{},
-		steps: map[stepRef]struct{}{}}
+func newDirt() *dirt { return &dirt{} }
+
+// addTo adds k to the set *m, making it on first use: a run that is not
+// changing holds no maps.
+func addTo[K comparable](m *map[K]struct{}, k K) {
+	if *m == nil {
+		*m = make(map[K]struct{})
+	}
+	(*m)[k] = struct{}{}
+}
+
+// keptDirt is the most entries a set or the journal of dirt keeps its room
+// for when it is reset.
+const keptDirt = 64
+
+// reset empties d for the next commit. A set or journal that stayed small
+// keeps its room, so that a run changing in every commit does not make
+// its maps again each time (they were most of the allocations a commit
+// made per run); a burst's large ones are dropped, so that a run does not
+// hold them for the rest of its life.
+func (d *dirt) reset() {
+	d.meta, d.activity, d.legacy = false, false, nil
+	resetSet(&d.nodes)
+	resetSet(&d.requests)
+	resetSet(&d.handles)
+	resetSet(&d.plans)
+	resetSet(&d.steps)
+	clear(d.journal) // its entries' pointers
+	if cap(d.journal) > keptDirt {
+		d.journal = nil
+	} else {
+		d.journal = d.journal[:0]
+	}
+}
+
+func resetSet[K comparable](m *map[K]struct{}) {
+	if len(*m) > keptDirt {
+		*m = nil
+	} else {
+		clear(*m)
+	}
 }
 
 func (d *dirt) empty() bool {
@@ -582,7 +620,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 		c.set(runKey(r.id, 'a', ""), enc)
 	}
 	writeJournal(c, r, d, keep)
-	r.dirty = newDirt()
+	d.reset()
 	return nil
 }
 
