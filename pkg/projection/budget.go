@@ -82,7 +82,7 @@ func (b *Budget) Stats() BudgetStats {
 const (
 	footprintRun     = 2800 // a run's struct, its maps and index trees, empty
 	footprintNode    = 1130 // a node: its struct, map entry, index entries
-	footprintID      = 75   // an event id in the dedupe window (ring + set, its content hash)
+	footprintID      = 40   // an event id in the dedupe window: its hash in ring and set, its content hash
 	footprintHistory = 110  // a history entry
 	footprintRequest = 160  // an open request, its map entry and timer
 	// A node of a run larger than Config.MaxHotNodesPerRun that is not in

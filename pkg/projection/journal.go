@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -182,26 +184,37 @@ func decodeJournal(v []byte, first int64) ([]journalEntry, error) {
 // full, each with the hash of the content applied under it (0: unknown): an
 // event whose id is here is a duplicate when its content hashes alike, a
 // conflict otherwise (Config.DedupeWindow; content.go).
+//
+// An id is held as its 64-bit xxhash (idKey), as artifact ids are
+// (activity.go), not as its string: a full window of 1,024 ids cost a run
+// about 90 KB with the strings (the largest part of a busy run's memory),
+// and costs about 30 KB so. Two ids of one window alike by hash have odds
+// of about n²/2^65 (3e-14 at 1,024): the odds the content hash already
+// takes of telling a conflict from a duplicate. The journal keeps the ids
+// themselves, so a restart rebuilds the window from them.
 type idWindow struct {
-	set  map[string]uint64
-	ring []string
+	set  map[uint64]uint64
+	ring []uint64
 	head int
 }
+
+// idKey is what idWindow holds of an event id.
+func idKey(id string) uint64 { return xxhash.Sum64String(id) }
 
 // lookup returns the content hash id was applied with, and whether it is
 // in the window.
 func (w *idWindow) lookup(id string) (hash uint64, ok bool) {
-	hash, ok = w.set[id]
+	hash, ok = w.set[idKey(id)]
 	return hash, ok
 }
 
 // age is how many ids were pushed after id (0: the newest), for an id in
 // the window: a linear scan, for the rare conflict that asks.
 func (w *idWindow) age(id string) int {
-	n := len(w.ring)
-	for k := range n {
-		if w.ring[(w.head+k)%n] == id {
-			return n - 1 - k
+	n, k := len(w.ring), idKey(id)
+	for i := range n {
+		if w.ring[(w.head+i)%n] == k {
+			return n - 1 - i
 		}
 	}
 	return -1
@@ -211,23 +224,24 @@ func (w *idWindow) age(id string) int {
 // held.
 func (w *idWindow) push(id string, hash uint64, size int) {
 	if w.set == nil {
-		w.set = make(map[string]uint64)
+		w.set = make(map[uint64]uint64)
 	}
 	if size <= 0 {
 		return
 	}
+	k := idKey(id)
 	if len(w.ring) < size {
 		if w.ring == nil {
-			w.ring = make([]string, 0, min(size, 16)) // most runs are small
+			w.ring = make([]uint64, 0, min(size, 16)) // most runs are small
 		}
-		w.ring = append(w.ring, id)
-		w.set[id] = hash
+		w.ring = append(w.ring, k)
+		w.set[k] = hash
 		return
 	}
 	delete(w.set, w.ring[w.head])
-	w.ring[w.head] = id
+	w.ring[w.head] = k
 	w.head = (w.head + 1) % len(w.ring)
-	w.set[id] = hash
+	w.set[k] = hash
 }
 
 // journalKeep is how many of its last entries a run's journal must keep:

@@ -161,7 +161,7 @@ func fullDump(t *testing.T, p *Projection, run string) string {
 	n := len(r.ids.ring)
 	for k := range n {
 		id := r.ids.ring[(r.ids.head+k)%n]
-		fmt.Fprintf(&s, "id %q %#x\n", id, r.ids.set[id])
+		fmt.Fprintf(&s, "id %#016x %#x\n", id, r.ids.set[id])
 	}
 	return s.String()
 }
