@@ -124,11 +124,21 @@ func (s *stats) counts() Counts {
 
 // Status reads the instance: it is running, since it is its own instance.
 func (p *Projector) Status() Status {
-	c := p.stats.counts()
-	c.Throttles, c.Throttled = p.gov.throttles.Load(), time.Duration(p.gov.throttledNanos.Load())
-	return Status{Running: true, Owned: p.Owned(), Lag: p.lag(), Stalled: p.stalledNow(),
-		Memory: p.cfg.Projection.Memory.Stats(), MemoryLimit: p.cfg.MemoryLimit, Pebble: p.pebbleMetrics(), Counts: c,
-		QueuedBytes: p.queuedBytes(), Throttling: p.gov.throttling.Load()}
+	st := Status{Running: true, Owned: p.Owned(), Lag: p.lag(), Stalled: p.stalledNow(),
+		Memory: p.cfg.Projection.Memory.Stats(), MemoryLimit: p.cfg.MemoryLimit, Pebble: p.pebbleMetrics(), Counts: p.stats.counts()}
+	p.intakeStatus(&st)
+	return st
+}
+
+// intakeStatus adds the intake's figures (intake.go) to st: what is
+// queued, and the governor's pauses. A projector built without a governor
+// (by hand, in tests) has none.
+func (p *Projector) intakeStatus(st *Status) {
+	st.QueuedBytes = p.queuedBytes()
+	if g := p.gov; g != nil {
+		st.Counts.Throttles, st.Counts.Throttled = g.throttles.Load(), time.Duration(g.throttledNanos.Load())
+		st.Throttling = g.throttling.Load()
+	}
 }
 
 // queuedBytes is what the agent records waiting for the workers hold.

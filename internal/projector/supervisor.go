@@ -339,6 +339,7 @@ func (s *Supervisor) Status() Status {
 	st := Status{Lag: s.lag(), Stalled: s.stalled(), Memory: s.cfg.Projection.Memory.Stats(), MemoryLimit: s.cfg.MemoryLimit}
 	if cur != nil {
 		st.Running, st.Owned, st.Pebble, st.Counts = true, cur.Owned(), cur.pebbleMetrics(), cur.stats.counts()
+		cur.intakeStatus(&st)
 	}
 	st.Counts.RestoredRecords += before
 	return st

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/canopy-dev/canopy/internal/kafkaconn"
 )
@@ -42,5 +43,29 @@ func TestSupervisorCountsReplacedRestores(t *testing.T) {
 	s.swap(b) // the same instance again counts nothing twice
 	if c := s.Status().Counts; c.RestoredRecords != 127 {
 		t.Fatalf("after swapping in the same instance: %d restored, want 127", c.RestoredRecords)
+	}
+}
+
+// TestSupervisorReportsTheIntake: the Supervisor's Status (what the
+// metrics read) carries its instance's intake: the bytes queued for the
+// partitions and the governor's pauses, as the instance's own does.
+func TestSupervisorReportsTheIntake(t *testing.T) {
+	s, err := NewSupervisor(Config{Kafka: kafkaconn.Conn{Brokers: []string{"127.0.0.1:1"}}, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Projector{}
+	p.gov = &governor{p: p}
+	p.gov.throttles.Store(3)
+	p.gov.throttledNanos.Store(int64(2 * time.Second))
+	p.gov.throttling.Store(true)
+	w := &worker{p: p}
+	w.in.pendingBytes.Store(5 << 20)
+	p.workers = map[int32]*worker{0: w}
+	s.swap(p)
+	st := s.Status()
+	if st.QueuedBytes != 5<<20 || st.Counts.Throttles != 3 || st.Counts.Throttled != 2*time.Second || !st.Throttling {
+		t.Fatalf("Supervisor.Status: queued %d, throttles %d for %v, throttling %v; want 5 MiB, 3 for 2s, true",
+			st.QueuedBytes, st.Counts.Throttles, st.Counts.Throttled, st.Throttling)
 	}
 }

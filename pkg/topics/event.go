@@ -606,6 +606,17 @@ func plainPath(v string) bool {
 	return true
 }
 
+// printableASCII reports whether v is ASCII without control characters:
+// valid UTF-8 of one byte per code point, none of them a control.
+func printableASCII(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // checkID enforces the contract for identifiers (IDProblem).
 func checkID(ps *problems, field, v string, required bool) {
 	if v == "" {
@@ -624,6 +635,9 @@ func checkID(ps *problems, field, v string, required bool) {
 // CodeInvalidUTF8), at most MaxIDLength code points, without control
 // characters. It is "" when v is one.
 func IDProblem(v string) string {
+	if len(v) <= MaxIDLength && printableASCII(v) {
+		return "" // most ids: one pass over the bytes answers
+	}
 	if msg := TextProblem(v); msg != "" {
 		return msg
 	}

@@ -135,12 +135,69 @@ func isRFC3339(s string) bool {
 	return false
 }
 
-// ParseTime parses an RFC 3339 timestamp into a Time.
-func ParseTime(s string) (Time, error) {
+// parseTime is time.Parse of an RFC 3339 timestamp, with the grammar's
+// checks that time.Parse leaves out (isRFC3339); the form nearly every
+// producer sends, in UTC, is read without it (parseUTC).
+func parseTime(s string) (time.Time, error) {
+	if p, ok := parseUTC(s); ok {
+		return p, nil
+	}
 	p, err := time.Parse(time.RFC3339Nano, s)
 	if err == nil && !isRFC3339(s) {
 		err = errors.New("not RFC 3339")
 	}
+	return p, err
+}
+
+// parseUTC reads YYYY-MM-DDTHH:MM:SS[.fraction]Z, with 1 to 9 digits of
+// fraction, a valid date and a year from 0001, as time.Parse does; ok is
+// false for any other text (time.Parse then says what it is). It is a
+// fifth of the cost of time.Parse, which was a tenth of decoding an event
+// (FuzzParseUTC holds the two to the same answers).
+func parseUTC(s string) (_ time.Time, ok bool) {
+	if len(s) < 20 || len(s) > 30 || s[len(s)-1] != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	num := func(from, to int) int {
+		n := 0
+		for i := from; i < to; i++ {
+			c := s[i]
+			if c < '0' || c > '9' {
+				ok = false
+				return 0
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	ok = true
+	year, month, day := num(0, 4), num(5, 7), num(8, 10)
+	hour, minute, sec := num(11, 13), num(14, 16), num(17, 19)
+	ns := 0
+	if frac := s[19 : len(s)-1]; frac != "" {
+		if frac[0] != '.' || len(frac) < 2 || len(frac) > 10 {
+			return time.Time{}, false
+		}
+		ns = num(20, len(s)-1)
+		for range 10 - len(frac) {
+			ns *= 10
+		}
+	}
+	if !ok || year < 1 || month < 1 || month > 12 || day < 1 || day > daysIn(time.Month(month), year) ||
+		hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, ns, time.UTC), true
+}
+
+// daysIn is the number of days of month in year.
+func daysIn(month time.Month, year int) int {
+	return time.Date(year, month+1, 0, 0, 0, 0, 0, time.UTC).Day()
+}
+
+// ParseTime parses an RFC 3339 timestamp into a Time.
+func ParseTime(s string) (Time, error) {
+	p, err := parseTime(s)
 	if err != nil {
 		return Time{}, fmt.Errorf("want an RFC 3339 timestamp like 2026-02-14T10:40:00Z, got %q", clip(s, 40))
 	}
