@@ -50,7 +50,7 @@ func (w *worker) apply(b batch, human bool) (done int) {
 		at.offsets[r.Topic] = r.Offset + 1
 		at.consumed++
 		// Kept until a commit carries it: a rewind applies it again.
-		w.poison.applied = append(w.poison.applied, applied{r: r, human: human, counted: true})
+		w.poison.applied = append(w.poison.applied, appliedOf(r, human, true, false))
 		w.applyRecord(r, human, span)
 		last = r
 	}

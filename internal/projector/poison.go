@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -104,12 +105,33 @@ func (w *worker) recovered(where string, v any, run string) error {
 }
 
 // applied is a record the worker applied (or tried to) and has not yet
-// seen committed; human says which input lane it came from, counted that
-// its outcome was reported to the hooks (a rewind applies it again
-// without reporting it twice).
+// seen committed: its topic and offset in the worker's partition; human
+// says which input lane it came from, counted that its outcome was
+// reported to the hooks (a rewind applies it again without reporting it
+// twice).
+//
+// r is the record itself only where the worker holds it anyway (taken off
+// a channel and not applied: keep) or once a rewind has read it again from
+// the broker (refetch). The records of the commit being built and of the
+// one in flight are not held: a record points into its fetch's
+// decompressed batch, and under a backlog those were up to two commits of
+// fetched data per partition kept alive, a seventh of the heap (the bench's
+// priority scenario), for the rare rewind.
 type applied struct {
+	topic          string
+	offset         int64
 	r              *kgo.Record
 	human, counted bool
+}
+
+// appliedOf is r as applied, held (a rewind needs it and cannot fetch it
+// again: it was not applied) or not.
+func appliedOf(r *kgo.Record, human, counted, hold bool) applied {
+	a := applied{topic: r.Topic, offset: r.Offset, human: human, counted: counted}
+	if hold {
+		a.r = r
+	}
+	return a
 }
 
 // recordKey identifies a record for the attempt counts.
@@ -118,7 +140,7 @@ type recordKey struct {
 	offset int64
 }
 
-func keyOf(a applied) recordKey { return recordKey{a.r.Topic, a.r.Offset} }
+func keyOf(a applied) recordKey { return recordKey{a.topic, a.offset} }
 
 // poisonState is what the worker knows of its failures: the one that asks
 // for a rewind, or stops it; what to apply again, and how often each record
@@ -202,7 +224,7 @@ func (w *worker) keep(rs []*kgo.Record, human bool) {
 		return
 	}
 	for _, r := range rs {
-		w.poison.rest = append(w.poison.rest, applied{r: r, human: human})
+		w.poison.rest = append(w.poison.rest, appliedOf(r, human, false, true))
 	}
 	if !human {
 		w.dequeued(rs) // no longer queued: the rewind has them
@@ -233,6 +255,11 @@ func (w *worker) rewind() bool {
 	again = append(again, ps.rest...)
 	taken := ps.taken
 	ps.applied, ps.rest, ps.taken = nil, nil, nil
+	if err := w.refetch(again); err != nil {
+		ps.stopping = true
+		w.p.fail(fmt.Errorf("projector: partition %d: rewinding after %v: %w", w.part, cause, err))
+		return false
+	}
 
 	// Blame: a record that failed alone, or a run's wake raised by timers
 	// alone. Anything else is narrowed down by the careful commits.
@@ -289,6 +316,80 @@ func (w *worker) rewind() bool {
 		}
 	}
 	return true
+}
+
+// refetchTimeout bounds refetch: past it the rewind gives up, and the
+// instance fails as for any failure a rewind does not mend (its
+// replacement consumes from the last commit).
+const refetchTimeout = 30 * time.Second
+
+// refetch reads again from the broker, into again, the records a rewind
+// applies again that the worker does not hold (applied): those of the
+// worker's partition from the first one's offset on, as the group's
+// consumer read them (the same isolation level).
+func (w *worker) refetch(again []applied) error {
+	want := map[string]map[int64]int{} // topic → offset → index in again
+	from := map[string]kgo.Offset{}
+	left := 0
+	for i, a := range again {
+		if a.r != nil {
+			continue
+		}
+		if want[a.topic] == nil {
+			want[a.topic] = map[int64]int{}
+		}
+		if _, ok := want[a.topic][a.offset]; !ok {
+			left++
+		}
+		want[a.topic][a.offset] = i
+		if o, ok := from[a.topic]; !ok || a.offset < o.EpochOffset().Offset {
+			from[a.topic] = kgo.NewOffset().At(a.offset)
+		}
+	}
+	if left == 0 {
+		return nil
+	}
+	parts := map[string]map[int32]kgo.Offset{}
+	for topic, o := range from {
+		parts[topic] = map[int32]kgo.Offset{w.part: o}
+	}
+	cl, err := kgo.NewClient(append(slices.Clip(w.p.common), kgo.ConsumePartitions(parts))...)
+	if err != nil {
+		return fmt.Errorf("fetching again the records not committed: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(w.ctx, refetchTimeout)
+	defer cancel()
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("fetching again the records not committed: %d not found: %w", left, err)
+		}
+		for _, fe := range fs.Errors() {
+			return fmt.Errorf("fetching again the records not committed: %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if i, ok := want[r.Topic][r.Offset]; ok {
+				delete(want[r.Topic], r.Offset)
+				again[i].r = r
+				left--
+			}
+		})
+	}
+	w.p.log.Info("rewind: fetched the records not committed again", "partition", w.part, "records", len(again))
+	// An offset listed twice (applied, then lost with its commit) is the
+	// same record.
+	for i := range again {
+		if again[i].r == nil {
+			for j := range again {
+				if again[j].r != nil && keyOf(again[j]) == keyOf(again[i]) {
+					again[i].r = again[j].r
+					break
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // reopen drops the partition's state in memory and everything applied and
