@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+
+	"github.com/canopy-dev/canopy/pkg/snapshot"
 )
 
 // Budget bounds the memory of hot runs, the runs kept in memory, in bytes,
@@ -256,6 +258,9 @@ func (p *Projection) evict() {
 			byteTarget = int64(float64(p.hotBytes) * float64(limit) * 0.8 / float64(used))
 		}
 	}
+	if b := p.cfg.Memory; b == nil || float64(b.used.Load()) < cacheAgain*float64(b.inForce()) {
+		p.cacheAgain()
+	}
 	if nodeTarget == p.hotNodes && byteTarget == p.hotBytes {
 		return
 	}
@@ -274,4 +279,44 @@ func (p *Projection) evict() {
 		p.drop(r)
 		p.evictions++
 	}
+	p.shedDigests(byteTarget, byAge)
+}
+
+// shedDigests empties the digest caches of runs, least recently used
+// first, while the projection holds more than target bytes after eviction,
+// and stops them caching until it is well under its budget again
+// (cacheAgain). Under a backlog every run changes in every commit, so none
+// can be evicted, and their caches were the largest part of them that is
+// not state: a tenth of the heap in the bench's priority scenario, about
+// 1 KB per node of the last snapshot, made again at each run's next wake.
+// A cache only saves digesting and encoding nodes at the next build, a few
+// microseconds a node.
+func (p *Projection) shedDigests(target int64, byAge []*Run) {
+	for _, r := range byAge {
+		if p.hotBytes <= target {
+			return
+		}
+		if p.runs[r.id] != r || r.uncached {
+			continue
+		}
+		r.digests, r.uncached = snapshot.Cache{}, true
+		p.shedding = true
+		p.account(r)
+	}
+}
+
+// cacheAgain is the share of the budget in force under which runs cache
+// their digests again: below eviction's 80%, so that caching does not
+// start and stop at every other commit.
+const cacheAgain = 0.6
+
+// cacheAgain lets the runs shedDigests stopped cache their digests again.
+func (p *Projection) cacheAgain() {
+	if !p.shedding {
+		return
+	}
+	for _, r := range p.runs {
+		r.uncached = false
+	}
+	p.shedding = false
 }

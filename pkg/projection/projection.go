@@ -39,6 +39,9 @@ type Projection struct {
 	// nodes in memory at their last account, to trim after the next
 	// commit (budget.go).
 	large map[string]*Run
+	// shedding: shedDigests stopped runs caching their digests, until the
+	// projection is well under its budget again (cacheAgain).
+	shedding bool
 	// hotBytes is the estimated footprint of the runs in memory, published
 	// the last time the shared Budget was told (budget.go); hits, misses
 	// and evictions are counted here until then.

@@ -174,6 +174,9 @@ type Run struct {
 	// only the nodes that changed. In memory only, bounded by the limits'
 	// max_nodes (snapshot.Cache), never persisted.
 	digests snapshot.Cache
+	// uncached is set while the projection is over its memory budget
+	// (Projection.shedDigests): builds keep no digests.
+	uncached bool
 
 	// Persistence, when the run belongs to a Storage: what changed since the
 	// last commit (nil when nothing persists the run), the journal chunks
@@ -359,7 +362,12 @@ func (r *Run) walk(t *btree.BTreeG[timed]) iter.Seq[snapshot.Node] {
 // DigestCache implements snapshot.CachingTree: Build may reuse the digests
 // of the nodes that did not change since the last wake. The cache checks
 // each node's facts itself, so no change to a node needs to reach it.
-func (r *Run) DigestCache() *snapshot.Cache { return &r.digests }
+func (r *Run) DigestCache() *snapshot.Cache {
+	if r.uncached {
+		return nil
+	}
+	return &r.digests
+}
 
 // ActiveCorrelations implements snapshot.Tree.
 func (r *Run) ActiveCorrelations() iter.Seq[string] {
