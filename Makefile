@@ -77,6 +77,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeText$$' -fuzztime $(FUZZTIME) ./pkg/topics
 	$(GO) test -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME) ./pkg/topics
 	$(GO) test -run '^$$' -fuzz '^FuzzIsRFC3339$$' -fuzztime $(FUZZTIME) ./pkg/topics
+	$(GO) test -run '^$$' -fuzz '^FuzzParseUTC$$' -fuzztime $(FUZZTIME) ./pkg/topics
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime $(FUZZTIME) ./pkg/topics
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./pkg/snapshot
 	$(GO) test -run '^$$' -fuzz '^FuzzRedact$$' -fuzztime $(FUZZTIME) ./pkg/redact

@@ -249,12 +249,7 @@ func (w *worker) rewind() bool {
 	cause := ps.cause
 	ps.cause = nil
 	w.p.hooks.Rewound(w.part, cause)
-	again := ps.lost
-	ps.lost = nil
-	again = append(again, ps.applied...)
-	again = append(again, ps.rest...)
-	taken := ps.taken
-	ps.applied, ps.rest, ps.taken = nil, nil, nil
+	again, taken := ps.takeUncommitted()
 	if err := w.refetch(again); err != nil {
 		ps.stopping = true
 		w.p.fail(fmt.Errorf("projector: partition %d: rewinding after %v: %w", w.part, cause, err))
@@ -316,6 +311,18 @@ func (w *worker) rewind() bool {
 		}
 	}
 	return true
+}
+
+// takeUncommitted takes what a rewind applies again, in the order it was
+// applied (a failed commit's records, those applied since, those taken
+// off a channel and not applied), and the careful commit's records being
+// applied when it failed.
+func (ps *poisonState) takeUncommitted() (again, taken []applied) {
+	again = append(ps.lost, ps.applied...)
+	again = append(again, ps.rest...)
+	taken = ps.taken
+	ps.lost, ps.applied, ps.rest, ps.taken = nil, nil, nil, nil
+	return again, taken
 }
 
 // refetchTimeout bounds refetch: past it the rewind gives up, and the
