@@ -335,30 +335,23 @@ const refetchTimeout = 30 * time.Second
 // worker's partition from the first one's offset on, as the group's
 // consumer read them (the same isolation level).
 func (w *worker) refetch(again []applied) error {
-	want := map[string]map[int64]int{} // topic → offset → index in again
-	from := map[string]kgo.Offset{}
-	left := 0
-	for i, a := range again {
+	need := map[recordKey]bool{}
+	from := map[string]int64{} // topic → the first offset to read
+	for _, a := range again {
 		if a.r != nil {
 			continue
 		}
-		if want[a.topic] == nil {
-			want[a.topic] = map[int64]int{}
-		}
-		if _, ok := want[a.topic][a.offset]; !ok {
-			left++
-		}
-		want[a.topic][a.offset] = i
-		if o, ok := from[a.topic]; !ok || a.offset < o.EpochOffset().Offset {
-			from[a.topic] = kgo.NewOffset().At(a.offset)
+		need[keyOf(a)] = true
+		if o, ok := from[a.topic]; !ok || a.offset < o {
+			from[a.topic] = a.offset
 		}
 	}
-	if left == 0 {
+	if len(need) == 0 {
 		return nil
 	}
 	parts := map[string]map[int32]kgo.Offset{}
 	for topic, o := range from {
-		parts[topic] = map[int32]kgo.Offset{w.part: o}
+		parts[topic] = map[int32]kgo.Offset{w.part: kgo.NewOffset().At(o)}
 	}
 	cl, err := kgo.NewClient(append(slices.Clip(w.p.common), kgo.ConsumePartitions(parts))...)
 	if err != nil {
@@ -367,35 +360,27 @@ func (w *worker) refetch(again []applied) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(w.ctx, refetchTimeout)
 	defer cancel()
-	for left > 0 {
+	got := make(map[recordKey]*kgo.Record, len(need))
+	for len(got) < len(need) {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("fetching again the records not committed: %d not found: %w", left, err)
+			return fmt.Errorf("fetching again the records not committed: %d of %d not found: %w", len(need)-len(got), len(need), err)
 		}
 		for _, fe := range fs.Errors() {
 			return fmt.Errorf("fetching again the records not committed: %s/%d: %w", fe.Topic, fe.Partition, fe.Err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if i, ok := want[r.Topic][r.Offset]; ok {
-				delete(want[r.Topic], r.Offset)
-				again[i].r = r
-				left--
+			if k := (recordKey{r.Topic, r.Offset}); need[k] {
+				got[k] = r
 			}
 		})
 	}
-	w.p.log.Info("rewind: fetched the records not committed again", "partition", w.part, "records", len(again))
-	// An offset listed twice (applied, then lost with its commit) is the
-	// same record.
 	for i := range again {
 		if again[i].r == nil {
-			for j := range again {
-				if again[j].r != nil && keyOf(again[j]) == keyOf(again[i]) {
-					again[i].r = again[j].r
-					break
-				}
-			}
+			again[i].r = got[keyOf(again[i])]
 		}
 	}
+	w.p.log.Info("rewind: fetched the records not committed again", "partition", w.part, "records", len(got))
 	return nil
 }
 

@@ -258,7 +258,7 @@ func (p *Projection) evict() {
 			byteTarget = int64(float64(p.hotBytes) * float64(limit) * 0.8 / float64(used))
 		}
 	}
-	if b := p.cfg.Memory; b == nil || float64(b.used.Load()) < cacheAgain*float64(b.inForce()) {
+	if b := p.cfg.Memory; b == nil || float64(b.used.Load()) < cacheAgainShare*float64(b.inForce()) {
 		p.cacheAgain()
 	}
 	if nodeTarget == p.hotNodes && byteTarget == p.hotBytes {
@@ -305,10 +305,10 @@ func (p *Projection) shedDigests(target int64, byAge []*Run) {
 	}
 }
 
-// cacheAgain is the share of the budget in force under which runs cache
-// their digests again: below eviction's 80%, so that caching does not
-// start and stop at every other commit.
-const cacheAgain = 0.6
+// cacheAgainShare is the share of the budget in force under which runs
+// cache their digests again: below eviction's 80%, so that caching does
+// not start and stop at every other commit.
+const cacheAgainShare = 0.6
 
 // cacheAgain lets the runs shedDigests stopped cache their digests again.
 func (p *Projection) cacheAgain() {
