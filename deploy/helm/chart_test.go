@@ -233,13 +233,17 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	var sts appsv1.StatefulSet
 	r.one(t, "StatefulSet", &sts)
 	c := sts.Spec.Template.Spec.Containers[0]
-	for name, want := range map[string]string{"transaction-timeout": "30s", "max-hot-nodes": "100000", "max-pending": "20000", "chunk": "500", "max-batch": "5000", "memtable-mb": "32"} {
+	for name, want := range map[string]string{"transaction-timeout": "30s", "max-hot-nodes": "100000", "max-pending": "20000", "chunk": "500", "max-batch": "5000", "memtable-mb": "32",
+		"max-queued-bytes": "64MiB", "min-procs": "3"} {
 		if got, _ := arg(c, name); got != want {
 			t.Errorf("-%s=%q, want %q", name, got, want)
 		}
 	}
 	if !slices.Contains(c.Args, "-log-level=debug") {
 		t.Errorf("extraArgs missing from %q", c.Args)
+	}
+	if !slices.Contains(c.Args, "-pprof") {
+		t.Errorf("-pprof missing from %q with pprof: true", c.Args)
 	}
 	for name, want := range map[string]string{"CANOPY_GROUP": "canopy-prod", "CANOPY_TOPIC_PREFIX": "prod", "CANOPY_STANDBY": "true", "CANOPY_TRANSACTIONS": "true", "CANOPY_KAFKA_TLS": "true", "CANOPY_KAFKA_TLS_CA": "/etc/canopy/kafka-ca/ca.pem", "CANOPY_READY_LAG": "2500", "GODEBUG": "madvdontneed=1"} {
 		if e, _ := env(c, name); e.Value != want {
@@ -253,9 +257,21 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 		t.Errorf("replicas %d, want 4", *sts.Spec.Replicas)
 	}
 
-	// Defaults: the grace period is derived from the transaction timeout.
+	// Defaults: the grace period is derived from the transaction timeout;
+	// the queue's bound in bytes is the binary's (from -memory-limit), two
+	// Ps at least, no profiles.
 	r = template(t, "-f", requiredValues, "--set", "projector.transactionTimeoutSeconds=100")
 	r.one(t, "StatefulSet", &sts)
+	c = sts.Spec.Template.Spec.Containers[0]
+	if got, ok := arg(c, "max-queued-bytes"); ok {
+		t.Errorf("-max-queued-bytes=%q by default, want it unset (the binary's default)", got)
+	}
+	if got, _ := arg(c, "min-procs"); got != "2" {
+		t.Errorf("-min-procs=%q by default, want 2", got)
+	}
+	if slices.Contains(c.Args, "-pprof") {
+		t.Errorf("-pprof set by default: %q", c.Args)
+	}
 	if g := sts.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 130 {
 		t.Errorf("derived terminationGracePeriodSeconds %s, want 100+30", ptr(g))
 	}
@@ -703,6 +719,8 @@ func TestSchemaRejects(t *testing.T) {
 		"projector.readyLag=-1",                 // below the minimum
 		"kafka.brokers=kafka",                   // not host:port
 		"otel.protocol=http/json",               // the binaries refuse it at start
+		"projector.maxQueuedBytes=64MB",         // not a unit the binary reads
+		"projector.minProcs=0",                  // below the minimum
 	} {
 		out, err := templateErr(t, "-f", requiredValues, "--set", set)
 		if err == nil || !strings.Contains(string(out), "schema") {

@@ -161,6 +161,11 @@ func TestOTLPExport(t *testing.T) {
 	}
 	var logBuf testenv.Buffer
 	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the projector's and the conductor's log:\n%s", logBuf.String())
+		}
+	})
 	events := telemetry.NewEvents(ot.Logs, logger, nil)
 
 	kc := brokertest.NewKfake(t).Cluster
@@ -233,9 +238,12 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	pctx, pstop := context.WithCancel(ctx)
-	pdone := make(chan error, 1)
-	go func() { pdone <- p.Run(pctx) }()
-	stopProjector := sync.OnceValue(func() error { pstop(); return <-pdone })
+	// pdone closes when the projector returns, with its error in perr: the
+	// wait below ends early if it does.
+	pdone := make(chan struct{})
+	var perr error
+	go func() { defer close(pdone); perr = p.Run(pctx) }()
+	stopProjector := sync.OnceValue(func() error { pstop(); <-pdone; return perr })
 	defer stopProjector()
 
 	obs, err := telemetry.NewWakeObserver(reg, events)
@@ -273,6 +281,11 @@ func TestOTLPExport(t *testing.T) {
 	stopConductor := sync.OnceValue(func() error { wstop(); return <-wdone })
 	defer stopConductor()
 	testenv.WaitFor(t, 60*time.Second, func() error {
+		select {
+		case <-pdone:
+			t.Fatalf("the projector stopped before the conductor had its wakes: %v", perr)
+		default:
+		}
 		if priority.Load() == 0 || normal.Load() < 5 {
 			return fmt.Errorf("the conductor received %d normal and %d priority wakes, want 5 and 1", normal.Load(), priority.Load())
 		}
