@@ -290,6 +290,22 @@ func FuzzDecodeDifferential(f *testing.F) {
 	} {
 		f.Add(structured(f, data(d.typ, d.data)))
 	}
+	// The data member is split with the value in one pass: a repeated
+	// "data" (the last counts), one whose name is escaped, one that is not
+	// an object, objects nested in it.
+	base := structured(f, data(topics.TypeNodeCreated, `{"role":"worker","capability":"c"}`))
+	for _, edit := range []func(string) string{
+		func(v string) string { return `{"data":{"role":"app_agent"},` + v[1:] },
+		func(v string) string { return v[:len(v)-1] + `,"data":{"role":"app_agent","capability":"d"}}` },
+		func(v string) string { return v[:len(v)-1] + `,"dat\u0061":{"role":"app_agent"}}` },
+		func(v string) string { return v[:len(v)-1] + `,"data":"worker"}` },
+		func(v string) string { return v[:len(v)-1] + `,"data":null}` },
+		func(v string) string { return v[:len(v)-1] + `,"data":{"role":"worker","labels":{"data":{"role":1}}}}` },
+		func(v string) string { return v[:len(v)-1] + `,"data":{"role":"worker","role":"app_agent"}}` },
+		func(v string) string { return v[:len(v)-1] + `,"data":{"role":"worker"},"data":{"role":"worker"` },
+	} {
+		f.Add([]byte(edit(string(base))))
+	}
 	f.Fuzz(func(t *testing.T, value []byte) {
 		ev, err := topics.DecodeEvent(value)
 		want, wantErr := topics.DecodeEventOracle(value)

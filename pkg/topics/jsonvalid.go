@@ -1,5 +1,7 @@
 package topics
 
+import "encoding/binary"
+
 // validJSON reports whether b is exactly one JSON value with optional
 // whitespace around it: the same answer as encoding/json.Valid for every
 // input (FuzzValidJSON holds it to that), but in one direct pass rather than
@@ -25,6 +27,13 @@ type validator struct {
 	// ms, when not nil, gets the members of the outermost object as it is
 	// validated (splitObject: one pass for both).
 	ms *members
+	// data, when not nil, gets the members of the outermost object's
+	// member named "data" (unescaped) when its value is an object, and
+	// dataRaw that value (decodeEventObject); a repeated "data" leaves
+	// the last one's, as members.get reads the last.
+	data    *members
+	dataRaw []byte
+	inData  bool
 }
 
 func (v *validator) space() {
@@ -89,12 +98,25 @@ func (v *validator) object(depth int) bool {
 		v.i++
 		v.space()
 		val := v.i
+		capture := v.data != nil && depth == 1 && string(v.b[name:nameEnd]) == `"data"` && v.i < len(v.b) && v.b[v.i] == '{'
+		if capture {
+			*v.data = (*v.data)[:0]
+			v.inData = true
+		}
 		if !v.value(depth) {
 			return false
 		}
-		if v.ms != nil && depth == 1 {
+		if capture {
+			v.inData = false
+			v.dataRaw = v.b[val:v.i]
+		}
+		switch {
+		case v.ms != nil && depth == 1:
 			key, _ := unquote(v.b[name:nameEnd])
 			*v.ms = append(*v.ms, member{key, v.b[val:v.i]})
+		case v.inData && depth == 2:
+			key, _ := unquote(v.b[name:nameEnd])
+			*v.data = append(*v.data, member{key, v.b[val:v.i]})
 		}
 		v.space()
 		if v.i >= len(v.b) {
@@ -149,6 +171,14 @@ func (v *validator) array(depth int) bool {
 func (v *validator) string() bool {
 	v.i++ // "
 	for v.i < len(v.b) {
+		// Eight plain bytes at a time: most of an event is ids and text
+		// with nothing to look at.
+		for len(v.b)-v.i >= 8 && plain8(binary.LittleEndian.Uint64(v.b[v.i:])) {
+			v.i += 8
+		}
+		if v.i >= len(v.b) {
+			break
+		}
 		switch c := v.b[v.i]; {
 		case c == '"':
 			v.i++
@@ -181,6 +211,17 @@ func (v *validator) string() bool {
 		}
 	}
 	return false
+}
+
+// plain8 reports whether none of the eight bytes in x is a quote, a
+// backslash or a control character (below 0x20): bytes a JSON string's
+// scan can step over. Each test is the exact "has a byte that is zero" (or
+// "less than n") bit trick on all eight bytes at once; bytes from 0x80 up,
+// UTF-8's, are plain.
+func plain8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote, backslash := x^(ones*'"'), x^(ones*'\\')
+	return ((quote-ones)&^quote|(backslash-ones)&^backslash|(x-ones*0x20)&^x)&highs == 0
 }
 
 func isHex(c byte) bool {
