@@ -3,10 +3,13 @@ package projection
 import (
 	"bytes"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/canopy-dev/canopy/internal/workload"
 	"github.com/canopy-dev/canopy/pkg/snapshot"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // TestBudgetSqueeze: a squeezed budget's limit in force is the share of its
@@ -112,5 +115,127 @@ func TestEvictShedsDigestCaches(t *testing.T) {
 	build(runs[0])
 	if oldest.digests.Len() == 0 {
 		t.Error("a shed run does not cache again once the projection is well under its budget")
+	}
+}
+
+// TestFreeJournalsReused: the journals a commit empties are kept, within
+// maxFreeJournal, and the next commit's runs grow into them; what they
+// write is what a projection that reuses nothing writes (the histories
+// read back from the store agree, entry for entry).
+func TestFreeJournalsReused(t *testing.T) {
+	var evs []topics.Event
+	for i := range 12 {
+		evs = append(evs, workload.Generate(workload.Spec{RunID: fmt.Sprintf("run-%02d", i), Nodes: 60, Seed: uint64(i + 1)})...)
+	}
+	slices.SortStableFunc(evs, func(a, b topics.Event) int { return a.Time.Std().Compare(b.Time.Std()) })
+	// Commits of sizes that vary: a run's journal outgrows the free one it
+	// took in a small commit, and takes a larger one.
+	commitEvery := func(p *Projection, sizes ...int) {
+		t.Helper()
+		next, k := sizes[0], 0
+		for i := range evs {
+			p.Apply(&evs[i])
+			if i+1 == next || i == len(evs)-1 {
+				k++
+				next += sizes[k%len(sizes)]
+				if err := p.Commit(map[string]int64{"agent-events": int64(i + 1)}); err != nil {
+					t.Fatal(err)
+				}
+				s := p.store
+				free := 0
+				for _, j := range s.journals {
+					if len(j) != 0 || cap(j) <= keptDirt {
+						t.Fatalf("a free journal of %d entries, %d room: want empty ones larger than %d", len(j), cap(j), keptDirt)
+					}
+					for _, e := range j[:cap(j)] {
+						if e != (journalEntry{}) {
+							t.Fatalf("a free journal still holds %+v", e)
+						}
+					}
+					free += cap(j)
+				}
+				if free != s.freeEntries || free > maxFreeJournal {
+					t.Fatalf("free journals hold %d entries of room, counted %d; at most %d", free, s.freeEntries, maxFreeJournal)
+				}
+			}
+		}
+	}
+	reused, plain := newMemStorage(), newMemStorage()
+	p, err := Open(Config{}, reused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitEvery(p, 100, 1200, 300, 900)
+	if len(p.store.journals) == 0 {
+		t.Fatal("no journal was kept after commits of hundreds of events over 12 runs")
+	}
+	// The same events, committed one at a time: no journal outgrows
+	// keptDirt, so none is kept or reused.
+	q, err := Open(Config{}, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitEvery(q, 1)
+	if len(q.store.journals) != 0 {
+		t.Fatalf("%d journals kept by commits of one event", len(q.store.journals))
+	}
+	for i := range 12 {
+		run := fmt.Sprintf("run-%02d", i)
+		a, b := reopen(t, reused), reopen(t, plain)
+		pa, err := a.History(run, "", 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, err := b.History(run, "", 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(pa.Entries, pb.Entries) || len(pa.Entries) == 0 {
+			t.Fatalf("%s: the history read back differs between commits that reuse journals and commits that do not:\n%+v\n%+v", run, pa.Entries, pb.Entries)
+		}
+	}
+}
+
+func reopen(t *testing.T, st Storage) *Projection {
+	t.Helper()
+	p, err := Open(Config{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestGrowJournal: a full journal moves to a larger free one with its
+// entries, and its own room is freed; with none larger, the caller grows
+// it; the free room never passes maxFreeJournal.
+func TestGrowJournal(t *testing.T) {
+	s := &store{}
+	entries := func(n int) []journalEntry {
+		j := make([]journalEntry, n)
+		for i := range j {
+			j[i] = journalEntry{HistoryEntry: HistoryEntry{Seq: int64(i + 1), EventID: fmt.Sprintf("ev-%d", i+1)}, hash: uint64(i)}
+		}
+		return j
+	}
+	s.freeJournal(entries(100))
+	s.freeJournal(entries(300))
+	s.freeJournal(make([]journalEntry, 0, keptDirt)) // too small to keep
+	if len(s.journals) != 2 || s.freeEntries != 400 {
+		t.Fatalf("free journals %d with room %d, want 2 with 400", len(s.journals), s.freeEntries)
+	}
+	full := entries(200)
+	grown := s.growJournal(full)
+	if cap(grown) != 300 || !reflect.DeepEqual(grown, entries(200)) {
+		t.Fatalf("grown: %d entries, room %d; want the 200 entries in the room of 300", len(grown), cap(grown))
+	}
+	if len(s.journals) != 2 || s.freeEntries != 300 || cap(s.journals[1]) != 200 || full[0] != (journalEntry{}) {
+		t.Fatalf("after growing: %d free with room %d; want the 100 and the emptied 200", len(s.journals), s.freeEntries)
+	}
+	if g := s.growJournal(entries(400)[:400:400]); g != nil {
+		t.Fatalf("grew into room %d though no free journal is larger than 400", cap(g))
+	}
+	s.freeJournal(make([]journalEntry, 0, maxFreeJournal))
+	if s.freeEntries > maxFreeJournal {
+		t.Fatalf("free room %d, more than %d", s.freeEntries, maxFreeJournal)
 	}
 }

@@ -150,8 +150,13 @@ func (r *Run) record(ev *topics.Event, hash uint64, n *node, before topics.Statu
 	if cfg.HistorySize > 0 {
 		r.hist.push(e, cfg.HistorySize)
 	}
-	if r.dirty != nil {
-		r.dirty.journal = append(r.dirty.journal, journalEntry{e, hash})
+	if d := r.dirty; d != nil {
+		if len(d.journal) == cap(d.journal) && r.store != nil {
+			if grown := r.store.growJournal(d.journal); grown != nil {
+				d.journal = grown
+			}
+		}
+		d.journal = append(d.journal, journalEntry{e, hash})
 	}
 }
 

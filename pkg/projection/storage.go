@@ -73,7 +73,54 @@ type Storage interface {
 
 // store is the projection's view of its Storage: the runs' encoding
 // (loadRun, write) over any Storage.
-type store struct{ kv Storage }
+type store struct {
+	kv Storage
+	// journals are the journals of dirt that outgrew keptDirt, emptied by
+	// their commit, for the next commit's runs to grow into
+	// (growJournal); freeEntries is their room together, at most
+	// maxFreeJournal. A backlog's commit gathers a few hundred entries per
+	// run, and growing each run's journal again from keptDirt at every
+	// commit was a tenth of the bytes a commit allocated
+	// (BenchmarkEventPath). The projection's goroutine owns them.
+	journals    [][]journalEntry
+	freeEntries int
+}
+
+// maxFreeJournal bounds the entries store.journals hold room for: a
+// commit of Config.MaxBatch records (5,000 in the projector) fills about
+// that many, so the next one finds most of its room here; about 850 KB.
+const maxFreeJournal = 8192
+
+// growJournal returns j's entries in a slice with more room, from the free
+// journals when one has more than j, and gives j's own to them; else nil,
+// and the caller's append grows j. The last freed goes first: the journals
+// of one commit's busiest runs come back together.
+func (s *store) growJournal(j []journalEntry) []journalEntry {
+	for i := len(s.journals) - 1; i >= 0; i-- {
+		f := s.journals[i]
+		if cap(f) > cap(j) {
+			last := len(s.journals) - 1
+			s.journals[i], s.journals[last] = s.journals[last], nil
+			s.journals = s.journals[:last]
+			s.freeEntries -= cap(f)
+			f = append(f, j...)
+			s.freeJournal(j)
+			return f
+		}
+	}
+	return nil
+}
+
+// freeJournal empties j and keeps it for growJournal, within
+// maxFreeJournal.
+func (s *store) freeJournal(j []journalEntry) {
+	clear(j) // its entries' strings
+	if cap(j) <= keptDirt || s.freeEntries+cap(j) > maxFreeJournal {
+		return
+	}
+	s.journals = append(s.journals, j[:0])
+	s.freeEntries += cap(j)
+}
 
 // Get returns the value of a relative key.
 func (s *store) Get(key []byte) ([]byte, bool, error) { return s.kv.Get(key) }
@@ -520,17 +567,19 @@ const keptDirt = 64
 // its maps again each time (they were most of the allocations a commit
 // made per run); a burst's large ones are dropped, so that a run does not
 // hold them for the rest of its life.
-func (d *dirt) reset() {
+// A large journal goes to s's free journals (growJournal).
+func (d *dirt) reset(s *store) {
 	d.meta, d.activity, d.legacy = false, false, nil
 	resetSet(&d.nodes)
 	resetSet(&d.requests)
 	resetSet(&d.handles)
 	resetSet(&d.plans)
 	resetSet(&d.steps)
-	clear(d.journal) // its entries' pointers
 	if cap(d.journal) > keptDirt {
+		s.freeJournal(d.journal)
 		d.journal = nil
 	} else {
+		clear(d.journal) // its entries' strings
 		d.journal = d.journal[:0]
 	}
 }
@@ -620,7 +669,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 		c.set(runKey(r.id, 'a', ""), enc)
 	}
 	writeJournal(c, r, d, keep)
-	d.reset()
+	d.reset(s)
 	return nil
 }
 
