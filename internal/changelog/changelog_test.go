@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -562,4 +563,50 @@ func testTornCommitOfSplitJournal(t *testing.T, b *brokertest.Broker) {
 	}
 	same(t, "restore through a torn split commit and its rollback", dump(t, db3), dump(t, db2))
 	journal(st3, 1600)
+}
+
+// TestSlab: a Slab's records are Records', it never reuses a record handed
+// out before Reset (the client may still hold it), and after Reset the
+// next commit's records take the same room.
+func TestSlab(t *testing.T) {
+	changes := func(tag string, n int) projection.Changes {
+		c := make(projection.Changes, n)
+		for i := range c {
+			c[i] = projection.Change{Key: []byte(fmt.Sprintf("%s-%d", tag, i)), Value: []byte(tag), Delete: i%3 == 2}
+		}
+		return c
+	}
+	var s Slab
+	first := s.Append(nil, "cl", 3, changes("a", 5))
+	want := Records("cl", 3, changes("a", 5))
+	for i := range want {
+		if !reflect.DeepEqual(first[i], want[i]) {
+			t.Fatalf("record %d: %+v, Records made %+v", i, first[i], want[i])
+		}
+	}
+	// More without a Reset: the first records stay as they were, though
+	// the room runs out.
+	second := s.Append(nil, "cl", 3, changes("b", 50))
+	for i := range want {
+		if !reflect.DeepEqual(first[i], want[i]) {
+			t.Fatalf("record %d changed by a later Append before Reset: %+v", i, first[i])
+		}
+	}
+	if len(second) != 50 || string(second[49].Key) != "b-49" {
+		t.Fatalf("second append: %d records, last %q", len(second), second[len(second)-1].Key)
+	}
+	s.Reset()
+	third := s.Append(nil, "cl", 3, changes("c", 10))
+	if third[0] != second[0] && third[0] != first[0] {
+		t.Errorf("after Reset the next records took new room, not the slab's")
+	}
+	if string(third[0].Key) != "c-0" || third[2].Value != nil {
+		t.Errorf("reused room: %+v, %+v", third[0], third[2])
+	}
+	// Room grown past maxSlab is let go at Reset.
+	s.Append(nil, "cl", 3, changes("d", maxSlab+1))
+	s.Reset()
+	if cap(s.recs) != 0 {
+		t.Errorf("%d records of room kept, more than %d", cap(s.recs), maxSlab)
+	}
 }

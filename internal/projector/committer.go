@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/pkg/projection"
 )
 
@@ -90,6 +91,10 @@ type committer struct {
 	// (priority) commit carries.
 	out, spare []*kgo.Record
 	marks      []humanMark
+	// slab holds the changelog records of the lane's commits: recycle
+	// frees them with the commit that carried them, once it succeeded
+	// (a failed one's records may still be in the client's hands).
+	slab changelog.Slab
 
 	// inflight is the commit being carried out, if any; finished is set by
 	// its goroutine once it is done, so that the worker can see it between
@@ -155,10 +160,13 @@ func (c *committer) take() *commitJob {
 	return j
 }
 
-// recycle keeps a reaped job's record slice for the next commit.
+// recycle keeps a reaped job's record slice, and the room of its
+// changelog records, for the next commit: j committed, and the client is
+// done with its records.
 func (c *committer) recycle(j *commitJob) {
 	clear(j.out)
 	c.spare = j.out[:0]
+	c.slab.Reset()
 }
 
 // commit carries j out, on the goroutine start starts (or on the worker's,

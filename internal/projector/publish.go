@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
@@ -61,7 +60,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		return true // nothing happened: no commit
 	}
 	j.logAt = len(c.out)
-	c.out = append(c.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, changes)...)
+	c.out = c.slab.Append(c.out, w.p.cfg.Names.Changelog(), w.part, changes)
 	j.out, j.changes = c.out, changes
 	c.out, c.spare = c.spare[:0], nil
 	j.records, w.poison.applied = w.poison.applied, nil
