@@ -98,6 +98,14 @@ func TestGovernor(t *testing.T) {
 	if !paused() || !g.throttling.Load() || budget.Stats().InForce != budget.Stats().Limit*5/10 {
 		t.Fatalf("at 71%%: paused %v, budget in force %d of %d: want paused, squeezed to 50%%", paused(), budget.Stats().InForce, budget.Stats().Limit)
 	}
+	// Meanwhile a reaped commit's changelog records keep no room.
+	c := &committer{p: p}
+	out := c.slab.Append(nil, "changelog", 0, projection.Changes{{Key: []byte("k"), Value: []byte("v")}})
+	first := out[0]
+	c.recycle(&commitJob{out: out})
+	if again := c.slab.Append(nil, "changelog", 0, projection.Changes{{Key: []byte("k2")}}); again[0] == first {
+		t.Errorf("under memory pressure a reaped commit's record room was kept for the next")
+	}
 	g.observe(600, at(50*time.Millisecond))
 	if !paused() {
 		t.Fatalf("resumed at 60%%, above the low mark")

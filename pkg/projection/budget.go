@@ -300,6 +300,9 @@ func (p *Projection) shedDigests(target int64, byAge []*Run) {
 			continue
 		}
 		r.digests, r.uncached = snapshot.Cache{}, true
+		if !p.shedding && p.store != nil {
+			p.store.lean(true) // no room kept for the next commit either
+		}
 		p.shedding = true
 		p.account(r)
 	}
@@ -317,6 +320,9 @@ func (p *Projection) cacheAgain() {
 	}
 	for _, r := range p.runs {
 		r.uncached = false
+	}
+	if p.store != nil {
+		p.store.lean(false)
 	}
 	p.shedding = false
 }

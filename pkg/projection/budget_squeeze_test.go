@@ -238,4 +238,15 @@ func TestGrowJournal(t *testing.T) {
 	if s.freeEntries > maxFreeJournal {
 		t.Fatalf("free room %d, more than %d", s.freeEntries, maxFreeJournal)
 	}
+	// Short of memory, nothing is kept, and what was is let go.
+	s.lean(true)
+	s.freeJournal(entries(200))
+	if len(s.journals) != 0 || s.freeEntries != 0 {
+		t.Fatalf("short of memory: %d free journals with room %d kept", len(s.journals), s.freeEntries)
+	}
+	s.lean(false)
+	s.freeJournal(entries(200))
+	if len(s.journals) != 1 || s.freeEntries != 200 {
+		t.Fatalf("no longer short: %d free journals with room %d, want the one of 200", len(s.journals), s.freeEntries)
+	}
 }

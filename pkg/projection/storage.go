@@ -84,6 +84,19 @@ type store struct {
 	// (BenchmarkEventPath). The projection's goroutine owns them.
 	journals    [][]journalEntry
 	freeEntries int
+	// short is set while the projection is over its memory budget
+	// (shedDigests): no room is kept then.
+	short bool
+}
+
+// lean sets whether the projection is short of memory: then the free
+// journals are let go, and none is kept until it is not.
+func (s *store) lean(short bool) {
+	s.short = short
+	if short {
+		clear(s.journals)
+		s.journals, s.freeEntries = s.journals[:0], 0
+	}
 }
 
 // maxFreeJournal bounds the entries store.journals hold room for: a
@@ -115,7 +128,7 @@ func (s *store) growJournal(j []journalEntry) []journalEntry {
 // maxFreeJournal.
 func (s *store) freeJournal(j []journalEntry) {
 	clear(j) // its entries' strings
-	if cap(j) <= keptDirt || s.freeEntries+cap(j) > maxFreeJournal {
+	if s.short || cap(j) <= keptDirt || s.freeEntries+cap(j) > maxFreeJournal {
 		return
 	}
 	s.journals = append(s.journals, j[:0])
