@@ -163,12 +163,12 @@ func (c *committer) take() *commitJob {
 // recycle keeps a reaped job's record slice, and the room of its
 // changelog records, for the next commit: j committed, and the client is
 // done with its records.
-// While the governor holds the intake back for memory, the room is let
-// go instead.
+// While memory is not plentiful (the governor's lean) the room is let go
+// instead.
 func (c *committer) recycle(j *commitJob) {
 	clear(j.out)
 	c.spare = j.out[:0]
-	if c.p.gov != nil && c.p.gov.throttling.Load() {
+	if c.p.gov != nil && c.p.gov.lean.Load() {
 		c.slab = changelog.Slab{}
 		return
 	}

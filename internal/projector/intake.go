@@ -89,10 +89,22 @@ type governor struct {
 	// (Counts.Throttles, Counts.Throttled); throttling mirrors throttled.
 	throttles, throttledNanos atomic.Int64
 	throttling                atomic.Bool
+	// lean is set while the live heap is above pressureLow of the limit:
+	// commits keep no room for the next (committer.recycle, and the
+	// projections through Budget.SetLean). Room kept saves allocating it
+	// again; near the limit it is heap the collector must work around.
+	lean atomic.Bool
 }
 
 func newGovernor(p *Projector) *governor {
 	return &governor{p: p, limit: debug.SetMemoryLimit(-1)}
+}
+
+// setLean notes whether the live heap leaves memory to spare.
+func (g *governor) setLean(lean bool) {
+	if g.lean.Swap(lean) != lean {
+		g.p.cfg.Projection.Memory.SetLean(lean)
+	}
 }
 
 // run reads the heap every governEvery until ctx ends, then lets go of the
@@ -125,6 +137,7 @@ func (g *governor) observe(live int64, now time.Time) {
 	throttled, since, grace := g.throttled, g.since, g.grace
 	g.mu.Unlock()
 	high, low := int64(pressureHigh*float64(g.limit)), int64(pressureLow*float64(g.limit))
+	g.setLean(live >= low)
 	switch {
 	case throttled && (live < low || now.Sub(since) >= maxThrottle):
 		forced := live >= low

@@ -98,7 +98,11 @@ func TestGovernor(t *testing.T) {
 	if !paused() || !g.throttling.Load() || budget.Stats().InForce != budget.Stats().Limit*5/10 {
 		t.Fatalf("at 71%%: paused %v, budget in force %d of %d: want paused, squeezed to 50%%", paused(), budget.Stats().InForce, budget.Stats().Limit)
 	}
-	// Meanwhile a reaped commit's changelog records keep no room.
+	// Above pressureLow a reaped commit's changelog records keep no
+	// room, nor the projections' journals.
+	if !g.lean.Load() || !budget.Lean() {
+		t.Fatalf("at 71%%: lean %v, the budget's %v; want both", g.lean.Load(), budget.Lean())
+	}
 	c := &committer{p: p}
 	out := c.slab.Append(nil, "changelog", 0, projection.Changes{{Key: []byte("k"), Value: []byte("v")}})
 	first := out[0]
@@ -113,6 +117,9 @@ func TestGovernor(t *testing.T) {
 	g.observe(540, at(75*time.Millisecond))
 	if paused() || budget.Stats().InForce != budget.Stats().Limit {
 		t.Fatalf("at 54%%: paused %v, budget in force %d: want resumed, the whole budget", paused(), budget.Stats().InForce)
+	}
+	if g.lean.Load() || budget.Lean() {
+		t.Fatalf("at 54%%: lean %v, the budget's %v; want neither: memory to spare", g.lean.Load(), budget.Lean())
 	}
 	if g.throttles.Load() != 1 || time.Duration(g.throttledNanos.Load()) != 50*time.Millisecond {
 		t.Errorf("counted %d pauses, %v paused; want 1, 50ms", g.throttles.Load(), time.Duration(g.throttledNanos.Load()))

@@ -21,7 +21,10 @@ type Budget struct {
 	limit int64
 	// squeezed, when positive, is the limit in force while the process
 	// is short of memory (Squeeze).
-	squeezed                atomic.Int64
+	squeezed atomic.Int64
+	// lean is set while the process's memory is not plentiful (SetLean):
+	// commits keep no room for the next.
+	lean                    atomic.Bool
 	used                    atomic.Int64
 	hits, misses, evictions atomic.Int64
 	nodeReads, nodeDrops    atomic.Int64
@@ -43,6 +46,19 @@ func (b *Budget) Squeeze(share float64) {
 	}
 	b.squeezed.Store(max(1, int64(float64(b.limit)*share)))
 }
+
+// SetLean says whether the process's memory is short of plentiful: then
+// the projections sharing the budget keep no room from one commit for the
+// next (their emptied journals), which saves allocating it again only
+// where memory is to spare.
+func (b *Budget) SetLean(lean bool) {
+	if b != nil {
+		b.lean.Store(lean)
+	}
+}
+
+// Lean reports what SetLean set last; false for a nil budget.
+func (b *Budget) Lean() bool { return b != nil && b.lean.Load() }
 
 // inForce is the limit in force: squeezed, or the budget's own.
 func (b *Budget) inForce() int64 {
@@ -300,9 +316,6 @@ func (p *Projection) shedDigests(target int64, byAge []*Run) {
 			continue
 		}
 		r.digests, r.uncached = snapshot.Cache{}, true
-		if !p.shedding && p.store != nil {
-			p.store.lean(true) // no room kept for the next commit either
-		}
 		p.shedding = true
 		p.account(r)
 	}
@@ -320,9 +333,6 @@ func (p *Projection) cacheAgain() {
 	}
 	for _, r := range p.runs {
 		r.uncached = false
-	}
-	if p.store != nil {
-		p.store.lean(false)
 	}
 	p.shedding = false
 }

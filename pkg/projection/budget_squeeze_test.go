@@ -249,4 +249,25 @@ func TestGrowJournal(t *testing.T) {
 	if len(s.journals) != 1 || s.freeEntries != 200 {
 		t.Fatalf("no longer short: %d free journals with room %d, want the one of 200", len(s.journals), s.freeEntries)
 	}
+
+	// A projection's commit keeps its journals' room only while its budget
+	// is not lean.
+	b := NewBudget(1 << 30)
+	p, err := Open(Config{Memory: b}, newMemStorage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func() {
+		for _, ev := range workload.Generate(workload.Spec{RunID: "run-lean", Nodes: 40, Seed: 3}) {
+			p.Apply(&ev)
+		}
+		if err := p.Commit(map[string]int64{"agent-events": 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.SetLean(true)
+	commit()
+	if len(p.store.journals) != 0 {
+		t.Fatalf("lean budget: %d journals kept", len(p.store.journals))
+	}
 }

@@ -355,6 +355,8 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 	// by one reallocated the slice a dozen times.
 	c := make(Changes, 0, p.lastChanges)
 	defer func() { p.lastChanges = len(c) }()
+	// Room for the next commit only while memory is plentiful.
+	p.store.lean(p.shedding || p.cfg.Memory.Lean())
 	for _, r := range p.runs {
 		if err := p.store.write(&c, r, p.cfg.journalKeep()); err != nil {
 			p.err = fmt.Errorf("%w: commit: %w", ErrStore, err)

@@ -84,13 +84,13 @@ type store struct {
 	// (BenchmarkEventPath). The projection's goroutine owns them.
 	journals    [][]journalEntry
 	freeEntries int
-	// short is set while the projection is over its memory budget
-	// (shedDigests): no room is kept then.
+	// short is set while memory is not plentiful (the projection sheds
+	// its digest caches, or its budget says so): no room is kept then.
 	short bool
 }
 
-// lean sets whether the projection is short of memory: then the free
-// journals are let go, and none is kept until it is not.
+// lean sets whether memory is short of plentiful: then the free journals
+// are let go, and none is kept until it is not.
 func (s *store) lean(short bool) {
 	s.short = short
 	if short {
