@@ -307,8 +307,8 @@ const (
 // buffers, Pebble's block cache (8 MiB), the records queued for the
 // partitions (MaxQueuedBytes, a sixteenth of the limit by default),
 // goroutine stacks, the HTTP endpoint, and the room commits keep for the
-// next (about 1 MB per partition: its emptied journals and changelog
-// records, and Pebble's pooled batches of up to 2 MiB).
+// next while the heap is well under its limit (at most about 3 MB per
+// partition: its emptied journals and changelog records).
 const processOverhead = 64 << 20
 
 // minHotRunBytes is the least HotRunBytes Validate accepts.

@@ -98,14 +98,6 @@ func (s *Store) Empty() (bool, error) {
 	return empty, nil
 }
 
-// retainedBatchBytes is the largest batch buffer Pebble's batch pool keeps
-// for the next Write, up from its default of 1 MiB: a commit of
-// Config.MaxBatch records (5,000) writes about 1 MB of state, so each one
-// allocated its buffer anew (a tenth of the bytes a commit allocated,
-// BenchmarkEventPath). The pool is a sync.Pool, emptied by the collector,
-// so what this keeps is bounded by a few buffers between two collections.
-const retainedBatchBytes = 2 << 20
-
 // Write applies changes and, when cp is not nil, the checkpoint, in one
 // Pebble batch; sync makes it durable before Write returns. Restoring from
 // the changelog and committing a processed batch both come here.
@@ -116,7 +108,7 @@ func (s *Store) Write(changes projection.Changes, cp *projection.Checkpoint, syn
 	for _, c := range changes {
 		size += len(s.prefix) + len(c.Key) + len(c.Value) + 16 // a record's kind and varints
 	}
-	b := s.db.NewBatchWithSize(size, pebble.WithMaxRetainedSizeBytes(retainedBatchBytes))
+	b := s.db.NewBatchWithSize(size)
 	defer b.Close()
 	var key []byte // the batch copies keys: one buffer serves them all
 	for _, c := range changes {
