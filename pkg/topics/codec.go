@@ -74,31 +74,16 @@ func DecodeEvent(value []byte) (*Event, error) {
 // leaves every payload to encoding/json.
 type decodePath struct {
 	object func(b []byte) (members, error)
-	// event, when not nil, is object for an event's value: it also
-	// returns the members of the value's "data" member and that member's
-	// raw value (nil when data is not an object), split in the same
-	// pass, so that the payload is not validated twice.
-	event func(b []byte) (attrs, data members, dataRaw []byte, err error)
 	// payload sets p's fields from ms, the members of its valid JSON
 	// object; false, with p as it was, leaves them to encoding/json.
 	payload func(p Payload, ms members) bool
 }
 
-var fastPath = decodePath{object: decodeObject, event: decodeEventObject, payload: decodeFast}
+var fastPath = decodePath{object: decodeObject, payload: decodeFast}
 
 // decodeEvent is DecodeEvent by path.
 func decodeEvent(value []byte, path decodePath) (*Event, error) {
-	var (
-		attrs, split members
-		splitRaw     []byte
-		err          error
-	)
-	if path.event != nil {
-		attrs, split, splitRaw, err = path.event(value)
-		defer func() { split.free() }() // split as it is then: nil if freed below
-	} else {
-		attrs, err = path.object(value)
-	}
+	attrs, err := path.object(value)
 	defer attrs.free()
 	if err != nil {
 		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: " + jsonProblem(err)}}}
@@ -135,13 +120,6 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 	if raw, ok := attrs.get(attrData); ok && string(raw) != "null" {
 		data = raw
 	}
-	// The members split with the value are data's only if data is the
-	// very member they were split from (a repeated "data", or one whose
-	// name is escaped, is split again).
-	if split != nil && !sameBytes(data, splitRaw) {
-		split.free()
-		split = nil
-	}
 	if _, ok := attrs.get(attrDataBase64); ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
 	}
@@ -152,12 +130,7 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 			ps.add(name, "not a valid CloudEvents attribute name (lower-case letters and digits only)")
 		}
 	}
-	return decode(get, data, split, "", ps, path)
-}
-
-// sameBytes reports whether a and b are the same slice of the same array.
-func sameBytes(a, b []byte) bool {
-	return len(a) == len(b) && len(a) > 0 && &a[0] == &b[0]
+	return decode(get, data, "", ps, path)
 }
 
 // DecodeRecord decodes an event from a Kafka record in either CloudEvents
@@ -210,7 +183,7 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 			}
 		}
 	}
-	ev, err := decode(get, data, nil, "ce_", ps, fastPath)
+	ev, err := decode(get, data, "ce_", ps, fastPath)
 	if ev, err = checkKey(ev, err, key); err == nil {
 		setTraceID(ev, headers)
 	}
@@ -347,9 +320,8 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 }
 
 // decode is shared by both modes: get returns an attribute's string form
-// (whether present, and a problem with its JSON type, if any); split, when
-// not nil, holds data's members, already validated and split.
-func decode(get attrGetter, data []byte, split members, prefix string, ps problems, path decodePath) (*Event, error) {
+// (whether present, and a problem with its JSON type, if any).
+func decode(get attrGetter, data []byte, prefix string, ps problems, path decodePath) (*Event, error) {
 	a := attrReader{get: get, prefix: prefix, ps: &ps}
 	ev := a.envelope()
 	kind := a.schemaVersion(ev)
@@ -359,7 +331,7 @@ func decode(get attrGetter, data []byte, split members, prefix string, ps proble
 	}
 	if ev.Type.Known() && kind == ErrInvalidEvent {
 		ev.Data = NewPayload(ev.Type)
-		decodePayload(ev.Data, data, split, &ps, path)
+		decodePayload(ev.Data, data, &ps, path)
 	}
 	if len(ps) > 0 {
 		return nil, &DecodeError{kind: kind, EventID: ev.ID, Type: string(ev.Type), Problems: ps}
@@ -465,19 +437,14 @@ func (a attrReader) schemaVersion(ev *Event) error {
 	return ErrInvalidEvent
 }
 
-// decodePayload decodes data into p and validates p; split, when not nil,
-// holds data's members (the caller's to free), else data is split here.
-func decodePayload(p Payload, data []byte, split members, ps *problems, path decodePath) {
+func decodePayload(p Payload, data []byte, ps *problems, path decodePath) {
 	if data != nil {
 		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
 			ps.add("data", "want a JSON object")
 			return
 		}
-		keys, err := split, error(nil)
-		if keys == nil {
-			keys, err = path.object(data)
-			defer keys.free()
-		}
+		keys, err := path.object(data)
+		defer keys.free()
 		if err == nil {
 			// encoding/json matches keys case-insensitively; the contract does not.
 			fields := payloadFields[reflect.TypeOf(p)]
@@ -557,32 +524,6 @@ func splitObject(b []byte) (members, bool) {
 		return nil, false
 	}
 	return ms, true
-}
-
-// decodeEventObject is decodeObject for an event's value, which also
-// splits the value's "data" member when it is an object, in the same pass
-// (see decodePath.event); data is nil when it is not one, or the value is
-// not valid (then decodeObjectTwoPass says what is wrong with it).
-func decodeEventObject(b []byte) (attrs, data members, dataRaw []byte, err error) {
-	v := validator{b: b}
-	v.space()
-	if v.i < len(b) && b[v.i] == '{' {
-		attrs, data = newMembers(), newMembers()
-		v.ms, v.data = &attrs, &data
-		ok := v.value(0)
-		v.space()
-		if ok && v.i == len(b) {
-			if v.dataRaw == nil {
-				data.free()
-				data = nil
-			}
-			return attrs, data, v.dataRaw, nil
-		}
-		attrs.free()
-		data.free()
-	}
-	attrs, err = decodeObjectTwoPass(b)
-	return attrs, nil, nil, err
 }
 
 // decodeObjectTwoPass is decodeObject in two passes: validJSON first, then

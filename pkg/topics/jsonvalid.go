@@ -27,13 +27,6 @@ type validator struct {
 	// ms, when not nil, gets the members of the outermost object as it is
 	// validated (splitObject: one pass for both).
 	ms *members
-	// data, when not nil, gets the members of the outermost object's
-	// member named "data" (unescaped) when its value is an object, and
-	// dataRaw that value (decodeEventObject); a repeated "data" leaves
-	// the last one's, as members.get reads the last.
-	data    *members
-	dataRaw []byte
-	inData  bool
 }
 
 func (v *validator) space() {
@@ -98,25 +91,12 @@ func (v *validator) object(depth int) bool {
 		v.i++
 		v.space()
 		val := v.i
-		capture := v.data != nil && depth == 1 && string(v.b[name:nameEnd]) == `"data"` && v.i < len(v.b) && v.b[v.i] == '{'
-		if capture {
-			*v.data = (*v.data)[:0]
-			v.inData = true
-		}
 		if !v.value(depth) {
 			return false
 		}
-		if capture {
-			v.inData = false
-			v.dataRaw = v.b[val:v.i]
-		}
-		switch {
-		case v.ms != nil && depth == 1:
+		if v.ms != nil && depth == 1 {
 			key, _ := unquote(v.b[name:nameEnd])
 			*v.ms = append(*v.ms, member{key, v.b[val:v.i]})
-		case v.inData && depth == 2:
-			key, _ := unquote(v.b[name:nameEnd])
-			*v.data = append(*v.data, member{key, v.b[val:v.i]})
 		}
 		v.space()
 		if v.i >= len(v.b) {
