@@ -93,7 +93,7 @@ func addFlags(fs *flag.FlagSet, c *harness.Config) flagValues {
 	fs.BoolVar(&c.Pin, "pin", false, "run each projector instance on a CPU of its own and the harness (broker, gateway, load, readers)\n"+
 		"on the others (needs 2 CPUs; GOMAXPROCS set to match)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "run each scenario this many times, interleaved; the targets are judged on the medians")
-	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write a CPU profile of each projector instance here (<stage>-i<n>.cpu.pprof; go tool pprof)")
+	fs.StringVar(&c.ProfileDir, "profile-dir", "", "write a CPU profile of each projector instance here (<stage>-i<n>.cpu.pprof), and its heap at the stage's end (<stage>-i<n>.heap.pprof); go tool pprof")
 	f.jsonOut = fs.String("json", "", "the JSON result file (default bench/results.json, with -kafka real bench/results-kafka.json; - : none)")
 	f.results = fs.String("results", "", "a RESULTS.md whose harness section to rewrite (make bench: bench/RESULTS.md)")
 	f.quiet = fs.Bool("quiet", false, "no progress lines")

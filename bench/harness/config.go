@@ -90,8 +90,9 @@ type Config struct {
 	// a session too short for the load shows.
 	SessionTimeout time.Duration
 	// ProfileDir, when set, gets a CPU profile of every projector instance
-	// that stops cleanly (SIGTERM), as <stage>-i<n>.cpu.pprof: pprof of the
-	// bench scenarios. Default none.
+	// that stops cleanly (SIGTERM), as <stage>-i<n>.cpu.pprof, and the heap
+	// profile of every instance still running at its stage's end, as
+	// <stage>-i<n>.heap.pprof: pprof of the bench scenarios. Default none.
 	ProfileDir string
 	// WorkDir holds the projectors' data directories; default a new
 	// temporary directory, removed at the end.

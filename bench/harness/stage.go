@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -116,7 +117,9 @@ func (s *stage) startProjectors(ctx context.Context, n int, ready bool) error {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return fmt.Errorf("bench: -profile-dir: %w", err)
 			}
-			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"))
+			// -pprof: close fetches the heap profile before it stops
+			// the instance (heapProfiles).
+			args = append(args, "-cpu-profile", filepath.Join(d, name+".cpu.pprof"), "-pprof")
 		}
 		args = append(append(args, s.args...), s.h.cfg.ProjectorArgs...)
 		var cpus []int
@@ -521,6 +524,48 @@ func (s *stage) postInput(ctx context.Context, client *http.Client, run, text st
 	return nil
 }
 
+// heapProfiles writes each running instance's heap profile to dir
+// (<stage>-i<n>.heap.pprof): what it holds at the stage's end, before it
+// is stopped, which is where the scenarios leave the most state.
+func (s *stage) heapProfiles(dir string) error {
+	client := &http.Client{Timeout: 30 * time.Second}
+	var errs []error
+	for i, p := range s.procs {
+		if p.died() != nil {
+			continue
+		}
+		addr, err := p.httpAddr()
+		if err == nil {
+			err = fetchTo(client, "http://"+addr+"/debug/pprof/heap", filepath.Join(dir, fmt.Sprintf("%s-i%d.heap.pprof", s.name, i)))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s-i%d: heap profile: %w", s.name, i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fetchTo writes the body of a GET of url to path.
+func fetchTo(client *http.Client, url, path string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // close stops everything the stage started: the projectors (SIGTERM, then
 // SIGKILL), the gateway, the reader and the producer; then deletes the
 // stage's topics, so that the embedded broker gives their memory back.
@@ -528,6 +573,11 @@ func (s *stage) close() error {
 	var errs []error
 	if s.sampler != nil {
 		s.sampler.close()
+	}
+	if d := s.h.cfg.ProfileDir; d != "" {
+		if err := s.heapProfiles(d); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, p := range s.procs {
 		if err := p.stop(30 * time.Second); err != nil {

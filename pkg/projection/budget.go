@@ -93,15 +93,15 @@ func (b *Budget) Stats() BudgetStats {
 // least squares) to the heap in use after a GC over seven shapes of run,
 // from 2,000 runs of 2 nodes to one of 20,000 (amd64, Go 1.26), by
 // TestFootprintEstimate, which fails when the estimate strays from the
-// measurement by more than a factor of 1.5 (the fit is within 8%). Refit
+// measurement by more than a factor of 1.5 (the fit is within 11%). Refit
 // them when a run's structures change. A node's
 // share includes its index entries and what plans and correlation handles
 // cost, which grow with the nodes in every shape measured.
 const (
 	footprintRun     = 2800 // a run's struct, its maps and index trees, empty
-	footprintNode    = 1130 // a node: its struct, map entry, index entries
+	footprintNode    = 940  // a node: its struct, map entry, index entries
 	footprintID      = 40   // an event id in the dedupe window: its hash in ring and set, its content hash
-	footprintHistory = 110  // a history entry
+	footprintHistory = 76   // a history entry
 	footprintRequest = 160  // an open request, its map entry and timer
 	// A node of a run larger than Config.MaxHotNodesPerRun that is not in
 	// memory: its entries in the run's indexes and timers, its share of

@@ -136,6 +136,46 @@ func TestTimeMethods(t *testing.T) {
 	}
 }
 
+// TestTimeAsMilliseconds holds Time, which keeps milliseconds, to what
+// time.Time truncated to UTC milliseconds says of the same instants: before
+// and after the Unix epoch and year 1, and the zero Time as the zero
+// time.Time.
+func TestTimeAsMilliseconds(t *testing.T) {
+	if s := topics.NewTime(time.Time{}).Std(); s != (time.Time{}) {
+		t.Errorf("the zero Time's Std = %#v, want the zero time.Time", s)
+	}
+	if (topics.Time{}).UnixMilli() != (time.Time{}).UnixMilli() {
+		t.Errorf("the zero Time's UnixMilli = %d, want %d", (topics.Time{}).UnixMilli(), (time.Time{}).UnixMilli())
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	east := time.FixedZone("east", 5*3600+1800)
+	for i := range 10_000 {
+		// From year -2000 to 12000, nanoseconds and a zone included.
+		std := time.Unix(rng.Int64N(2*400_000_000_000)-460_000_000_000, rng.Int64N(1e9))
+		if i%2 == 0 {
+			std = std.In(east)
+		}
+		want := std.UTC().Truncate(time.Millisecond)
+		got := topics.NewTime(std)
+		if got.Std() != want {
+			t.Fatalf("NewTime(%v).Std() = %v, want %v", std, got.Std(), want)
+		}
+		if got.UnixMilli() != want.UnixMilli() || topics.UnixMilliTime(want.UnixMilli()) != got {
+			t.Fatalf("NewTime(%v): UnixMilli %d, want %d", std, got.UnixMilli(), want.UnixMilli())
+		}
+		if got.IsZero() != want.IsZero() {
+			t.Fatalf("NewTime(%v).IsZero() = %v", std, got.IsZero())
+		}
+		other := topics.NewTime(std.Add(time.Duration(rng.Int64N(2e12) - 1e12)))
+		if got.Before(other) != want.Before(other.Std()) || got.After(other) != want.After(other.Std()) || got.Sub(other) != want.Sub(other.Std()) {
+			t.Fatalf("%v and %v: Before, After or Sub disagree with time.Time's", got, other)
+		}
+		if got.String() != want.Format(topics.TimeLayout) {
+			t.Fatalf("String() = %s, want %s", got, want.Format(topics.TimeLayout))
+		}
+	}
+}
+
 func TestParseTime(t *testing.T) {
 	ok := []struct{ in, want string }{
 		{"2026-02-14T10:40:00Z", "2026-02-14T10:40:00.000Z"},

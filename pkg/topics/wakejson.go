@@ -483,12 +483,13 @@ func (m *TruncationMeta) appendJSON(dst []byte) []byte {
 // TimeLayout asks for, the fraction truncated to milliseconds as
 // AppendFormat truncates it, in a fraction of the time.
 func (t Time) appendJSON(dst []byte) ([]byte, bool) {
-	year, month, day := t.t.Date()
+	std := t.Std()
+	year, month, day := std.Date()
 	if year < 0 || year > 9999 {
 		return dst, false
 	}
-	hour, minute, sec := t.t.Clock()
-	ms := t.t.Nanosecond() / 1e6
+	hour, minute, sec := std.Clock()
+	ms := std.Nanosecond() / 1e6
 	return append(dst, '"',
 		byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
 		byte('0'+int(month)/10), byte('0'+int(month)%10), '-',

@@ -261,13 +261,13 @@ func (f *filler) time() Time {
 		return Time{}
 	case 1:
 		return NewTime(time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC))
-	case 2: // any instant, nanoseconds and zone included, years beyond 0000-9999 too
-		return Time{time.Unix(n, int64(f.next())*3_999_999).In(fillerZones[f.next()%len(fillerZones)])}
+	case 2: // any instant, from any zone and nanoseconds, years beyond 0000-9999 too
+		return NewTime(time.Unix(n, int64(f.next())*3_999_999).In(fillerZones[f.next()%len(fillerZones)]))
 	case 3:
-		return Time{time.Unix(0, n).In(fillerZones[f.next()%len(fillerZones)])}
+		return NewTime(time.Unix(0, n).In(fillerZones[f.next()%len(fillerZones)]))
 	case 4: // around year 0 and 9999
 		y := []int{-1, 0, 1, 999, 1000, 9999, 10000}[f.next()%7]
-		return Time{time.Date(y, time.Month(1+f.next()%12), 1+f.next()%31, f.next()%24, f.next()%60, f.next()%60, f.next()*3_921_569, time.UTC)}
+		return NewTime(time.Date(y, time.Month(1+f.next()%12), 1+f.next()%31, f.next()%24, f.next()%60, f.next()%60, f.next()*3_921_569, time.UTC))
 	default:
 		return UnixMilliTime(n % (253402300800000)) // within 9999, both signs
 	}
@@ -357,11 +357,11 @@ func TestAppendJSONEdges(t *testing.T) {
 	sameAsReference(t, &Wake{Triggers: []Trigger{{Input: &TriggerInput{}}, {Input: &TriggerInput{Text: "t", ContentRef: "c"}}}})
 	rem := int64(math.MinInt64)
 	sameAsReference(t, &NodeDigest{LeaseRemainingMs: &rem, OpenRequestCount: math.MaxInt})
-	// Times: the zero Time, the extremes, a zone and nanoseconds, and
+	// Times: the zero Time, the extremes, a zone and nanoseconds (truncated), and
 	// years encoding/json refuses (the error must be its own).
 	for _, tm := range []Time{{}, UnixMilliTime(0), UnixMilliTime(-1), UnixMilliTime(253402300799999),
-		{time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)}, {time.Date(2026, 2, 14, 10, 40, 0, 999_999_999, fillerZones[1])},
-		{time.Date(-1, 12, 31, 23, 59, 59, 0, time.UTC)}, {time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}} {
+		NewTime(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)), NewTime(time.Date(2026, 2, 14, 10, 40, 0, 999_999_999, fillerZones[1])),
+		NewTime(time.Date(-1, 12, 31, 23, 59, 59, 0, time.UTC)), NewTime(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))} {
 		tm := tm
 		sameAsReference(t, &Wake{Triggers: []Trigger{{At: tm}}})
 		sameAsReference(t, &AgentTreeSnapshot{GeneratedAt: tm})
