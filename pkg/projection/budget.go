@@ -93,14 +93,14 @@ func (b *Budget) Stats() BudgetStats {
 // least squares) to the heap in use after a GC over seven shapes of run,
 // from 2,000 runs of 2 nodes to one of 20,000 (amd64, Go 1.26), by
 // TestFootprintEstimate, which fails when the estimate strays from the
-// measurement by more than a factor of 1.5 (the fit is within 11%). Refit
+// measurement by more than a factor of 1.5 (the fit is within 15%). Refit
 // them when a run's structures change. A node's
 // share includes its index entries and what plans and correlation handles
 // cost, which grow with the nodes in every shape measured.
 const (
 	footprintRun     = 2800 // a run's struct, its maps and index trees, empty
 	footprintNode    = 940  // a node: its struct, map entry, index entries
-	footprintID      = 40   // an event id in the dedupe window: its hash in ring and set, its content hash
+	footprintID      = 24   // an event id in the dedupe window: its hash and content hash in the ring, its index slots
 	footprintHistory = 76   // a history entry
 	footprintRequest = 160  // an open request, its map entry and timer
 	// A node of a run larger than Config.MaxHotNodesPerRun that is not in

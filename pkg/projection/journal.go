@@ -187,16 +187,28 @@ func decodeJournal(v []byte, first int64) ([]journalEntry, error) {
 //
 // An id is held as its 64-bit xxhash (idKey), as artifact ids are
 // (activity.go), not as its string: a full window of 1,024 ids cost a run
-// about 90 KB with the strings (the largest part of a busy run's memory),
-// and costs about 30 KB so. Two ids of one window alike by hash have odds
-// of about n²/2^65 (3e-14 at 1,024): the odds the content hash already
-// takes of telling a conflict from a duplicate. The journal keeps the ids
-// themselves, so a restart rebuilds the window from them.
+// about 90 KB with the strings (the largest part of a busy run's memory).
+// Two ids of one window alike by hash have odds of about n²/2^65 (3e-14 at
+// 1,024): the odds the content hash already takes of telling a conflict
+// from a duplicate. The journal keeps the ids themselves, so a restart
+// rebuilds the window from them.
+//
+// The ids and their content hashes are a ring, and an open-addressed
+// table (linear probing) of positions in it finds an id: 24 bytes an id
+// at a full window of 1,024, where a map from id to content hash beside
+// the ring took about 42, and neither holds a pointer for the collector
+// to follow.
 type idWindow struct {
-	set  map[uint64]uint64
-	ring []uint64
+	ring []idEntry
 	head int
+	// index holds ring positions + 1 (0: an empty slot), at the slot of
+	// the id's hash or after it; its length is a power of two at least
+	// twice the ring's capacity.
+	index []uint32
 }
+
+// idEntry is an id of the window and the content hash it was applied with.
+type idEntry struct{ key, hash uint64 }
 
 // idKey is what idWindow holds of an event id.
 func idKey(id string) uint64 { return xxhash.Sum64String(id) }
@@ -204,8 +216,20 @@ func idKey(id string) uint64 { return xxhash.Sum64String(id) }
 // lookup returns the content hash id was applied with, and whether it is
 // in the window.
 func (w *idWindow) lookup(id string) (hash uint64, ok bool) {
-	hash, ok = w.set[idKey(id)]
-	return hash, ok
+	if len(w.index) == 0 {
+		return 0, false
+	}
+	k := idKey(id)
+	mask := uint64(len(w.index) - 1)
+	for i := k & mask; ; i = (i + 1) & mask {
+		s := w.index[i]
+		if s == 0 {
+			return 0, false
+		}
+		if e := w.ring[s-1]; e.key == k {
+			return e.hash, true
+		}
+	}
 }
 
 // age is how many ids were pushed after id (0: the newest), for an id in
@@ -213,7 +237,7 @@ func (w *idWindow) lookup(id string) (hash uint64, ok bool) {
 func (w *idWindow) age(id string) int {
 	n, k := len(w.ring), idKey(id)
 	for i := range n {
-		if w.ring[(w.head+i)%n] == k {
+		if w.ring[(w.head+i)%n].key == k {
 			return n - 1 - i
 		}
 	}
@@ -221,27 +245,87 @@ func (w *idWindow) age(id string) int {
 }
 
 // push adds id with its content hash, forgetting the oldest when size are
-// held.
+// held. An id pushed again is found with its newest content hash, as long
+// as any of its pushes is still in the window.
 func (w *idWindow) push(id string, hash uint64, size int) {
-	if w.set == nil {
-		w.set = make(map[uint64]uint64)
-	}
 	if size <= 0 {
 		return
 	}
 	k := idKey(id)
 	if len(w.ring) < size {
-		if w.ring == nil {
-			w.ring = make([]uint64, 0, min(size, 16)) // most runs are small
+		if len(w.ring) == cap(w.ring) {
+			// Grown by doubling up to size, not by append's rule, so
+			// that a full window's ring is size entries.
+			ring := make([]idEntry, len(w.ring), min(size, max(16, 2*cap(w.ring)))) // most runs are small
+			copy(ring, w.ring)
+			w.ring = ring
 		}
-		w.ring = append(w.ring, k)
-		w.set[k] = hash
+		w.ring = append(w.ring, idEntry{k, hash})
+		if want := indexSize(cap(w.ring)); len(w.index) < want {
+			w.index = make([]uint32, want)
+			for pos := range w.ring {
+				w.place(w.ring[pos].key, pos)
+			}
+			return
+		}
+		w.place(k, len(w.ring)-1)
 		return
 	}
-	delete(w.set, w.ring[w.head])
-	w.ring[w.head] = k
+	w.unplace(w.ring[w.head].key, w.head)
+	w.ring[w.head] = idEntry{k, hash}
+	w.place(k, w.head)
 	w.head = (w.head + 1) % len(w.ring)
-	w.set[k] = hash
+}
+
+// indexSize is the index's length for a ring of capacity n: the power of
+// two from 2n, so that probes stay short.
+func indexSize(n int) int {
+	size := 32
+	for size < 2*n {
+		size *= 2
+	}
+	return size
+}
+
+// place indexes the ring's entry at pos, whose id is k; a slot of the same
+// id, an older push of it, is taken over.
+func (w *idWindow) place(k uint64, pos int) {
+	mask := uint64(len(w.index) - 1)
+	for i := k & mask; ; i = (i + 1) & mask {
+		if s := w.index[i]; s == 0 || w.ring[s-1].key == k {
+			w.index[i] = uint32(pos + 1)
+			return
+		}
+	}
+}
+
+// unplace removes the ring position pos, whose id is k, from the index,
+// where a newer push of k has not taken its slot over, and moves back the
+// entries probed past it (linear probing's deletion, Knuth's Algorithm R),
+// so that no lookup stops at the hole.
+func (w *idWindow) unplace(k uint64, pos int) {
+	mask := uint64(len(w.index) - 1)
+	i := k & mask
+	for ; w.index[i] != uint32(pos+1); i = (i + 1) & mask {
+		if w.index[i] == 0 {
+			return // taken over by a newer push of k
+		}
+	}
+	for j := i; ; {
+		j = (j + 1) & mask
+		s := w.index[j]
+		if s == 0 {
+			break
+		}
+		// The entry at j may fill the hole at i unless its home slot
+		// lies cyclically within (i, j].
+		home := w.ring[s-1].key & mask
+		if i <= j && (home <= i || home > j) || i > j && home <= i && home > j {
+			w.index[i] = s
+			i = j
+		}
+	}
+	w.index[i] = 0
 }
 
 // journalKeep is how many of its last entries a run's journal must keep:

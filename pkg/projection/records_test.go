@@ -160,8 +160,8 @@ func fullDump(t *testing.T, p *Projection, run string) string {
 	fmt.Fprintf(&s, "history %s", historyDump(t, p, run))
 	n := len(r.ids.ring)
 	for k := range n {
-		id := r.ids.ring[(r.ids.head+k)%n]
-		fmt.Fprintf(&s, "id %#016x %#x\n", id, r.ids.set[id])
+		e := r.ids.ring[(r.ids.head+k)%n]
+		fmt.Fprintf(&s, "id %#016x %#x\n", e.key, e.hash)
 	}
 	return s.String()
 }

@@ -221,7 +221,6 @@ func newRun(id string) *Run {
 	return &Run{
 		id:          id,
 		nodes:       make(map[string]*node),
-		ids:         idWindow{set: make(map[uint64]uint64)},
 		urgent:      newTimedTree(newestFirst),
 		leases:      newTimedTree(soonestFirst),
 		signals:     newTimedTree(newestFirst),
