@@ -9,9 +9,12 @@ import (
 )
 
 // loop processes the partition until the worker must stop or rewind. Every
-// path in it commits what it applied before it comes back to the top: what
-// is applied but not committed lives only inside processAgent (and the
-// suspects of a rewind, which careful applies first).
+// path in it commits what it applied before it comes back to the top, but
+// human input, whose state and offset the agent lane's next commit carries
+// once the input's wake is out: what is applied but not committed lives
+// only inside processAgent, in that human input (committed at
+// <-w.prio.done, or before a stop), and in the suspects of a rewind, which
+// careful applies first.
 func (w *worker) loop(timer *time.Timer) {
 	for {
 		if len(w.poison.suspects) > 0 && !w.careful() {
@@ -29,6 +32,11 @@ func (w *worker) loop(timer *time.Timer) {
 		w.armTimer(timer)
 		select {
 		case <-w.quit:
+			// Human input's state and offset wait here for the agent
+			// lane's next commit (<-w.prio.done below): a stop commits
+			// them first, so that it leaves nothing applied uncommitted
+			// and the next owner does not apply the input again.
+			w.flush()
 			return
 		case b := <-w.in.human:
 			if !w.processHuman(b) {
