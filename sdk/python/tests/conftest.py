@@ -69,7 +69,10 @@ class Kafka:
 
         c = Consumer({"bootstrap.servers": self.brokers, "group.id": "read-" + uuid.uuid4().hex,
                       "isolation.level": "read_committed", "enable.auto.commit": False,
-                      "enable.partition.eof": True})
+                      "enable.partition.eof": True,
+                      # librdkafka's default resets an out-of-range position to
+                      # the end: a reader must never skip what it came for.
+                      "auto.offset.reset": "earliest"})
         md = c.list_topics(topic, timeout=10)
         parts = sorted(md.topics[topic].partitions)
         c.assign([TopicPartition(topic, p, 0) for p in parts])
@@ -90,6 +93,13 @@ class Kafka:
                     raise AssertionError(m.error())
                 eof.discard(m.partition())
                 out.append(m)
+            if want is not None and len(out) < want:
+                # Said in the failure: how many each partition holds, against
+                # how many were read of it.
+                marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
+                read = {p: sum(1 for m in out if m.partition() == p) for p in parts}
+                raise AssertionError(f"read {len(out)} of {want} records of {topic} in {timeout}s: "
+                                     f"watermarks (low, high) {marks}, read by partition {read}")
         finally:
             c.close()
         out.sort(key=lambda m: (m.partition(), m.offset()))
