@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"time"
 	"unicode/utf8"
@@ -50,11 +51,29 @@ func (t Time) Before(u Time) bool { return t.ms < u.ms }
 // After reports whether t is after u.
 func (t Time) After(u Time) bool { return t.ms > u.ms }
 
-// Add returns t+d, truncated to milliseconds.
-func (t Time) Add(d time.Duration) Time { return NewTime(t.Std().Add(d)) }
+// Add returns t+d, truncated to milliseconds (towards the past, as NewTime
+// truncates).
+func (t Time) Add(d time.Duration) Time {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond < 0 {
+		ms--
+	}
+	return Time{t.ms + ms}
+}
 
-// Sub returns t-u.
-func (t Time) Sub(u Time) time.Duration { return t.Std().Sub(u.Std()) }
+// Sub returns t-u; beyond what a Duration holds (about 292 years), its
+// largest or smallest, as time.Time.Sub does.
+func (t Time) Sub(u Time) time.Duration {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	switch d := t.ms - u.ms; {
+	case d > most:
+		return math.MaxInt64
+	case d < -most:
+		return math.MinInt64
+	default:
+		return time.Duration(d) * time.Millisecond
+	}
+}
 
 // String formats t in TimeLayout.
 func (t Time) String() string { return t.Std().Format(TimeLayout) }

@@ -173,6 +173,16 @@ func TestTimeAsMilliseconds(t *testing.T) {
 		if got.String() != want.Format(topics.TimeLayout) {
 			t.Fatalf("String() = %s, want %s", got, want.Format(topics.TimeLayout))
 		}
+		d := time.Duration(rng.Int64N(4e12) - 2e12) // ±2,000 s, nanoseconds included
+		if sum := got.Add(d); sum != topics.NewTime(want.Add(d)) {
+			t.Fatalf("%v.Add(%v) = %v, want %v", got, d, sum, topics.NewTime(want.Add(d)))
+		}
+	}
+	// Sub saturates as time.Time's does, years 1 and 9999 apart.
+	first, last := time.Date(1, 1, 1, 0, 0, 0, 1e6, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	a, b := topics.NewTime(first), topics.NewTime(last)
+	if a.Sub(b) != first.Sub(last) || b.Sub(a) != last.Sub(first) {
+		t.Errorf("Sub across 9,998 years = %v and %v, want %v and %v", a.Sub(b), b.Sub(a), first.Sub(last), last.Sub(first))
 	}
 }
 
