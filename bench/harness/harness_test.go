@@ -320,13 +320,23 @@ func TestRunRepeated(t *testing.T) {
 	var progress strings.Builder
 	cfg := Config{Projector: bin, Partitions: 2, Duration: 3 * time.Second, Runs: 4, Nodes: 30, HugeShare: 0.25,
 		HugeNodes: 500, HumanRate: 10, MaxEvents: 3000, SessionTimeout: time.Second, WorkDir: tmp,
-		Progress: &progress, ProgressEvery: time.Second, Scenarios: []string{"steady", "max"}, Repeat: 2}
+		Progress: &progress, ProgressEvery: time.Second, Scenarios: []string{"steady", "max"}, Repeat: 2,
+		ProfileDir: filepath.Join(tmp, "profiles")}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
 		t.Fatal(err)
+	}
+	// -profile-dir: each stage's instance left its CPU profile, and its
+	// heap profile fetched before it stopped (gzipped protobuf, as pprof
+	// writes them).
+	for _, name := range []string{"max-i0.cpu.pprof", "max-i0.heap.pprof", "steady-i0.cpu.pprof", "steady-i0.heap.pprof"} {
+		b, err := os.ReadFile(filepath.Join(cfg.ProfileDir, name))
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("-profile-dir: %s: %d bytes, %v; want a pprof profile", name, len(b), err)
+		}
 	}
 	var order []string
 	for _, s := range rep.Scenarios {
