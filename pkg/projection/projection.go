@@ -52,6 +52,11 @@ type Projection struct {
 	// lastChanges is how many changes the last Prepare gathered: the next
 	// one's starting capacity.
 	lastChanges int
+	// preparing is the commit PrepareBetween is gathering, nil outside it;
+	// prepareGen numbers the Prepares, and a run's preparedGen says it is
+	// in the one numbered so (prepareFirst).
+	preparing  *Changes
+	prepareGen uint64
 	// expired are the state changes of the expiries since the last commit,
 	// limbo the runs expired or forgotten and not yet written
 	// (retention.go).
@@ -176,6 +181,9 @@ func (p *Projection) Apply(ev *topics.Event) (trigs []topics.Trigger, dup bool) 
 func (p *Projection) ApplyEvent(ev *topics.Event) (trigs []topics.Trigger, dup bool, err error) {
 	r, err := p.run(ev.RunID, true)
 	if err != nil {
+		return nil, false, err
+	}
+	if err := p.prepareFirst(r); err != nil {
 		return nil, false, err
 	}
 	var hash uint64
@@ -345,6 +353,19 @@ func (p *Projection) Commit(offsets map[string]int64) error {
 // elsewhere (the changelog) and then calls Finish; if that fails, the
 // projection no longer matches its store and must be dropped and reopened.
 func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
+	return p.PrepareBetween(offsets, nil)
+}
+
+// PrepareBetween is Prepare, calling between (when not nil) between two
+// runs it gathers, as WakesBetween does between two wakes: a large
+// commit's changes take a while to encode, and the caller may apply events
+// meanwhile (human input that must not wait for the commit). What an event
+// applied meanwhile changes is not part of this commit but of the next,
+// which carries its offset: before an event changes a run this commit has
+// not yet gathered, its changes so far are gathered first (prepareFirst),
+// and the timer index is taken before the first call. offsets must not
+// change meanwhile: the caller passes a copy.
+func (p *Projection) PrepareBetween(offsets map[string]int64, between func()) (Changes, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -357,23 +378,56 @@ func (p *Projection) Prepare(offsets map[string]int64) (Changes, error) {
 	defer func() { p.lastChanges = len(c) }()
 	// Room for the next commit only while memory is plentiful.
 	p.store.lean(p.shedding || p.cfg.Memory.Lean())
+	// The timer index as it is now: what events applied meanwhile change
+	// in it goes with the next commit.
+	var dues Changes
+	for run := range p.dueDirty {
+		at, ok := p.due[run]
+		putDue(&dues, run, at, ok)
+	}
+	clear(p.dueDirty)
+	p.prepareGen++
+	p.preparing = &c
+	defer func() { p.preparing = nil }()
 	for _, r := range p.runs {
+		if r.preparedGen == p.prepareGen {
+			continue // gathered before an event changed it (prepareFirst)
+		}
+		r.preparedGen = p.prepareGen
 		if err := p.store.write(&c, r, p.cfg.journalKeep()); err != nil {
 			p.err = fmt.Errorf("%w: commit: %w", ErrStore, err)
 			return nil, p.err
 		}
+		if between != nil {
+			between()
+			if p.err != nil {
+				return nil, p.err
+			}
+		}
 	}
 	p.prepareExpiries(&c)
-	for run := range p.dueDirty {
-		at, ok := p.due[run]
-		putDue(&c, run, at, ok)
-	}
-	clear(p.dueDirty)
+	c = append(c, dues...)
 	if err := putOffsets(&c, offsets); err != nil {
 		p.err = fmt.Errorf("%w: commit: %w", ErrStore, err)
 		return nil, p.err
 	}
 	return c, nil
+}
+
+// prepareFirst gathers r's changes into the commit being prepared, if one
+// is (PrepareBetween's between) and r is not in it yet, before an event
+// changes r: the commit holds the state its offsets reach, and the event's
+// changes go with the next.
+func (p *Projection) prepareFirst(r *Run) error {
+	if p.preparing == nil || r.preparedGen == p.prepareGen {
+		return nil
+	}
+	r.preparedGen = p.prepareGen
+	if err := p.store.write(p.preparing, r, p.cfg.journalKeep()); err != nil {
+		p.err = fmt.Errorf("%w: commit: %w", ErrStore, err)
+		return p.err
+	}
+	return nil
 }
 
 // Finish writes prepared changes (and the changelog checkpoint they reach,

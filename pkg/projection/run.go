@@ -108,7 +108,10 @@ const btreeDegree = 16
 // is not safe for concurrent use: its partition's goroutine owns it.
 type Run struct {
 	id, sessionID, threadID string
-	root                    string
+	// preparedGen is the Projection.prepareGen of the last Prepare that
+	// gathered the run's changes.
+	preparedGen uint64
+	root        string
 	// nodes are the run's nodes by agent id: all of them in memory (in
 	// resident of them), unless the run belongs to a store and has more
 	// than Config.MaxHotNodesPerRun, when the others are nil here and read
