@@ -2,8 +2,10 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,22 +51,41 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	}
 	j.waitedAt = time.Now()
 	at, c := &w.at, w.agent
-	changes, err := w.proj.Prepare(at.offsets)
+	// A large commit's changes take a while to gather, and human input
+	// does not wait for them: it is taken up between two runs (between),
+	// and goes with the next commit. So this commit is what was applied
+	// before it began: its offsets, the input records it carries (for a
+	// rewind) and the records it produces, taken now.
+	offsets, records, nout := maps.Clone(at.offsets), w.poison.applied, len(c.out)
+	w.poison.applied = nil
+	changes, err := w.proj.PrepareBetween(offsets, w.between)
+	if err == nil && (w.poison.stopping || w.rewinding()) {
+		err = errStopped
+	}
 	if err != nil {
+		w.poison.applied = append(records, w.poison.applied...)
 		j.end()
-		w.failed(err)
+		if !errors.Is(err, errStopped) {
+			w.failed(err)
+		}
 		return false
 	}
-	if len(c.out) == 0 && len(changes) == 1 && maps.Equal(at.offsets, at.prepared) {
+	// What human input taken up meanwhile produces (dead letters,
+	// reroutes) goes with the next commit, which carries its offset.
+	next := slices.Clone(c.out[nout:])
+	c.out = c.out[:nout]
+	if len(c.out) == 0 && len(changes) == 1 && maps.Equal(offsets, at.prepared) {
+		c.out = append(c.out, next...)
+		w.poison.applied = append(records, w.poison.applied...)
 		j.end()
 		return true // nothing happened: no commit
 	}
 	j.logAt = len(c.out)
 	c.out = c.slab.Append(c.out, w.p.cfg.Names.Changelog(), w.part, changes)
 	j.out, j.changes = c.out, changes
-	c.out, c.spare = c.spare[:0], nil
-	j.records, w.poison.applied = w.poison.applied, nil
-	at.prepared = maps.Clone(at.offsets)
+	c.out, c.spare = append(c.spare[:0], next...), nil
+	j.records = records
+	at.prepared = offsets
 	// While another partition's human input is on its way, this commit
 	// waits to start: its records would queue at the broker ahead of the
 	// input's.
@@ -74,6 +95,10 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	c.start(j)
 	return true
 }
+
+// errStopped says a commit was not prepared because the worker must stop
+// or rewind: human input taken up meanwhile asked for it.
+var errStopped = errors.New("projector: stopped while preparing a commit")
 
 // buildAgentWakes builds the wakes of the agent lane's pending triggers
 // into a job, their records in the lane's out. Human input that arrives
