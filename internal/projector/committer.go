@@ -188,17 +188,23 @@ func (c *committer) commit(j *commitJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.p.cfg.TransactionTimeout)
 	defer cancel()
 	began := time.Now()
+	tag := c.tag()
+	tlog(c.part, tag+"commit")
 	locked := c.hold
 	if locked {
 		c.pebble.Lock()
+		tlog(c.part, tag+"locked")
 	}
 	j.err = c.produce(ctx, j)
+	tlog(c.part, tag+"ended")
 	if j.err == nil {
 		if !locked {
 			c.pebble.Lock()
 			locked = true
 		}
+		tlog(c.part, tag+"writing")
 		j.err = c.write(j)
+		tlog(c.part, tag+"written")
 	}
 	if locked {
 		c.pebble.Unlock()
@@ -225,8 +231,10 @@ func (c *committer) produce(ctx context.Context, j *commitJob) error {
 	if err := c.prod.BeginTransaction(); err != nil {
 		return fmt.Errorf("beginning a %stransaction: %w", c.what, err)
 	}
+	tlog(c.part, c.tag()+"begun")
 	err := c.blame(c.prod.ProduceSync(ctx, j.out...))
 	j.produced = time.Now()
+	tlog(c.part, c.tag()+"produced")
 	how := kgo.TryCommit
 	if err != nil {
 		how = kgo.TryAbort
@@ -268,4 +276,13 @@ func (c *committer) blame(results kgo.ProduceResults) error {
 		return &poisonError{err: first, run: string(worst.Key)}
 	}
 	return first
+}
+
+// tag names the lane in the trace's notes (tlog): "h." for the priority
+// path's commits, "a." for the agent lane's.
+func (c *committer) tag() string {
+	if c.hold {
+		return "h."
+	}
+	return "a."
 }

@@ -164,6 +164,8 @@ func (w *worker) othersFirst() bool {
 // pauseForOthers pauses until the human input of the other partitions is
 // committed (or this partition's own arrives, or maxPause passes).
 func (w *worker) pauseForOthers() {
+	tlog(w.part, "g.pause")
+	defer tlog(w.part, "g.resume")
 	w.hold.ignoreGen = w.p.gate.wait(w.hold.ignoreGen, w.in.humanSignal, w.quit)
 }
 

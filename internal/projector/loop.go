@@ -109,6 +109,7 @@ func (w *worker) applyHumanBatch(b batch) {
 		return
 	}
 	taken := time.Now()
+	tlog(w.part, "h.taken")
 	done := w.apply(b, true)
 	applied := time.Now()
 	w.keep(b.records[done:], true) // what a rewind interrupted

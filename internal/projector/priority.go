@@ -111,6 +111,7 @@ func (w *worker) publishPriority() bool {
 	w.dropPoisonWakes(&c.pending)
 	built, err := w.proj.Wakes(&c.pending, now, w.source(topics.NewTime(now)))
 	c.pending.Reset()
+	tlog(w.part, "h.built")
 	if err != nil {
 		w.failed(w.wakeFailure(err))
 		return false
@@ -132,6 +133,7 @@ func (w *worker) publishPriority() bool {
 		return false
 	}
 	j.waitedAt = time.Now()
+	tlog(w.part, "h.waited")
 	c.marks = nil
 	c.start(j)
 	return true
@@ -181,6 +183,7 @@ func (w *worker) settlePriority() bool {
 		return ok
 	}
 	defer j.end()
+	tlog(w.part, "h.reaped")
 	w.at.woken = max(w.at.woken, j.woken)
 	w.reported(j)
 	w.releaseGate(false)

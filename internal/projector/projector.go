@@ -422,6 +422,9 @@ func (p *Projector) dispatch(fs kgo.Fetches, human bool) {
 		}
 		// Before the worker can commit them.
 		p.progress.fetched(fp.Partition, topic, fp.Records[0].Offset, fp.Records[len(fp.Records)-1].Offset+1, fp.HighWatermark, now)
+		if human {
+			tlog(fp.Partition, "h.dispatched")
+		}
 		w.enqueue(batch{records: fp.Records, highWatermark: fp.HighWatermark, fetched: fetched}, human)
 	})
 }

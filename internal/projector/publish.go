@@ -35,10 +35,12 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	if w.rewinding() {
 		return false
 	}
+	tlog(w.part, "a.publish")
 	j, ok := w.buildAgentWakes(now, source)
 	if !ok {
 		return false
 	}
+	tlog(w.part, "a.built")
 	// The commit before must be written before this one is prepared: a
 	// Kafka producer has one transaction at a time, the changelog's order
 	// is the commits' order, and reaping it evicts only runs whose every
@@ -50,6 +52,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		return false
 	}
 	j.waitedAt = time.Now()
+	tlog(w.part, "a.waited")
 	at, c := &w.at, w.agent
 	// A large commit's changes take a while to gather, and human input
 	// does not wait for them: it is taken up between two runs (between),
@@ -89,6 +92,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	// While another partition's human input is on its way, this commit
 	// waits to start: its records would queue at the broker ahead of the
 	// input's.
+	tlog(w.part, "a.prepared")
 	if w.othersFirst() {
 		w.pauseForOthers()
 	}
@@ -218,6 +222,7 @@ func (w *worker) settle() bool {
 		return ok
 	}
 	defer j.end()
+	tlog(w.part, "a.reaped")
 	w.agent.recycle(j)
 	if err := w.proj.Committed(nil); err != nil {
 		w.failed(fmt.Errorf("projector: partition %d: %w", w.part, err))
