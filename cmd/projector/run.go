@@ -61,13 +61,17 @@ func runProjector(args []string, stderr io.Writer) int {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(f.cfg.GoMemLimit())
 	}
-	// At least minProcs Ps, even on one CPU: with one, a goroutine that
-	// human input wakes (its fetch, its worker, its commit) waits for the
-	// worker applying agent records to be preempted, 10 ms at a time and
-	// behind every other runnable goroutine; with two the kernel
-	// time-slices the threads and runs a woken one promptly. Measured in
-	// the bench's priority scenario, pinned to one CPU: priority p99 840 ms
-	// with one P, 471 ms with two (bench/RESULTS.md).
+	// At least minProcs Ps, even on one CPU. A human input wakes a chain
+	// of goroutines (its client's connection and fetch, the poller, the
+	// worker, the commit, its producer's connection), and under a backlog
+	// each one woken waits for a P behind the agent lane's goroutines, 10
+	// ms at a time, while the collector's dedicated worker holds a quarter
+	// of the Ps. With Ps to spare a woken goroutine takes an idle one at
+	// once, and the kernel, which favours a thread that slept, runs it
+	// promptly. Measured in the bench's priority scenario, pinned to one
+	// CPU: a human input's median 120-130 ms with two Ps, 50-65 with four,
+	// 37-38 with eight; max's CPU per event costs about a tenth more with
+	// eight than with two (bench/RESULTS.md).
 	if n := runtime.GOMAXPROCS(0); n < f.minProcs {
 		runtime.GOMAXPROCS(f.minProcs)
 	}
@@ -252,7 +256,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	cfg.Redaction.RegisterFlags(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file, for performance work (bench's -profile-dir)")
-	fs.IntVar(&f.minProcs, "min-procs", 2, "raise GOMAXPROCS to at least this, even on fewer CPUs, so that human input's goroutines\n"+
+	fs.IntVar(&f.minProcs, "min-procs", 8, "raise GOMAXPROCS to at least this, even on fewer CPUs, so that human input's goroutines\n"+
 		"run while a worker applies agent records (1: leave GOMAXPROCS as the runtime or GOMAXPROCS sets it)")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles (heap, goroutines, CPU, execution trace) under /debug/pprof/ on -http-addr,\n"+
 		"behind -query-secret-file like the reads, for performance work")

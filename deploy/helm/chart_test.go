@@ -266,8 +266,8 @@ func TestProjectorValuesReachFlags(t *testing.T) {
 	if got, ok := arg(c, "max-queued-bytes"); ok {
 		t.Errorf("-max-queued-bytes=%q by default, want it unset (the binary's default)", got)
 	}
-	if got, _ := arg(c, "min-procs"); got != "2" {
-		t.Errorf("-min-procs=%q by default, want 2", got)
+	if got, _ := arg(c, "min-procs"); got != "8" {
+		t.Errorf("-min-procs=%q by default, want 8", got)
 	}
 	if slices.Contains(c.Args, "-pprof") {
 		t.Errorf("-pprof set by default: %q", c.Args)
