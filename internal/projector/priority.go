@@ -140,14 +140,22 @@ func (w *worker) publishPriority() bool {
 }
 
 // between takes human input up between two wakes of an agent commit
-// (Projection.WakesBetween): applied, and its wake published on the
-// priority path. A failure stops the worker once the wakes are built.
+// (Projection.WakesBetween), or two runs of its changes
+// (Projection.PrepareBetween): applied, and its wake published on the
+// priority path. Then it waits for that commit, as the record loop does
+// (preempted): the commit's goroutine and its client's need the machine
+// more than the agent lane's work, and reaped it lets go of the gate
+// that pauses the other partitions. A failure to publish stops the worker
+// once the wakes are built; a failed commit asks for a rewind (reap),
+// which the caller sees.
 func (w *worker) between() {
 	if w.in.humanWaiting.Load() && !w.poison.stopping {
 		w.applyHuman()
 		if !w.publishPriority() {
 			w.poison.stopping = true
+			return
 		}
+		w.settlePriority()
 	}
 }
 
