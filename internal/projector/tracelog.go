@@ -16,7 +16,8 @@ import (
 // h.ended, h.writing, h.written, and h.reaped on the worker's; the agent
 // lane's commits note a.publish, a.built, a.waited, a.prepared, the same
 // commit steps with "a.", and a.reaped; g.pause and g.resume a worker's
-// pause at the gate. Free when no trace is taken.
+// pause at the gate. bench/tracewait reads them. Free when no trace is
+// taken.
 func tlog(part int32, what string) {
 	if trace.IsEnabled() {
 		trace.Log(context.Background(), "canopy", strconv.Itoa(int(part))+" "+what)
