@@ -67,6 +67,20 @@ func recordBytes(rs []*kgo.Record) int64 {
 	return n
 }
 
+// fetchPartitionBytes is what one partition's part of a fetch may hold
+// (kgo.FetchMaxPartitionBytes): a 128th of MaxQueuedBytes, between 64 KiB
+// and franz-go's default of 1 MiB; 256 KiB at the default memory limit.
+// The queues' bound is checked as a fetch's records join them, so each
+// partition may pass its share by one fetch; and the bytes fetched are
+// compressed, while the queues hold them decompressed. A batch of JSON
+// events decompresses to several times its size: at franz-go's default a
+// partition of six took two to three times its share (the heap profile of
+// the bench's priority scenario at its end: 64-97 MB of fetched records
+// against a bound of 32 MiB; 30-41 MB at a 128th).
+func fetchPartitionBytes(maxQueued int64) int32 {
+	return int32(min(max(maxQueued/128, 64<<10), 1<<20))
+}
+
 // queueShare is a partition's share of Config.MaxQueuedBytes: the bound
 // divided among the partitions the instance owns now.
 func (p *Projector) queueShare() int64 {

@@ -76,6 +76,29 @@ func TestQueueBoundedByBytes(t *testing.T) {
 	}
 }
 
+// TestFetchWithinAShare: one partition's part of a fetch, decompressed at
+// eight times its size (JSON events compress to about a fifth), stays
+// within half of that partition's share of MaxQueuedBytes on six
+// partitions, so that a partition's queue passes its share by at most
+// half of it; and it stays within franz-go's bounds.
+func TestFetchWithinAShare(t *testing.T) {
+	for _, limit := range []int64{128 << 20, 512 << 20, 2 << 30, 16 << 30} {
+		cfg := Config{MemoryLimit: limit}.withDefaults()
+		got := int64(fetchPartitionBytes(cfg.MaxQueuedBytes))
+		share := cfg.MaxQueuedBytes / 6
+		if got < 64<<10 || got > 1<<20 {
+			t.Errorf("memory limit %d MiB: a partition's fetch of %d bytes, want 64 KiB to 1 MiB", limit>>20, got)
+		}
+		if 8*got > share/2 && got > 64<<10 {
+			t.Errorf("memory limit %d MiB: a partition's fetch of %d bytes decompresses to about %d, more than half its share of %d",
+				limit>>20, got, 8*got, share)
+		}
+	}
+	if got := fetchPartitionBytes(1 << 20); got != 64<<10 {
+		t.Errorf("at the least MaxQueuedBytes (1 MiB): %d bytes a partition, want 64 KiB", got)
+	}
+}
+
 // TestGovernor: the intake pauses when the live heap passes 70% of the
 // memory limit, squeezing the runs' budget, and resumes below 55%; a pause
 // that does not bring the heap down ends after maxThrottle, and no pause

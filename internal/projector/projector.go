@@ -238,6 +238,7 @@ func (p *Projector) groupOpts(ctx context.Context) []kgo.Opt {
 		// fetch buffered, compressed, must not hold more than a share of
 		// them (franz-go's default is 50 MiB).
 		kgo.FetchMaxBytes(int32(min(cfg.MaxQueuedBytes/8, 50<<20))),
+		kgo.FetchMaxPartitionBytes(fetchPartitionBytes(cfg.MaxQueuedBytes)),
 		kgo.OnPartitionsAssigned(p.assigned),
 		kgo.OnPartitionsRevoked(p.revoked),
 		kgo.OnPartitionsLost(p.revoked),
