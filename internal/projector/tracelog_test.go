@@ -35,6 +35,10 @@ func TestTraceNotesThePriorityPath(t *testing.T) {
 	input := testEvent("human-1", "run-1", "human", start, &topics.Input{InputID: "in-1", InputKind: "interrupt", Text: "stop"})
 	e.produce(e.names.HumanInput(), input)
 	e.reader(e.names.PriorityWakes()).until(30*time.Second, "the priority wake", func(*kgo.Record) bool { return true })
+	// The wake is readable once its transaction ends at the broker, before
+	// the commit's goroutine notes it and the worker reaps it: wait for
+	// the count the worker makes after the last step.
+	testenv.WaitFor(t, 30*time.Second, until(p, "the priority commit is reaped", func() bool { return p.stats.PriorityWakes.Load() >= 1 }))
 	trace.Stop()
 	for _, step := range []string{"0 h.dispatched", "0 h.taken", "0 h.built", "0 h.waited", "0 h.commit", "0 h.produced", "0 h.ended", "0 h.reaped"} {
 		if !bytes.Contains(buf.Bytes(), []byte(step)) {
