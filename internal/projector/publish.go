@@ -147,13 +147,19 @@ func (w *worker) wakeRecords(j *commitJob, out []*kgo.Record) ([]*kgo.Record, er
 		if err := w.faultBuild(b.Wake); err != nil {
 			return out, w.wakeFailure(&projection.WakeError{Run: b.Wake.RunID, Err: err})
 		}
-		// The snapshot as the builder encoded it, spliced in: one encoding
-		// of its 24 KB fewer per wake.
-		enc, err := topics.AppendWakeJSON(nil, b.Wake, b.Info.Encoded)
+		// The snapshot as the builder encoded it, with the envelope written
+		// in the room it left before it: neither encoded nor copied again
+		// (a wake is mostly its snapshot, up to 24 KB). Spliced into a new
+		// buffer when the envelope does not fit.
+		enc, ok := topics.WakeJSONAround(b.Info.Framed, len(b.Info.Framed)-len(b.Info.Encoded), b.Wake)
+		var err error
+		if !ok {
+			enc, err = topics.AppendWakeJSON(nil, b.Wake, b.Info.Encoded)
+		}
 		if err == nil {
 			err = w.faultEncode(b.Wake)
 		}
-		j.built[i].Info.Encoded = nil // the wake's own bytes outlive it
+		j.built[i].Info.Encoded, j.built[i].Info.Framed = nil, nil // the wake's own bytes outlive them
 		if err != nil {
 			return out, &poisonError{err: fmt.Errorf("projector: encoding wake %s of run %q: %w", b.Wake.WakeID, b.Wake.RunID, err), run: b.Wake.RunID}
 		}

@@ -714,19 +714,25 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, part
 	if now.IsZero() {
 		now = r.clock.Std()
 	}
+	wake := &topics.Wake{
+		WakeID:        id.String(),
+		SchemaVersion: topics.WakeSchemaVersion,
+		RunID:         r.id,
+		Lane:          lane,
+		Part:          part,
+		Triggers:      trigs,
+	}
+	// Room for the envelope before the snapshot's encoding, so that the
+	// wake's bytes can be written around it (topics.WakeJSONAround). Cut
+	// triggers are no longer; if they were, the wake's encoder copies.
+	w.Room = wake.EnvelopeJSONLen()
 	s, info, err := snapshot.Build(r, w, p.cfg.Limits, now)
 	if err != nil {
 		return nil, info, &WakeError{Run: r.id, Err: err}
 	}
-	return &topics.Wake{
-		WakeID:            id.String(),
-		SchemaVersion:     topics.WakeSchemaVersion,
-		RunID:             r.id,
-		Lane:              lane,
-		Part:              part,
-		Triggers:          cutTriggers(trigs, info.Cut),
-		AgentTreeSnapshot: *s,
-	}, info, nil
+	wake.Triggers = cutTriggers(trigs, info.Cut)
+	wake.AgentTreeSnapshot = *s
+	return wake, info, nil
 }
 
 // cutTriggers returns trigs with their agent and correlation ids cut as the

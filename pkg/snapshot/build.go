@@ -550,16 +550,19 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	// Encoded to check the accounting and for the wake to splice in (it
 	// is the caller's: not scratch), the nodes' encodings spliced in
 	// rather than encoded again, into a buffer of the size measured.
-	enc, err := topics.AppendSnapshotJSON(make([]byte, 0, measured), s, b.appendNode)
+	room := max(w.Room, 0)
+	framed, err := topics.AppendSnapshotJSON(make([]byte, room, room+measured+1), s, b.appendNode)
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("%w: %w", ErrEncoding, err)
 	}
+	enc := framed[room:]
 	if len(enc) > b.limits.MaxBytes || len(enc) > measured {
 		return nil, Info{}, fmt.Errorf("%w: encoded %d bytes, measured %d, budget %d", ErrAccounting, len(enc), measured, b.limits.MaxBytes)
 	}
 	return s, Info{
 		Bytes:         len(enc),
 		Encoded:       enc,
+		Framed:        framed,
 		NodesIncluded: len(s.Nodes),
 		NodesOmitted:  s.TruncationMeta.OmittedCountTotal,
 		Truncated:     s.Truncated,

@@ -118,6 +118,12 @@ type Wake struct {
 	// triggers refer to, in trigger order: second in the inclusion order.
 	AgentIDs       []string
 	CorrelationIDs []string
+	// Room is how many bytes Build leaves free before the snapshot's
+	// encoding in its buffer (Info.Framed), and it leaves one more after
+	// it: room for the wake's envelope to be written around the encoding
+	// in place (topics.WakeJSONAround) rather than the encoding copied
+	// into the wake's. 0 (the default) leaves none.
+	Room int
 }
 
 // Limits are seed 000's bounds. The zero value of a field means its default.
@@ -217,7 +223,11 @@ type Info struct {
 	// Build encodes it to check its byte accounting, and a wake's encoder
 	// can splice it in (topics.AppendWakeJSON) rather than encode it again.
 	// It belongs to the caller; nil when the snapshot was not built.
-	Encoded       []byte
+	Encoded []byte
+	// Framed is Encoded with Wake.Room free bytes before it, in one
+	// buffer with capacity for one byte more after it: Encoded is
+	// Framed[Wake.Room:]. It belongs to the caller, as Encoded does.
+	Framed        []byte
 	NodesIncluded int
 	NodesOmitted  int
 	Truncated     bool

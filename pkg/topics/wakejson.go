@@ -227,11 +227,61 @@ func AppendWakeJSON(dst []byte, w *Wake, snapshotJSON []byte) ([]byte, error) {
 	return appendReflect(dst, w)
 }
 
+// WakeJSONAround returns w's JSON encoding, exactly the bytes Marshal(w)
+// returns, written around the encoding of w.AgentTreeSnapshot where it lies
+// rather than copied: framed ends with that encoding (snapshot.Info.Encoded),
+// has room free bytes before it and capacity for one more after it, as
+// snapshot.Build leaves them when asked (snapshot.Wake.Room). A wake is
+// mostly its snapshot, so this saves allocating and copying the snapshot
+// once more per wake. The result shares framed's array. ok is false, and
+// framed untouched, when w's envelope (its fields before the snapshot) is
+// longer than room or cannot be encoded here: then use AppendWakeJSON. The
+// caller vouches that framed ends with the snapshot's encoding.
+func WakeJSONAround(framed []byte, room int, w *Wake) ([]byte, bool) {
+	if w == nil || room < 0 || room > len(framed) || cap(framed) == len(framed) {
+		return nil, false
+	}
+	var stack [512]byte
+	env, ok := w.appendEnvelope(stack[:0])
+	if !ok || len(env) > room {
+		return nil, false
+	}
+	start := room - len(env)
+	copy(framed[start:room], env)
+	return append(framed[start:], '}'), true
+}
+
+// EnvelopeJSONLen returns the length of w's envelope as WakeJSONAround
+// writes it (its fields before the snapshot), for a snapshot builder to
+// leave room for; 0 when w cannot be encoded without reflection.
+func (w *Wake) EnvelopeJSONLen() int {
+	var stack [512]byte
+	env, ok := w.appendEnvelope(stack[:0])
+	if !ok {
+		return 0
+	}
+	return len(env)
+}
+
 func (w *Wake) appendJSON(dst []byte) ([]byte, bool) { return w.appendJSONWith(dst, nil) }
 
 // appendJSONWith is appendJSON with the snapshot's encoding given, or
 // encoded here when snap is nil.
 func (w *Wake) appendJSONWith(dst, snap []byte) ([]byte, bool) {
+	dst, ok := w.appendEnvelope(dst)
+	if !ok {
+		return dst, false
+	}
+	if snap != nil {
+		return append(append(dst, snap...), '}'), true
+	}
+	dst, ok = w.AgentTreeSnapshot.appendJSON(dst)
+	return append(dst, '}'), ok
+}
+
+// appendEnvelope appends w's encoding up to its snapshot's value: every
+// field before it, and the snapshot's key.
+func (w *Wake) appendEnvelope(dst []byte) ([]byte, bool) {
 	dst = append(dst, `{"wake_id":`...)
 	dst = appendJSONString(dst, w.WakeID)
 	dst = append(dst, `,"schema_version":`...)
@@ -260,12 +310,7 @@ func (w *Wake) appendJSONWith(dst, snap []byte) ([]byte, bool) {
 		}
 		dst = append(dst, ']')
 	}
-	dst = append(dst, `,"agent_tree_snapshot":`...)
-	if snap != nil {
-		return append(append(dst, snap...), '}'), true
-	}
-	dst, ok := w.AgentTreeSnapshot.appendJSON(dst)
-	return append(dst, '}'), ok
+	return append(dst, `,"agent_tree_snapshot":`...), true
 }
 
 func (p *WakePart) appendJSON(dst []byte) []byte {

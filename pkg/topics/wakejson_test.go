@@ -57,6 +57,44 @@ func sameAsEncodingJSON(t *testing.T, name string, v any) {
 	if err != nil || !bytes.Equal(app, append(prefix, want...)) {
 		t.Fatalf("%s: AppendJSON gives %q, %v", name, app, err)
 	}
+	if w, ok := v.(*topics.Wake); ok {
+		wakeAround(t, name, w, want)
+	}
+}
+
+// wakeAround fails unless WakeJSONAround writes w around its snapshot's
+// encoding as want has it, in a room of the envelope's size or more, and
+// refuses a smaller room without touching the buffer.
+func wakeAround(t *testing.T, name string, w *topics.Wake, want []byte) {
+	t.Helper()
+	snap, err := topics.Marshal(&w.AgentTreeSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := w.EnvelopeJSONLen()
+	if env != len(want)-len(snap)-1 {
+		t.Fatalf("%s: EnvelopeJSONLen %d, want %d", name, env, len(want)-len(snap)-1)
+	}
+	framed := func(room int) []byte {
+		b := make([]byte, room, room+len(snap)+1)
+		for i := range b {
+			b[i] = '#'
+		}
+		return append(b, snap...)
+	}
+	for _, room := range []int{env, env + 7} {
+		if got, ok := topics.WakeJSONAround(framed(room), room, w); !ok || !bytes.Equal(got, want) {
+			t.Fatalf("%s: WakeJSONAround in room %d (envelope %d) gives %v %s", name, room, env, ok, around(got, want))
+		}
+	}
+	short := framed(env - 1)
+	before := slices.Clone(short)
+	if got, ok := topics.WakeJSONAround(short, env-1, w); ok || got != nil || !bytes.Equal(short, before) {
+		t.Fatalf("%s: WakeJSONAround in a room 1 byte short gives %v %q and leaves %q", name, ok, got, short)
+	}
+	if _, ok := topics.WakeJSONAround(snap[:len(snap):len(snap)], 0, w); ok {
+		t.Fatalf("%s: WakeJSONAround with no room after the snapshot says ok", name)
+	}
 }
 
 func firstByteDiff(a, b []byte) int {
