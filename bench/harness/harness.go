@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"context"
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,7 +58,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Progress = &syncWriter{w: cfg.Progress} // samplers and scenarios both print
 	h := &Harness{cfg: cfg, began: time.Now(), quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	rep := &Report{Harness: "canopy bench (bench/harness)", Date: h.began.UTC().Format(time.RFC3339), Command: cfg.Command,
-		Machine: machine()}
+		Projector: projectorBuild(cfg.Projector), Machine: machine()}
+	fmt.Fprintf(cfg.Progress, "projector: %s\n", rep.Projector)
 	if cfg.Pin {
 		// Before the broker and the load start, so that every thread they
 		// make inherits the harness's CPUs.
@@ -224,6 +226,32 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 }
 
 // machine describes this machine.
+// projectorBuild describes the binary at path by its Go build info: the
+// commit it was built from (vcs.revision, short), "+modified" when the
+// tree had changes, and its Go version; the path alone when it carries
+// none (built outside a repository, or with -buildvcs=false).
+func projectorBuild(path string) string {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return path
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 7)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev == "" {
+		return fmt.Sprintf("%s (%s, no commit recorded)", path, bi.GoVersion)
+	}
+	return fmt.Sprintf("%s built from %s%s (%s)", path, rev, modified, bi.GoVersion)
+}
+
 func machine() Machine {
 	m := Machine{Cores: runtime.NumCPU(), LoadAvg1: loadAvg(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
 	if f, err := os.Open("/proc/meminfo"); err == nil {

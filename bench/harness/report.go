@@ -18,7 +18,11 @@ type Report struct {
 	Harness string  `json:"harness"`
 	Date    string  `json:"date"`
 	Command string  `json:"command"`
-	Machine Machine `json:"machine"`
+	// Projector is the projector binary measured and what its Go build
+	// info says it was built from (projectorBuild): a stale binary is the
+	// easiest way to measure the wrong code.
+	Projector string  `json:"projector,omitempty"`
+	Machine   Machine `json:"machine"`
 	// Broker is "embedded kfake", Apache Kafka's version, or the brokers
 	// given.
 	Broker string `json:"broker"`
