@@ -15,9 +15,9 @@ import (
 // (publishRate, consumeRate, endToEndLatency...), so its readers feel at
 // home; rates are per second, latencies milliseconds.
 type Report struct {
-	Harness string  `json:"harness"`
-	Date    string  `json:"date"`
-	Command string  `json:"command"`
+	Harness string `json:"harness"`
+	Date    string `json:"date"`
+	Command string `json:"command"`
 	// Projector is the projector binary measured and what its Go build
 	// info says it was built from (projectorBuild): a stale binary is the
 	// easiest way to measure the wrong code.
