@@ -225,7 +225,6 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// machine describes this machine.
 // projectorBuild describes the binary at path by its Go build info: the
 // commit it was built from (vcs.revision, short), "+modified" when the
 // tree had changes, and its Go version; the path alone when it carries
@@ -252,6 +251,7 @@ func projectorBuild(path string) string {
 	return fmt.Sprintf("%s built from %s%s (%s)", path, rev, modified, bi.GoVersion)
 }
 
+// machine describes this machine.
 func machine() Machine {
 	m := Machine{Cores: runtime.NumCPU(), LoadAvg1: loadAvg(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
 	if f, err := os.Open("/proc/meminfo"); err == nil {

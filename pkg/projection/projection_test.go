@@ -398,8 +398,8 @@ func (h *harness) flushWith(t *testing.T, out *strings.Builder, pending *Pending
 		if got, err := topics.AppendWakeJSON(nil, w, b.Info.Encoded); err != nil || string(got) != string(enc) {
 			t.Fatalf("the wake with its snapshot's kept encoding is not Marshal's (%v):\n%s\n%s", err, got, enc)
 		}
-		// And written around it, in the room the builder left (which only
-		// the room's bytes and the one after the encoding change).
+		// And written around it, in the room the builder left
+		// (WakeJSONAround changes only the room and the byte after it).
 		room := len(b.Info.Framed) - len(b.Info.Encoded)
 		if got, ok := topics.WakeJSONAround(b.Info.Framed, room, w); !ok || string(got) != string(enc) {
 			t.Fatalf("the wake written around its snapshot's encoding (room %d, ok %v) is not Marshal's:\n%s\n%s", room, ok, got, enc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +63,6 @@ class Kafka:
         what it takes for duplicates. canopy's operator (internal/cluster.CreateTopics) and the
         TypeScript tests wait the same way.
         """
-        import time
-
         deadline = time.monotonic() + timeout
         admin = self.admin()
         missing: list[str] = list(names)
@@ -94,8 +93,6 @@ class Kafka:
     def read(self, topic: str, want: int | None = None, timeout: float = 30.0) -> list[Any]:
         """The committed records of topic, in (partition, offset) order: all of them, waiting
         until there are want when want is given."""
-        import time
-
         c = Consumer({"bootstrap.servers": self.brokers, "group.id": "read-" + uuid.uuid4().hex,
                       "isolation.level": "read_committed", "enable.auto.commit": False,
                       "enable.partition.eof": True,
