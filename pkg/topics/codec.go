@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -68,23 +69,38 @@ func DecodeEvent(value []byte) (*Event, error) {
 // decodePath is how the decoder splits a JSON object into its members and
 // sets a payload's fields. Every path reaches the same event, or the same
 // error with the same problems: fastPath, the decoder's, validates and
-// splits an object in one pass (splitObject) and sets plain values
-// directly (decodeFast); FuzzDecodeDifferential holds it to a path that
+// splits an event's object and its data object in one pass (split) and
+// sets plain values directly (decodeFast); FuzzDecodeDifferential holds it to a path that
 // validates first and splits in a second pass (decodeObjectTwoPass) and
 // leaves every payload to encoding/json.
 type decodePath struct {
 	object func(b []byte) (members, error)
+	// event, when not nil, splits an event's value as object does and may
+	// also split its data member's object in the same pass (fastPath:
+	// decodeEventObject), so that the payload's bytes are not validated
+	// twice.
+	event func(b []byte) (members, dataSplit, error)
 	// payload sets p's fields from ms, the members of its valid JSON
 	// object; false, with p as it was, leaves them to encoding/json.
 	payload func(p Payload, ms members) bool
 }
 
-var fastPath = decodePath{object: decodeObject, payload: decodeFast}
+var fastPath = decodePath{object: decodeObject, event: decodeEventObject, payload: decodeFast}
 
 // decodeEvent is DecodeEvent by path.
 func decodeEvent(value []byte, path decodePath) (*Event, error) {
-	attrs, err := path.object(value)
+	var (
+		attrs members
+		ds    dataSplit
+		err   error
+	)
+	if path.event != nil {
+		attrs, ds, err = path.event(value)
+	} else {
+		attrs, err = path.object(value)
+	}
 	defer attrs.free()
+	defer ds.members.free()
 	if err != nil {
 		return nil, &DecodeError{kind: ErrInvalidEvent, Problems: []Problem{{"(value)", "not a JSON object: " + jsonProblem(err)}}}
 	}
@@ -98,8 +114,9 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 	// get returns an attribute as the string a ce_* header would carry:
 	// strings unquoted, and a JSON number (schemaversion is an Integer
 	// attribute) as its text.
+	slots := slotsOf(attrs)
 	get := func(name string) (string, bool, string) {
-		raw, ok := attrs.get(name)
+		raw, ok := slots.get(attrs, name)
 		if !ok || string(raw) == "null" {
 			return "", false, ""
 		}
@@ -117,11 +134,14 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 		return "", true, "want a string, got " + clip(string(raw), 40)
 	}
 	var data []byte
-	if raw, ok := attrs.get(attrData); ok && string(raw) != "null" {
+	if raw, ok := slots.get(attrs, attrData); ok && string(raw) != "null" {
 		data = raw
 	}
-	if _, ok := attrs.get(attrDataBase64); ok {
+	if _, ok := slots.get(attrs, attrDataBase64); ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
+	}
+	if !slots.unknown {
+		return decode(get, data, ds.of(data), "", ps, path)
 	}
 	for _, name := range attrs.names(func(name string) bool { return !knownAttr(name) }) {
 		if hint, ok := snakeHints[name]; ok {
@@ -130,7 +150,7 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 			ps.add(name, "not a valid CloudEvents attribute name (lower-case letters and digits only)")
 		}
 	}
-	return decode(get, data, "", ps, path)
+	return decode(get, data, ds.of(data), "", ps, path)
 }
 
 // DecodeRecord decodes an event from a Kafka record in either CloudEvents
@@ -183,7 +203,7 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 			}
 		}
 	}
-	ev, err := decode(get, data, "ce_", ps, fastPath)
+	ev, err := decode(get, data, nil, "ce_", ps, fastPath)
 	if ev, err = checkKey(ev, err, key); err == nil {
 		setTraceID(ev, headers)
 	}
@@ -320,8 +340,9 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 }
 
 // decode is shared by both modes: get returns an attribute's string form
-// (whether present, and a problem with its JSON type, if any).
-func decode(get attrGetter, data []byte, prefix string, ps problems, path decodePath) (*Event, error) {
+// (whether present, and a problem with its JSON type, if any); split, when
+// not nil, is data's members, split already.
+func decode(get attrGetter, data []byte, split *members, prefix string, ps problems, path decodePath) (*Event, error) {
 	a := attrReader{get: get, prefix: prefix, ps: &ps}
 	ev := a.envelope()
 	kind := a.schemaVersion(ev)
@@ -331,7 +352,7 @@ func decode(get attrGetter, data []byte, prefix string, ps problems, path decode
 	}
 	if ev.Type.Known() && kind == ErrInvalidEvent {
 		ev.Data = NewPayload(ev.Type)
-		decodePayload(ev.Data, data, &ps, path)
+		decodePayload(ev.Data, data, split, &ps, path)
 	}
 	if len(ps) > 0 {
 		return nil, &DecodeError{kind: kind, EventID: ev.ID, Type: string(ev.Type), Problems: ps}
@@ -437,14 +458,24 @@ func (a attrReader) schemaVersion(ev *Event) error {
 	return ErrInvalidEvent
 }
 
-func decodePayload(p Payload, data []byte, ps *problems, path decodePath) {
+// decodePayload sets p from data, a JSON object; split, when not nil, is
+// its members, split already (and then data is a valid object).
+func decodePayload(p Payload, data []byte, split *members, ps *problems, path decodePath) {
 	if data != nil {
-		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
-			ps.add("data", "want a JSON object")
-			return
+		var (
+			keys members
+			err  error
+		)
+		if split != nil {
+			keys = *split
+		} else {
+			if bytes.HasPrefix(bytes.TrimSpace(data), []byte("[")) || !bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) {
+				ps.add("data", "want a JSON object")
+				return
+			}
+			keys, err = path.object(data)
+			defer keys.free()
 		}
-		keys, err := path.object(data)
-		defer keys.free()
 		if err == nil {
 			// encoding/json matches keys case-insensitively; the contract does not.
 			fields := payloadFields[reflect.TypeOf(p)]
@@ -510,20 +541,58 @@ func decodeObject(b []byte) (members, error) {
 // is a JSON object (with whitespace around it): ok is false when it is not
 // one, or not valid, and decodeObjectTwoPass says what it is.
 func splitObject(b []byte) (members, bool) {
+	ms, _, ok := split(b, false)
+	return ms, ok
+}
+
+// dataSplit is the members of an event's data object, split in the pass
+// that split the event: raw is the object's text in the event's value (nil
+// when the last data member is not an object).
+type dataSplit struct {
+	members members
+	raw     []byte
+}
+
+// of returns the members split for data, the event's data member, when
+// they were split from these very bytes; else nil.
+func (d *dataSplit) of(data []byte) *members {
+	if d.members == nil || len(d.raw) == 0 || len(data) != len(d.raw) || &data[0] != &d.raw[0] {
+		return nil
+	}
+	return &d.members
+}
+
+// decodeEventObject is decodeObject for an event's value, which also
+// splits the data member's object in the same pass.
+func decodeEventObject(b []byte) (members, dataSplit, error) {
+	if ms, d, ok := split(b, true); ok {
+		return ms, d, nil
+	}
+	ms, err := decodeObjectTwoPass(b)
+	return ms, dataSplit{}, err
+}
+
+// split is splitObject, and with withData also the members of the data
+// member's object.
+func split(b []byte, withData bool) (members, dataSplit, bool) {
 	v := validator{b: b}
 	v.space()
 	if v.i >= len(b) || b[v.i] != '{' {
-		return nil, false
+		return nil, dataSplit{}, false
 	}
 	ms := newMembers()
 	v.ms = &ms
+	if withData {
+		v.data.members, v.withData = newMembers(), true
+	}
 	ok := v.value(0)
 	v.space()
 	if !ok || v.i != len(b) {
 		ms.free()
-		return nil, false
+		v.data.members.free()
+		return nil, dataSplit{}, false
 	}
-	return ms, true
+	return ms, v.data, true
 }
 
 // decodeObjectTwoPass is decodeObject in two passes: validJSON first, then
@@ -731,14 +800,91 @@ func jsonProblem(err error) string {
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
-func knownAttr(name string) bool {
+func knownAttr(name string) bool { return attrSlot(name) >= 0 }
+
+// attrSlot numbers the attributes the decoder knows, from 0; -1 for any
+// other name.
+func attrSlot(name string) int {
 	switch name {
-	case attrSpecVersion, attrID, attrSource, attrType, attrTime, attrDataContentType, attrDataSchema,
-		attrSubject, attrRunID, attrAgentID, attrSchemaVersion, attrSessionID, attrThreadID,
-		attrCorrelationID, attrCausationID, attrData, attrDataBase64:
-		return true
+	case attrSpecVersion:
+		return 0
+	case attrID:
+		return 1
+	case attrSource:
+		return 2
+	case attrType:
+		return 3
+	case attrTime:
+		return 4
+	case attrDataContentType:
+		return 5
+	case attrDataSchema:
+		return 6
+	case attrSubject:
+		return 7
+	case attrRunID:
+		return 8
+	case attrAgentID:
+		return 9
+	case attrSchemaVersion:
+		return 10
+	case attrSessionID:
+		return 11
+	case attrThreadID:
+		return 12
+	case attrCorrelationID:
+		return 13
+	case attrCausationID:
+		return 14
+	case attrData:
+		return 15
+	case attrDataBase64:
+		return 16
 	}
-	return false
+	return -1
+}
+
+// attrSlots is where each attribute the decoder knows is among an event's
+// members: one pass over them, rather than a scan of them for each of the
+// seventeen names the decoder reads. Small, and used by value, so that the
+// decoder's attribute getter holds a copy on the stack.
+type attrSlots struct {
+	// at is a member's index plus one, by attrSlot (0: absent); the last
+	// of a repeated name, as in members.get.
+	at [17]uint8
+	// unknown: a member's name may not be a known attribute (members.names
+	// says which); false when every one is.
+	unknown bool
+	// many: more members than at can index; get scans them.
+	many bool
+}
+
+func slotsOf(ms members) attrSlots {
+	var s attrSlots
+	if len(ms) >= math.MaxUint8 {
+		s.many, s.unknown = true, true // names does the work when there are this many
+		return s
+	}
+	for i, m := range ms {
+		if k := attrSlot(m.name); k >= 0 {
+			s.at[k] = uint8(i + 1)
+		} else {
+			s.unknown = true
+		}
+	}
+	return s
+}
+
+// get is ms.get(name) for a known attribute's name.
+func (s attrSlots) get(ms members, name string) (json.RawMessage, bool) {
+	k := attrSlot(name)
+	if s.many || k < 0 {
+		return ms.get(name)
+	}
+	if s.at[k] == 0 {
+		return nil, false
+	}
+	return ms[s.at[k]-1].raw, true
 }
 
 func mediaType(ct string) string {

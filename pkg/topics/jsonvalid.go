@@ -27,6 +27,12 @@ type validator struct {
 	// ms, when not nil, gets the members of the outermost object as it is
 	// validated (splitObject: one pass for both).
 	ms *members
+	// data, when withData, gets the members of the outermost object's data
+	// member when it is an object (the last one's, when it repeats), and
+	// inData is set while that object is validated.
+	data     dataSplit
+	withData bool
+	inData   bool
 }
 
 func (v *validator) space() {
@@ -91,12 +97,33 @@ func (v *validator) object(depth int) bool {
 		v.i++
 		v.space()
 		val := v.i
-		if !v.value(depth) {
+		var key string
+		split := v.ms != nil && depth == 1 || v.inData && depth == 2
+		if split {
+			key, _ = unquote(v.b[name:nameEnd])
+		}
+		data := v.withData && depth == 1 && key == attrData
+		if data {
+			// A data member that repeats replaces the one before, as in
+			// members.get.
+			v.data.members, v.data.raw = v.data.members[:0], nil
+			v.inData = val < len(v.b) && v.b[val] == '{'
+		}
+		ok := v.value(depth)
+		if data {
+			v.inData = false
+		}
+		if !ok {
 			return false
 		}
-		if v.ms != nil && depth == 1 {
-			key, _ := unquote(v.b[name:nameEnd])
+		switch {
+		case data && v.b[val] == '{':
+			v.data.raw = v.b[val:v.i]
+			fallthrough
+		case depth == 1 && split:
 			*v.ms = append(*v.ms, member{key, v.b[val:v.i]})
+		case split:
+			v.data.members = append(v.data.members, member{key, v.b[val:v.i]})
 		}
 		v.space()
 		if v.i >= len(v.b) {

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -94,5 +96,88 @@ func TestPlain8(t *testing.T) {
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], rng.Uint64())
 		check(b)
+	}
+}
+
+// TestSplitData holds the data members an event's pass splits to what
+// splitting the data member's own text gives, whatever the data member
+// is: repeated, not an object, escaped, nested, absent.
+func TestSplitData(t *testing.T) {
+	for _, in := range []string{
+		`{"data":{"a":1,"b":"x"}}`,
+		`{"data":{}}`,
+		` { "id" : "e" , "data" : { "a" : { "b" : { "c" : 1 } } , "d" : [ {"e":2} ] } } `,
+		`{"data":{"a":1},"data":{"b":2}}`,
+		`{"data":{"a":1},"data":"x"}`,
+		`{"data":"x","data":{"a":1}}`,
+		`{"data":null}`,
+		`{"data":[{"a":1}]}`,
+		`{"d\u0061ta":{"a":1}}`,
+		`{"x":{"data":{"a":1}},"data":{"b":2}}`,
+		`{"a":{"b":1},"data":{"c":{"d":2},"e":3},"f":{"g":4}}`,
+		`{"id":"e"}`,
+		`{"data":{"a":1,"a":2}}`,
+		`{"data":{"` + strings.Repeat("k", 40) + `":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17}}`,
+	} {
+		attrs, d, err := decodeEventObject([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		raw, ok := attrs.get(attrData)
+		got := d.of(raw)
+		want, wantErr := decodeObjectTwoPass(raw)
+		switch {
+		case !ok || string(raw) == "null" || raw[0] != '{':
+			if got != nil {
+				t.Errorf("%s: split %v for data %s, which is no object", in, *got, raw)
+			}
+		case wantErr != nil:
+			t.Fatalf("%s: data %s: %v", in, raw, wantErr)
+		case got == nil:
+			t.Errorf("%s: data %s not split", in, raw)
+		case !slices.EqualFunc(*got, want, func(a, b member) bool { return a.name == b.name && string(a.raw) == string(b.raw) }):
+			t.Errorf("%s: split %v, want %v", in, *got, want)
+		}
+		attrs.free()
+		d.members.free()
+	}
+}
+
+// TestAttrSlots holds attrSlots to members.get and knownAttr to the names
+// the decoder knows, over members with names repeated and unknown.
+func TestAttrSlots(t *testing.T) {
+	known := []string{attrSpecVersion, attrID, attrSource, attrType, attrTime, attrDataContentType,
+		attrDataSchema, attrSubject, attrRunID, attrAgentID, attrSchemaVersion, attrSessionID,
+		attrThreadID, attrCorrelationID, attrCausationID, attrData, attrDataBase64}
+	seen := map[int]bool{}
+	for _, n := range known {
+		k := attrSlot(n)
+		if k < 0 || k >= len(attrSlots{}.at) || seen[k] {
+			t.Fatalf("attrSlot(%q) = %d: not a slot of its own", n, k)
+		}
+		seen[k] = true
+	}
+	names := append(slices.Clone(known), "extension", "Data", "ids", "")
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		var ms members
+		n := r.IntN(30)
+		if r.IntN(20) == 0 {
+			n = 250 + r.IntN(10) // past what attrSlots indexes
+		}
+		for i := range n {
+			ms = append(ms, member{names[r.IntN(len(names))], json.RawMessage(strconv.Itoa(i))})
+		}
+		s := slotsOf(ms)
+		if want := len(ms.names(func(n string) bool { return !knownAttr(n) })) > 0; s.unknown != want {
+			t.Fatalf("%v: unknown %v, want %v", ms, s.unknown, want)
+		}
+		for _, n := range known {
+			got, ok := s.get(ms, n)
+			want, wantOK := ms.get(n)
+			if ok != wantOK || string(got) != string(want) {
+				t.Fatalf("%v: get %q = %s %v, want %s %v", ms, n, got, ok, want, wantOK)
+			}
+		}
 	}
 }
