@@ -2,9 +2,13 @@ package harness
 
 import (
 	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/canopy-dev/canopy/pkg/telemetry"
@@ -59,5 +63,29 @@ func TestRuntimeFigures(t *testing.T) {
 	}
 	if s := gcShare(map[*proc]runtimeSample{}, map[*proc]runtimeSample{p: last}); s != last.gc/last.used {
 		t.Errorf("an instance without a first sample counts from its start: got %v, want %v", s, last.gc/last.used)
+	}
+}
+
+// TestScrapeUncompressed scrapes a registry served as a projector serves
+// it: the page comes uncompressed, so that the scrape does not make the
+// projector allocate a gzip writer, and it parses.
+func TestScrapeUncompressed(t *testing.T) {
+	reg := telemetry.NewRegistry()
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	var encodings []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		metrics.ServeHTTP(w, r)
+		encodings = append(encodings, w.Header().Get("Content-Encoding"))
+	}))
+	defer srv.Close()
+	fams, err := scrapeFamilies(context.Background(), srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := runtimeFigures(fams); !ok {
+		t.Fatalf("no runtime figures in %d families", len(fams))
+	}
+	if len(encodings) != 1 || encodings[0] != "" {
+		t.Fatalf("served with Content-Encoding %q, want the page uncompressed", encodings)
 	}
 }
