@@ -70,9 +70,9 @@ func DecodeEvent(value []byte) (*Event, error) {
 // sets a payload's fields. Every path reaches the same event, or the same
 // error with the same problems: fastPath, the decoder's, validates and
 // splits an event's object and its data object in one pass (split) and
-// sets plain values directly (decodeFast); FuzzDecodeDifferential holds it to a path that
-// validates first and splits in a second pass (decodeObjectTwoPass) and
-// leaves every payload to encoding/json.
+// sets plain values directly (decodeFast); FuzzDecodeDifferential holds
+// it to a path that validates first and splits in a second pass
+// (decodeObjectTwoPass) and leaves every payload to encoding/json.
 type decodePath struct {
 	object func(b []byte) (members, error)
 	// event, when not nil, splits an event's value as object does and may
@@ -802,6 +802,10 @@ func jsonProblem(err error) string {
 
 func knownAttr(name string) bool { return attrSlot(name) >= 0 }
 
+// numAttrs is how many attributes the decoder knows: attrSlot numbers
+// them 0 to numAttrs-1.
+const numAttrs = 17
+
 // attrSlot numbers the attributes the decoder knows, from 0; -1 for any
 // other name.
 func attrSlot(name string) int {
@@ -851,7 +855,7 @@ func attrSlot(name string) int {
 type attrSlots struct {
 	// at is a member's index plus one, by attrSlot (0: absent); the last
 	// of a repeated name, as in members.get.
-	at [17]uint8
+	at [numAttrs]uint8
 	// unknown: a member's name may not be a known attribute (members.names
 	// says which); false when every one is.
 	unknown bool

@@ -98,8 +98,8 @@ func (v *validator) object(depth int) bool {
 		v.space()
 		val := v.i
 		var key string
-		split := v.ms != nil && depth == 1 || v.inData && depth == 2
-		if split {
+		collect := v.ms != nil && depth == 1 || v.inData && depth == 2
+		if collect {
 			key, _ = unquote(v.b[name:nameEnd])
 		}
 		data := v.withData && depth == 1 && key == attrData
@@ -120,9 +120,9 @@ func (v *validator) object(depth int) bool {
 		case data && v.b[val] == '{':
 			v.data.raw = v.b[val:v.i]
 			fallthrough
-		case depth == 1 && split:
+		case depth == 1 && collect:
 			*v.ms = append(*v.ms, member{key, v.b[val:v.i]})
-		case split:
+		case collect:
 			v.data.members = append(v.data.members, member{key, v.b[val:v.i]})
 		}
 		v.space()

@@ -149,10 +149,13 @@ func TestAttrSlots(t *testing.T) {
 	known := []string{attrSpecVersion, attrID, attrSource, attrType, attrTime, attrDataContentType,
 		attrDataSchema, attrSubject, attrRunID, attrAgentID, attrSchemaVersion, attrSessionID,
 		attrThreadID, attrCorrelationID, attrCausationID, attrData, attrDataBase64}
+	if len(known) != numAttrs {
+		t.Fatalf("%d known attributes, numAttrs %d", len(known), numAttrs)
+	}
 	seen := map[int]bool{}
 	for _, n := range known {
 		k := attrSlot(n)
-		if k < 0 || k >= len(attrSlots{}.at) || seen[k] {
+		if k < 0 || k >= numAttrs || seen[k] {
 			t.Fatalf("attrSlot(%q) = %d: not a slot of its own", n, k)
 		}
 		seen[k] = true
