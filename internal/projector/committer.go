@@ -57,6 +57,20 @@ type commitJob struct {
 	done                chan struct{}
 }
 
+// release lets go of what j produced and wrote, once its commit is done
+// either way: its records (a commit's wakes, up to 24 KB each, its dead
+// letters and changelog records) and its state changes (the encoding of
+// every node it changed). Under a backlog the worker reaps a commit a
+// whole commit cycle after it ended, and the live heap is what paces the
+// collector near the memory limit, so they are garbage from here, not from
+// then. What reap and reported read stays: the wakes, their spans, the
+// input records for a rewind. The record slice itself is kept for the
+// next commit (recycle).
+func (j *commitJob) release() {
+	clear(j.out)
+	j.changes = nil
+}
+
 // end ends the spans of a commit's wakes.
 func (j *commitJob) end() {
 	for _, s := range j.spans {
@@ -209,6 +223,7 @@ func (c *committer) commit(j *commitJob) {
 	if locked {
 		c.pebble.Unlock()
 	}
+	j.release()
 	j.committedAt, j.committed = c.p.cfg.Now(), time.Now()
 	c.p.hooks.Committed(c.part, time.Since(began), j.err)
 }
