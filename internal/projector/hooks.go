@@ -127,6 +127,9 @@ const DeadLetterDuplicateConflict = projection.DuplicateConflictCode
 // wake itself is there for its metadata (ids, seq, truncation meta): hooks
 // must never export node contents.
 type CommittedWake struct {
+	// Wake is the wake as committed, but for its snapshot's nodes, which
+	// are not kept once the wake is encoded (Nodes is nil; a commit under
+	// a backlog holds hundreds of wakes): Info.NodesIncluded counts them.
 	Wake      *topics.Wake
 	Info      snapshot.Info
 	Partition int32

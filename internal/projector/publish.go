@@ -159,7 +159,11 @@ func (w *worker) wakeRecords(j *commitJob, out []*kgo.Record) ([]*kgo.Record, er
 		if err == nil {
 			err = w.faultEncode(b.Wake)
 		}
-		j.built[i].Info.Encoded, j.built[i].Info.Framed = nil, nil // the wake's own bytes outlive them
+		// The wake's own bytes outlive the builder's, and its snapshot's
+		// nodes are in them: what reported hands the hooks is the wake's
+		// envelope and summary, and Info counts the nodes (CommittedWake).
+		j.built[i].Info.Encoded, j.built[i].Info.Framed = nil, nil
+		b.Wake.AgentTreeSnapshot.Nodes = nil
 		if err != nil {
 			return out, &poisonError{err: fmt.Errorf("projector: encoding wake %s of run %q: %w", b.Wake.WakeID, b.Wake.RunID, err), run: b.Wake.RunID}
 		}

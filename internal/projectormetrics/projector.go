@@ -204,7 +204,7 @@ func (m *ProjectorMetrics) WakeCommitted(ctx context.Context, w projector.Commit
 	s := &w.Wake.AgentTreeSnapshot
 	m.build.Observe(w.Build.Seconds())
 	m.bytes.Observe(float64(w.Info.Bytes))
-	m.nodes.Observe(float64(len(s.Nodes)))
+	m.nodes.Observe(float64(w.Info.NodesIncluded))
 	if s.Truncated {
 		m.truncated.WithLabelValues(lane).Inc()
 		m.omitted.Add(float64(s.TruncationMeta.OmittedCountTotal))

@@ -434,3 +434,54 @@ func TestRestartsAndPoisonCount(t *testing.T) {
 		t.Errorf("dead_letters_total = %g after a poison record, want 0 (counted apart)", got)
 	}
 }
+
+// TestSnapshotNodesCountEveryWake: the snapshot nodes histogram counts,
+// for each committed wake, the nodes its published snapshot includes. The
+// projector does not keep a committed wake's nodes once it is encoded, so
+// the count must come from the build's Info; counted from the wake it
+// would be 0.
+func TestSnapshotNodesCountEveryWake(t *testing.T) {
+	k := newKafka(t, "nodes", 1)
+	reg := telemetry.NewRegistry()
+	pm, err := projectormetrics.NewProjectorMetrics(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProjector(t, k, pm, reg, nil, "nodes-projector")
+	evs := workload.Generate(workload.Spec{RunID: "run-nodes", Nodes: 12, Seed: 3})
+	k.produce(t, k.names.AgentEvents(), time.Time{}, evs...)
+
+	rd, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.ConsumeTopics(k.names.Wakes()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var wakes, nodes int
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		// What the wake topic has so far, then what the histogram says of
+		// the same commits: equal once every wake read is reported.
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		fs := rd.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			w, err := topics.DecodeWake(r.Value)
+			if err != nil {
+				t.Fatalf("wake at offset %d: %v", r.Offset, err)
+			}
+			wakes++
+			nodes += len(w.AgentTreeSnapshot.Nodes)
+		})
+		fams := gather(t, reg)
+		h := sample(fams, "canopy_snapshot_nodes").GetHistogram()
+		consumed := sum(fams, "canopy_projector_records_consumed_total") == float64(len(evs))
+		if consumed && wakes > 0 && h.GetSampleCount() == uint64(wakes) && h.GetSampleSum() == float64(nodes) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s: %d wakes published with %d nodes; the histogram counted %d wakes with %g nodes (records consumed: %v)",
+				wakes, nodes, h.GetSampleCount(), h.GetSampleSum(), consumed)
+		}
+	}
+}

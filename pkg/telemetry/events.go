@@ -50,12 +50,13 @@ type SnapshotMeta struct {
 }
 
 // MetaOf is a wake's SnapshotMeta, with info from the builder and its
-// build time.
+// build time. The nodes included are info's count, not the wake's: a
+// projector does not keep a committed wake's nodes once it is encoded.
 func MetaOf(w *topics.Wake, info snapshot.Info, build time.Duration) SnapshotMeta {
 	s := &w.AgentTreeSnapshot
 	return SnapshotMeta{
 		SnapshotID: s.SnapshotID, WakeID: w.WakeID, RunID: w.RunID, Lane: w.Lane, AsOfEventSeq: s.AsOfEventSeq,
-		NodesIncluded: len(s.Nodes), NodesOmitted: s.TruncationMeta.OmittedCountTotal,
+		NodesIncluded: info.NodesIncluded, NodesOmitted: s.TruncationMeta.OmittedCountTotal,
 		OmittedCorrelationHandles: s.TruncationMeta.OmittedCorrelationHandles, CutStrings: s.TruncationMeta.CutStrings,
 		Bytes: info.Bytes, ByteBudget: s.TruncationMeta.ByteBudget, PolicyVersion: s.TruncationMeta.PolicyVersion,
 		Truncated: s.Truncated, Stale: s.Stale, Age: time.Duration(s.SnapshotAgeMs) * time.Millisecond, Build: build,
