@@ -174,13 +174,12 @@ func (c *committer) take() *commitJob {
 	return j
 }
 
-// recycle keeps a reaped job's record slice, and the room of its
-// changelog records, for the next commit: j committed, and the client is
-// done with its records.
+// recycle keeps a reaped job's record slice (emptied when the commit
+// ended: release), and the room of its changelog records, for the next
+// commit: j committed, and the client is done with its records.
 // While memory is not plentiful (the governor's lean) the room is let go
 // instead.
 func (c *committer) recycle(j *commitJob) {
-	clear(j.out)
 	c.spare = j.out[:0]
 	if c.p.gov != nil && c.p.gov.lean.Load() {
 		c.slab = changelog.Slab{}

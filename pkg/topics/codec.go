@@ -140,14 +140,13 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 	if _, ok := slots.get(attrs, attrDataBase64); ok {
 		ps.add(attrDataBase64, "binary data is not accepted; send data as a JSON object")
 	}
-	if !slots.unknown {
-		return decode(get, data, ds.of(data), "", ps, path)
-	}
-	for _, name := range attrs.names(func(name string) bool { return !knownAttr(name) }) {
-		if hint, ok := snakeHints[name]; ok {
-			ps.add(name, "not a CloudEvents attribute; use "+quote(hint))
-		} else if !extensionName.MatchString(name) {
-			ps.add(name, "not a valid CloudEvents attribute name (lower-case letters and digits only)")
+	if slots.unknown {
+		for _, name := range attrs.names(func(name string) bool { return !knownAttr(name) }) {
+			if hint, ok := snakeHints[name]; ok {
+				ps.add(name, "not a CloudEvents attribute; use "+quote(hint))
+			} else if !extensionName.MatchString(name) {
+				ps.add(name, "not a valid CloudEvents attribute name (lower-case letters and digits only)")
+			}
 		}
 	}
 	return decode(get, data, ds.of(data), "", ps, path)
