@@ -115,31 +115,50 @@ type committer struct {
 	// two records (preempted).
 	inflight *commitJob
 	finished atomic.Bool
-	// pebble orders the two lanes' Pebble writes; hold says this lane
-	// holds it from before it produces until its Pebble write, not only
-	// for the write (see newCommitters). write makes a committed job's
-	// changes durable in Pebble.
-	pebble *sync.Mutex
-	hold   bool
-	write  func(j *commitJob) error
+	// pebble orders the two lanes' Pebble writes, and is held only for
+	// them; priority marks the priority path's committer; unwritten,
+	// shared by the partition's two committers, counts the priority
+	// commits whose watermark record may be in the changelog and not yet
+	// in Pebble (see newCommitters). write makes a committed job's changes
+	// durable in Pebble.
+	pebble    *sync.Mutex
+	priority  bool
+	unwritten *atomic.Int64
+	write     func(j *commitJob) error
 }
 
-// newCommitters returns a partition's two committers. pebble orders their
-// Pebble writes: a priority commit holds it from before it produces until
-// its watermark is in Pebble, and an agent commit takes it to write its
-// batch and its checkpoint. So a checkpoint never passes a watermark
-// record that Pebble does not have, and a restore from that checkpoint
-// cannot miss it.
+// newCommitters returns a partition's two committers. Their Pebble writes
+// take turns (pebble), and a checkpoint never passes a watermark record
+// that Pebble does not have, so that a restore from that checkpoint
+// cannot miss it:
+//
+//   - a priority commit counts itself in unwritten before it produces, and
+//     uncounts itself once its watermark is in Pebble;
+//   - an agent commit writes its checkpoint only if, after its transaction
+//     ended, no priority commit is counted. A priority commit counted
+//     later produces after that transaction, so its records come after
+//     the checkpoint's offset. While one is counted the agent commit
+//     writes its state changes and leaves the checkpoint where it was: a
+//     restore replays from there, a little more than it would have.
+//
+// A priority commit that fails stays counted until the rewind's restore
+// (reopen) has read the changelog to its end. The priority commit does not
+// hold the lock while it produces: it would wait, before producing a human
+// input's wake, for the agent commit's Pebble write, which under a backlog
+// carries thousands of records.
 func newCommitters(p *Projector, part int32, agent, prio *kgo.Client, w *worker) (*committer, *committer) {
-	pebble := new(sync.Mutex)
-	a := &committer{p: p, part: part, prod: agent, txn: !p.cfg.AtLeastOnce, origins: make(map[string]origin), pebble: pebble,
+	pebble, unwritten := new(sync.Mutex), &w.unwritten
+	a := &committer{p: p, part: part, prod: agent, txn: !p.cfg.AtLeastOnce, origins: make(map[string]origin), pebble: pebble, unwritten: unwritten,
 		write: func(j *commitJob) error {
+			if unwritten.Load() > 0 {
+				return w.store.Write(j.changes, nil, false)
+			}
 			end := j.out[len(j.out)-1]
 			return w.proj.Write(j.changes, &projection.Checkpoint{Next: end.Offset + 1, At: p.cfg.Now().UnixMilli()})
 		}}
 	// Not synced: the changelog has it (as the agent lane's Write).
 	q := &committer{p: p, part: part, what: "priority ", prod: prio, txn: !p.cfg.AtLeastOnce, origins: make(map[string]origin),
-		pebble: pebble, hold: true, write: func(j *commitJob) error { return w.store.Write(j.changes, nil, false) }}
+		pebble: pebble, unwritten: unwritten, priority: true, write: func(j *commitJob) error { return w.store.Write(j.changes, nil, false) }}
 	return a, q
 }
 
@@ -203,24 +222,26 @@ func (c *committer) commit(j *commitJob) {
 	began := time.Now()
 	tag := c.tag()
 	tlog(c.part, tag+"commit")
-	locked := c.hold
-	if locked {
-		c.pebble.Lock()
-		tlog(c.part, tag+"locked")
+	if c.priority {
+		// Counted before producing: an agent commit whose produce ends
+		// after this does not move its checkpoint past the watermark
+		// record until Pebble has it (newCommitters).
+		c.unwritten.Add(1)
+		tlog(c.part, tag+"counted")
 	}
 	j.err = c.produce(ctx, j)
 	tlog(c.part, tag+"ended")
 	if j.err == nil {
-		if !locked {
-			c.pebble.Lock()
-			locked = true
-		}
+		c.pebble.Lock()
 		tlog(c.part, tag+"writing")
 		j.err = c.write(j)
 		tlog(c.part, tag+"written")
-	}
-	if locked {
 		c.pebble.Unlock()
+	}
+	if c.priority && j.err == nil {
+		// In Pebble (a failed commit keeps its count until the rewind's
+		// restore has every record of the changelog: reopen).
+		c.unwritten.Add(-1)
 	}
 	j.release()
 	j.committedAt, j.committed = c.p.cfg.Now(), time.Now()
@@ -295,7 +316,7 @@ func (c *committer) blame(results kgo.ProduceResults) error {
 // tag names the lane in the trace's notes (tlog): "h." for the priority
 // path's commits, "a." for the agent lane's.
 func (c *committer) tag() string {
-	if c.hold {
+	if c.priority {
 		return "h."
 	}
 	return "a."

@@ -398,6 +398,9 @@ func (w *worker) reopen() bool {
 		w.failed(fmt.Errorf("projector: partition %d: restoring after a rewind: %w", w.part, err))
 		return false
 	}
+	// The restore replayed the changelog to its end, watermarks included:
+	// a failed priority commit's count is moot.
+	w.unwritten.Store(0)
 	for _, c := range []*committer{w.agent, w.prio} {
 		c.pending.Reset()
 		c.late.Reset()

@@ -42,8 +42,10 @@ import (
 //     its wakes not (gather drops the triggers of records below the
 //     watermark), because they are out;
 //   - Pebble never holds a checkpoint past a watermark record it does not
-//     have (newCommitters: the priority committer holds the lock), so a
-//     restore that resumes from Pebble's checkpoint cannot miss one.
+//     have (newCommitters: an agent commit leaves its checkpoint where it
+//     was while a priority commit may have produced its watermark and not
+//     yet written it), so a restore that resumes from Pebble's checkpoint
+//     cannot miss one.
 //
 // So a read_committed conductor sees each human input's wake exactly once,
 // across crashes and failovers, and the state is still replay's: every

@@ -12,7 +12,7 @@ import (
 // waits can then be read off the goroutines' timelines around its steps.
 // Human input's are h.dispatched (the poller hands it to the worker),
 // h.taken, h.built, h.waited (the priority commit before it reaped), then
-// on the commit's goroutine h.commit, h.locked, h.begun, h.produced,
+// on the commit's goroutine h.commit, h.counted, h.begun, h.produced,
 // h.ended, h.writing, h.written, and h.reaped on the worker's; the agent
 // lane's commits note a.publish, a.built, a.waited, a.prepared, the same
 // commit steps with "a.", and a.reaped; g.pause and g.resume a worker's

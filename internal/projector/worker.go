@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -53,6 +54,9 @@ type worker struct {
 	// start is the offsets as restored: read by the group's callbacks once
 	// ready is closed.
 	start map[string]int64
+
+	// unwritten is shared by the partition's committers (newCommitters).
+	unwritten atomic.Int64
 
 	// The partition's state and where it stands in its input (apply.go).
 	store *store.Store
