@@ -176,6 +176,15 @@ type aliasValue struct {
 	canonical string
 }
 
+// String is the flag's value. The flag package also calls it on a zero
+// aliasValue, to tell whether a default is worth printing in -h.
+func (a *aliasValue) String() string {
+	if a == nil || a.Value == nil {
+		return ""
+	}
+	return a.Value.String()
+}
+
 // IsBoolFlag lets a boolean alias stand without a value, as its flag does.
 func (a *aliasValue) IsBoolFlag() bool {
 	b, ok := a.Value.(interface{ IsBoolFlag() bool })

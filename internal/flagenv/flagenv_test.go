@@ -119,3 +119,20 @@ func TestAliases(t *testing.T) {
 		t.Errorf("Unknown = %v, want the alias flag's would-be variable", u)
 	}
 }
+
+// TestHelpWithAliases: -h describes an alias as deprecated and prints
+// every flag; the flag package calls String on a zero alias to tell
+// whether its default is worth printing, which must not panic.
+func TestHelpWithAliases(t *testing.T) {
+	fs, _, _, _, _ := newSet()
+	Alias(fs, "old-foo", "foo-bar")
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	if _, err := Parse(fs, []string{"-h"}); err != flag.ErrHelp {
+		t.Fatalf("Parse -h: %v", err)
+	}
+	help := out.String()
+	if strings.Contains(help, "panic") || !strings.Contains(help, "deprecated: use -foo-bar") || !strings.Contains(help, "-standby") {
+		t.Errorf("help:\n%s", help)
+	}
+}
