@@ -3,9 +3,11 @@
 // commits in a trace (internal/projector/tracelog.go: "<partition> h.taken"
 // and so on); between two steps of an input, the goroutine that took the
 // second one either ran, waited for a P (runnable) or was parked, and the
-// trace says which, for how long, and where it parked (a GC assist, a
-// lock, a channel). That is the question the stage histograms cannot
-// answer.
+// trace says which, for how long, and where it parked (a lock, a channel,
+// a wait for GC assist credit); it also says how much of that time the
+// goroutine spent in GC mark assists, running or parked, and how much of
+// the trace the GC spent marking. That is the question the stage
+// histograms cannot answer.
 //
 //	curl -o trace.out 'http://<projector -http-addr>/debug/pprof/trace?seconds=20'   (-pprof)
 //	go run ./bench/tracewait trace.out                 a summary per step
@@ -64,11 +66,21 @@ type span struct {
 	why      string
 }
 
-// parsed is what the report needs of a trace.
+// parsed is what the report needs of a trace: the notes, the goroutines'
+// states, the stretches each goroutine spent in GC mark assists (counted
+// as running, or parked waiting for credit, by its states), and the GC
+// mark phases.
 type parsed struct {
-	steps []step
-	spans map[trace.GoID][]span
+	steps   []step
+	spans   map[trace.GoID][]span
+	assists map[trace.GoID][]stretch
+	marks   []stretch
+	first   trace.Time
+	last    trace.Time
 }
+
+// stretch is a time range.
+type stretch struct{ from, to trace.Time }
 
 // read parses a trace: the projector's notes, and every goroutine's states.
 func read(rd io.Reader) (*parsed, error) {
@@ -76,8 +88,10 @@ func read(rd io.Reader) (*parsed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the trace: %w", err)
 	}
-	p := &parsed{spans: map[trace.GoID][]span{}}
+	p := &parsed{spans: map[trace.GoID][]span{}, assists: map[trace.GoID][]stretch{}}
 	open := map[trace.GoID]span{}
+	assisting := map[trace.GoID]trace.Time{}
+	var marking trace.Time
 	for {
 		ev, err := r.ReadEvent()
 		if err == io.EOF {
@@ -86,7 +100,30 @@ func read(rd io.Reader) (*parsed, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading the trace: %w", err)
 		}
+		if p.first == 0 {
+			p.first = ev.Time()
+		}
+		p.last = ev.Time()
 		switch ev.Kind() {
+		case trace.EventRangeBegin, trace.EventRangeEnd:
+			begin := ev.Kind() == trace.EventRangeBegin
+			switch name := ev.Range().Name; {
+			case name == "GC mark assist":
+				g := ev.Goroutine()
+				if begin {
+					assisting[g] = ev.Time()
+				} else if from, ok := assisting[g]; ok {
+					p.assists[g] = append(p.assists[g], stretch{from, ev.Time()})
+					delete(assisting, g)
+				}
+			case name == "GC concurrent mark phase":
+				if begin {
+					marking = ev.Time()
+				} else if marking != 0 {
+					p.marks = append(p.marks, stretch{marking, ev.Time()})
+					marking = 0
+				}
+			}
 		case trace.EventLog:
 			if l := ev.Log(); l.Category == "canopy" {
 				part, name, _ := strings.Cut(l.Message, " ")
@@ -135,11 +172,24 @@ func short(fn string) string {
 // parked by reason.
 type split struct {
 	running, runnable, parked time.Duration
-	why                       map[string]time.Duration
+	// assist is the part of the three spent in GC mark assists.
+	assist time.Duration
+	why    map[string]time.Duration
+}
+
+// overlap is how much of [a, b) the stretches cover.
+func overlap(ss []stretch, a, b trace.Time) time.Duration {
+	var d time.Duration
+	for _, s := range ss {
+		if lo, hi := max(s.from, a), min(s.to, b); hi > lo {
+			d += time.Duration(hi - lo)
+		}
+	}
+	return d
 }
 
 func (p *parsed) split(g trace.GoID, a, b trace.Time) split {
-	s := split{why: map[string]time.Duration{}}
+	s := split{why: map[string]time.Duration{}, assist: overlap(p.assists[g], a, b)}
 	for _, sp := range p.spans[g] {
 		lo, hi := max(sp.from, a), min(sp.to, b)
 		if hi <= lo {
@@ -206,13 +256,18 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 	for _, in := range ins {
 		totals = append(totals, in.total())
 	}
-	fmt.Fprintf(w, "dispatched to reaped: %s\n\n", quantiles(totals))
+	fmt.Fprintf(w, "dispatched to reaped: %s\n", quantiles(totals))
+	if all := time.Duration(p.last - p.first); all > 0 {
+		fmt.Fprintf(w, "the GC was marking %.0f%% of the trace's %v (%d phases)\n", 100*float64(overlap(p.marks, p.first, p.last))/float64(all),
+			all.Round(time.Millisecond), len(p.marks))
+	}
+	fmt.Fprintln(w)
 	// Per step: the time since the step before, and how the goroutine
 	// that took it spent that time.
 	type agg struct {
-		d                         []time.Duration
-		running, runnable, parked time.Duration
-		why                       map[string]time.Duration
+		d                                 []time.Duration
+		running, runnable, parked, assist time.Duration
+		why                               map[string]time.Duration
 	}
 	by := map[string]*agg{}
 	var order []string
@@ -231,12 +286,13 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 			g.running += s.running
 			g.runnable += s.runnable
 			g.parked += s.parked
+			g.assist += s.assist
 			for r, d := range s.why {
 				g.why[r] += d
 			}
 		}
 	}
-	fmt.Fprintf(w, "%-28s %-40s %9s %9s %9s  %s\n", "step", "time since the step before", "running", "runnable", "parked", "parked most in")
+	fmt.Fprintf(w, "%-28s %-40s %9s %9s %9s %10s  %s\n", "step", "time since the step before", "running", "runnable", "parked", "GC assist", "parked most in")
 	for _, k := range order {
 		g := by[k]
 		pct := func(d time.Duration) float64 {
@@ -245,8 +301,8 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 			}
 			return 0
 		}
-		fmt.Fprintf(w, "%-28s %-40s %8.0f%% %8.0f%% %8.0f%%  %s\n", k, quantiles(g.d),
-			pct(g.running), pct(g.runnable), pct(g.parked), top(g.why, 2))
+		fmt.Fprintf(w, "%-28s %-40s %8.0f%% %8.0f%% %8.0f%% %9.0f%%  %s\n", k, quantiles(g.d),
+			pct(g.running), pct(g.runnable), pct(g.parked), pct(g.assist), top(g.why, 2))
 	}
 	if slow <= 0 {
 		return
@@ -259,8 +315,8 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 		for i := 1; i < len(in.steps); i++ {
 			a, b := in.steps[i-1], in.steps[i]
 			s := p.split(b.g, a.at, b.at)
-			fmt.Fprintf(w, "  %8.1f ms  %-12s g%-6d ran %.1f, runnable %.1f, parked %.1f ms  %s\n", ms(b.at-in.steps[0].at), b.name, b.g,
-				ms(trace.Time(s.running)), ms(trace.Time(s.runnable)), ms(trace.Time(s.parked)), top(s.why, 2))
+			fmt.Fprintf(w, "  %8.1f ms  %-12s g%-6d ran %.1f, runnable %.1f, parked %.1f ms, in GC assist %.1f ms  %s\n", ms(b.at-in.steps[0].at), b.name, b.g,
+				ms(trace.Time(s.running)), ms(trace.Time(s.runnable)), ms(trace.Time(s.parked)), ms(trace.Time(s.assist)), top(s.why, 2))
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"runtime/trace"
 	"strings"
 	"testing"
@@ -12,7 +13,8 @@ import (
 // TestReportSplitsAWait takes a trace of two goroutines noting a human
 // input's steps as the projector does, the worker parked on a channel
 // between dispatch and taking it up, and checks that the report finds the
-// input and puts the wait where it was: parked, in a channel receive.
+// input and puts the wait where it was: parked, in a channel receive; and
+// that it finds the GC's mark phase that ran meanwhile.
 func TestReportSplitsAWait(t *testing.T) {
 	var buf bytes.Buffer
 	if err := trace.Start(&buf); err != nil {
@@ -29,6 +31,7 @@ func TestReportSplitsAWait(t *testing.T) {
 		}
 	}()
 	note("h.dispatched")
+	runtime.GC() // a mark phase for the report to find
 	time.Sleep(30 * time.Millisecond) // the wait to find, not a synchronisation
 	close(handed)
 	<-done
@@ -48,7 +51,10 @@ func TestReportSplitsAWait(t *testing.T) {
 	var out strings.Builder
 	report(&out, p, time.Millisecond)
 	got := out.String()
-	for _, want := range []string{"1 human inputs", "h.dispatched > h.taken", "partition 3, ", "chan receive"} {
+	if len(p.marks) == 0 {
+		t.Errorf("no GC mark phase found in the trace, although one ran")
+	}
+	for _, want := range []string{"1 human inputs", "the GC was marking", "GC assist", "h.dispatched > h.taken", "partition 3, ", "chan receive"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q:\n%s", want, got)
 		}
