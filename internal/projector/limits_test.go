@@ -13,6 +13,7 @@ import (
 
 	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/testenv"
+	"github.com/canopy-dev/canopy/pkg/projection"
 	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
@@ -114,5 +115,40 @@ func TestDeadLetterRecordFits(t *testing.T) {
 	}
 	if n := recordSize(big.Key, big.Value, big.Headers); n > 10_000 {
 		t.Errorf("the dead letter is %d bytes, over the topic's 10,000", n)
+	}
+}
+
+// TestBatchLimits: the wake topics' and the changelog's producer batches
+// are no larger than their largest record needs, so that a commit's
+// produce requests stay small, yet every record checkRecordLimits lets
+// the projector write fits a batch; the other topics keep their own limit.
+func TestBatchLimits(t *testing.T) {
+	names := topics.DefaultNames()
+	cfg := Config{Names: names}.withDefaults()
+	wake := cfg.Projection.MaxWakeBytes + wakeRecordOverhead
+	state := projection.MaxRecordBytes + recordFraming
+	for _, tc := range []struct {
+		name   string
+		limits map[string]int
+		topic  string
+		want   int
+	}{
+		{"wakes under Kafka's default limit", map[string]int{names.Wakes(): 1_048_588}, names.Wakes(), wake},
+		{"priority wakes under a large limit", map[string]int{names.PriorityWakes(): 8 << 20}, names.PriorityWakes(), wake},
+		{"wakes whose limit is smaller", map[string]int{names.Wakes(): wake - 1}, names.Wakes(), wake - 1},
+		{"changelog", map[string]int{names.Changelog(): 1_048_588}, names.Changelog(), state},
+		{"changelog, limit unknown", nil, names.Changelog(), state},
+		{"dead letters keep their limit", map[string]int{names.DeadLetter(): 4 << 20}, names.DeadLetter(), 4 << 20},
+		{"unknown topic", nil, "other", defaultRecordLimit},
+		{"capped", map[string]int{names.DeadLetter(): 1 << 30}, names.DeadLetter(), maxBatchLimit},
+	} {
+		p := &Projector{cfg: cfg, limits: tc.limits}
+		if got := int(p.batchLimit(tc.topic)); got != tc.want {
+			t.Errorf("%s: batch limit %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// A changelog record of the largest size in a batch of its own.
+	if n := recordSize(make([]byte, 64), make([]byte, projection.MaxRecordBytes-64), nil); n > state {
+		t.Errorf("a changelog record of %d bytes takes %d in a batch, over its batch limit %d", projection.MaxRecordBytes, n, state)
 	}
 }
