@@ -33,8 +33,8 @@
 // committed wake naming it among its triggers, by lane. Rates are sampled
 // every second; the projectors' CPU and RSS, the harness's own CPU and the
 // machine's utilisation are read from /proc. The projectors' GC CPU share
-// (runtime/metrics' CPU classes) and heap in use come from their /metrics,
-// every few seconds.
+// (runtime/metrics' CPU classes), heap in use and the pauses of their
+// intake for memory come from their /metrics, every few seconds.
 //
 // Config.Pin (bench -pin) separates the projectors from the harness on the
 // machine: each projector instance runs on a CPU of its own, the harness's

@@ -19,6 +19,11 @@ const (
 	metricHeap     = "go_memstats_heap_inuse_bytes"
 	// metricMemoryLimit is the projector's -memory-limit.
 	metricMemoryLimit = "canopy_projector_memory_limit_bytes"
+	// metricThrottles and metricThrottled count the pauses of the
+	// projector's agent intake for memory, and their time (its governor:
+	// internal/projector/intake.go).
+	metricThrottles = "canopy_projector_intake_throttles_total"
+	metricThrottled = "canopy_projector_intake_throttled_seconds_total"
 )
 
 // errNoRuntime is a projector's /metrics without the runtime figures.
@@ -32,6 +37,9 @@ type runtimeSample struct {
 	// limit is its -memory-limit (canopy_projector_memory_limit_bytes), 0
 	// when it does not say.
 	limit float64
+	// throttles and throttled are the pauses of its intake for memory
+	// since it started, and their seconds; 0 when it does not say.
+	throttles, throttled float64
 }
 
 // runtimeFigures reads a runtimeSample from a projector's metric
@@ -58,7 +66,24 @@ func runtimeFigures(fams map[string]*dto.MetricFamily) (runtimeSample, bool) {
 	gc, ok3 := v(metricCPUGC)
 	heap, ok4 := v(metricHeap)
 	limit, _ := v(metricMemoryLimit)
-	return runtimeSample{gc: gc, used: total - idle, heap: heap, limit: limit}, ok1 && ok2 && ok3 && ok4
+	throttles, _ := v(metricThrottles)
+	throttled, _ := v(metricThrottled)
+	return runtimeSample{gc: gc, used: total - idle, heap: heap, limit: limit, throttles: throttles, throttled: throttled},
+		ok1 && ok2 && ok3 && ok4
+}
+
+// throttling is how many times the projectors paused their agent intake
+// for memory between their first and last samples (an instance without a
+// first sample, from its start), and for how many seconds in all. A pause
+// still on at the last sample counts once its end is counted, at the
+// next sample.
+func throttling(first, last map[*proc]runtimeSample) (pauses, seconds float64) {
+	for p, l := range last {
+		f := first[p]
+		pauses += l.throttles - f.throttles
+		seconds += l.throttled - f.throttled
+	}
+	return pauses, seconds
 }
 
 // gcShare is the GC's share of the CPU the projectors used between their

@@ -3,9 +3,11 @@ package harness
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -87,5 +89,43 @@ func TestScrapeUncompressed(t *testing.T) {
 	}
 	if len(encodings) != 1 || encodings[0] != "" {
 		t.Fatalf("served with Content-Encoding %q, want the page uncompressed", encodings)
+	}
+}
+
+// TestThrottling reads the projector's intake pauses for memory from its
+// exposition and counts those of the window: the difference between the
+// first and last samples, or since the start for an instance without a
+// first sample.
+func TestThrottling(t *testing.T) {
+	sample := func(pauses, seconds float64) runtimeSample {
+		t.Helper()
+		page := fmt.Sprintf(`# TYPE go_cpu_classes_total_cpu_seconds_total counter
+go_cpu_classes_total_cpu_seconds_total 10
+# TYPE go_cpu_classes_idle_cpu_seconds_total counter
+go_cpu_classes_idle_cpu_seconds_total 1
+# TYPE go_cpu_classes_gc_total_cpu_seconds_total counter
+go_cpu_classes_gc_total_cpu_seconds_total 2
+# TYPE go_memstats_heap_inuse_bytes gauge
+go_memstats_heap_inuse_bytes 1e+08
+# TYPE canopy_projector_intake_throttles_total counter
+canopy_projector_intake_throttles_total %v
+# TYPE canopy_projector_intake_throttled_seconds_total counter
+canopy_projector_intake_throttled_seconds_total %v
+`, pauses, seconds)
+		fams, err := parseFamilies(strings.NewReader(page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, ok := runtimeFigures(fams)
+		if !ok {
+			t.Fatalf("no runtime figures in:\n%s", page)
+		}
+		return rs
+	}
+	a, b := &proc{}, &proc{}
+	first := map[*proc]runtimeSample{a: sample(3, 1.5)}
+	last := map[*proc]runtimeSample{a: sample(7, 4.25), b: sample(2, 0.5)}
+	if n, s := throttling(first, last); n != 6 || s != 3.25 {
+		t.Errorf("throttling = %v pauses, %v s; want 6 and 3.25 (4 and 2.75 of the window, and 2 and 0.5 of an instance started in it)", n, s)
 	}
 }

@@ -129,6 +129,12 @@ type ScenarioResult struct {
 	ProjectorGCCPUShare        float64 `json:"projectorGcCpuShare"`
 	ProjectorHeapBytes         int64   `json:"projectorHeapBytes"`
 	ProjectorHeapMaxBytes      int64   `json:"projectorHeapMaxBytes"`
+	// ProjectorIntakeThrottles and ProjectorIntakeThrottledSeconds are how
+	// many times the projectors paused their agent intake for memory over
+	// the window (their governor, above 70% of GOMEMLIMIT live), and for
+	// how long in all: an event fetched after a pause waited through it.
+	ProjectorIntakeThrottles        int64   `json:"projectorIntakeThrottles"`
+	ProjectorIntakeThrottledSeconds float64 `json:"projectorIntakeThrottledSeconds"`
 	// HarnessCPU is the harness process's CPU in cores: the embedded
 	// broker, the load and the reader.
 	HarnessCPU  float64 `json:"harnessCpuCores"`

@@ -55,6 +55,9 @@ type samplerStats struct {
 	// memLimit is the projectors' -memory-limit, 0 when they did not say.
 	memLimit   float64
 	runtimeErr error
+	// throttles and throttled are the pauses of the projectors' intake
+	// for memory over the window, and their seconds (throttling).
+	throttles, throttled float64
 }
 
 func (s *stage) startSampler() {
@@ -191,6 +194,7 @@ func (sm *sampler) close() samplerStats {
 		st.machineBusy = float64(busy-sm.busy0) / float64(tot-sm.tot0)
 	}
 	st.gcShare, st.heap, st.heapMax, st.runtimeErr = gcShare(sm.firstRT, sm.lastRT), heap, sm.heapMax, sm.runtimeErr
+	st.throttles, st.throttled = throttling(sm.firstRT, sm.lastRT)
 	st.memLimit = sm.memLimit
 	sm.final = st
 	return st

@@ -34,10 +34,14 @@ func (s *stage) result(name, desc, mode string, instances int, st samplerStats) 
 		DurationSeconds: st.elapsed.Seconds(), Events: s.acked.Load(),
 		ProjectorCPU: st.projectorCPU, ProjectorRSSBytes: st.projectorRSS, HarnessCPU: st.harnessCPU, MachineBusy: st.machineBusy,
 		ProjectorGCCPUShare: st.gcShare, ProjectorHeapBytes: int64(st.heap), ProjectorHeapMaxBytes: int64(st.heapMax),
-		ProjectorMemoryLimitBytes: int64(st.memLimit),
+		ProjectorMemoryLimitBytes: int64(st.memLimit), ProjectorIntakeThrottles: int64(st.throttles), ProjectorIntakeThrottledSeconds: st.throttled,
 		EndToEndLatency:           map[string]*Latency{}, EndToEndLatencyFromSchedule: map[string]*Latency{}, Baselines: map[string]float64{}}
 	if st.runtimeErr != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projectors' /metrics for their GC and heap failed (the figures leave those samples out): %v", st.runtimeErr))
+	}
+	if st.throttles > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the projectors paused their agent intake for memory %.0f times, %.1f s in all over the %.0f s window (live heap above 70%% of GOMEMLIMIT; each pause at most 2 s)",
+			st.throttles, st.throttled, st.elapsed.Seconds()))
 	}
 	sm := s.sampler
 	sm.mu.Lock()
