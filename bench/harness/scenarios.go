@@ -35,7 +35,7 @@ func (s *stage) result(name, desc, mode string, instances int, st samplerStats) 
 		ProjectorCPU: st.projectorCPU, ProjectorRSSBytes: st.projectorRSS, HarnessCPU: st.harnessCPU, MachineBusy: st.machineBusy,
 		ProjectorGCCPUShare: st.gcShare, ProjectorHeapBytes: int64(st.heap), ProjectorHeapMaxBytes: int64(st.heapMax),
 		ProjectorMemoryLimitBytes: int64(st.memLimit), ProjectorIntakeThrottles: int64(st.throttles), ProjectorIntakeThrottledSeconds: st.throttled,
-		EndToEndLatency:           map[string]*Latency{}, EndToEndLatencyFromSchedule: map[string]*Latency{}, Baselines: map[string]float64{}}
+		EndToEndLatency: map[string]*Latency{}, EndToEndLatencyFromSchedule: map[string]*Latency{}, Baselines: map[string]float64{}}
 	if st.runtimeErr != nil {
 		r.Notes = append(r.Notes, fmt.Sprintf("some scrapes of the projectors' /metrics for their GC and heap failed (the figures leave those samples out): %v", st.runtimeErr))
 	}

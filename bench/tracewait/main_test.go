@@ -31,7 +31,7 @@ func TestReportSplitsAWait(t *testing.T) {
 		}
 	}()
 	note("h.dispatched")
-	runtime.GC() // a mark phase for the report to find
+	runtime.GC()                      // a mark phase for the report to find
 	time.Sleep(30 * time.Millisecond) // the wait to find, not a synchronisation
 	close(handed)
 	<-done
