@@ -31,6 +31,13 @@ delivery watchdog waits to see forwarded to the conductor."""
 _MOVED = {KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS,
           KafkaError._NO_OFFSET, KafkaError._STATE}
 
+# Errors of listing offsets that pass: a partition or a group coordinator that is moving or
+# starting. Retried for _BACKLOG_RETRY_SECONDS when the priority lane is assigned.
+_TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR,
+              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+_BACKLOG_RETRY_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class Wake:
@@ -198,16 +205,27 @@ class Conductor:
     def _on_assign(self, consumer: Any, parts: list[TopicPartition]) -> None:
         self._assigned = True
         ends: dict[int, int] = {}
-        try:
-            committed = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
-            for tp in parts:
-                low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-                start = max(low, committed.get(tp.partition, -1))
-                if high > start:
-                    ends[tp.partition] = high
-        except KafkaException as e:
-            log.warning("canopy: cannot list the priority backlog; priority wakes go first as they are fetched: %s", e)
-            return
+        # A partition just created may answer "not leader" for a moment after the metadata names
+        # its leader: retriable errors are retried for a while, not taken for an answer.
+        deadline = time.monotonic() + _BACKLOG_RETRY_SECONDS
+        while True:
+            try:
+                committed = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
+                for tp in parts:
+                    low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                    start = max(low, committed.get(tp.partition, -1))
+                    if high > start:
+                        ends[tp.partition] = high
+                break
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in _TRANSIENT)
+                if transient and time.monotonic() < deadline:
+                    ends.clear()
+                    time.sleep(0.1)
+                    continue
+                log.warning("canopy: cannot list the priority backlog; priority wakes go first as they are fetched: %s", e)
+                return
         log.debug("canopy: priority partitions %s assigned; backlog ends %s (committed %s)",
                   [tp.partition for tp in parts], ends, committed)
         self._backlog.update(ends)
