@@ -395,6 +395,37 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// TestTargetJSON: a target whose factor or value JSON cannot carry (one not
+// measured, a floor measured at 0, a ratio over a zero baseline) encodes
+// them as null, and the report with it still encodes.
+func TestTargetJSON(t *testing.T) {
+	ts := []Target{
+		{Scenario: "steady", Name: "gc", Want: "<= 15%", Measured: "not measured", Factor: math.Inf(1), Limit: 15, Unit: "%"},
+		atLeast("priority", "drain", 0, 0.9, "x", ""),
+		atMost("priority", "p99 / idle", math.Inf(1), 2, "x", ""),
+		atMost("steady", "p99", 40, 50, " ms", "kept"),
+	}
+	b, err := json.Marshal(&Report{Targets: ts})
+	if err != nil {
+		t.Fatalf("the report does not encode: %v", err)
+	}
+	var got struct {
+		Targets []map[string]any `json:"targets"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ factor, value any }{{nil, 0.0}, {nil, 0.0}, {nil, nil}, {0.8, 40.0}} {
+		g := got.Targets[i]
+		if g["factor"] != want.factor || g["value"] != want.value {
+			t.Errorf("target %d: factor %v, value %v; want %v and %v: %s", i, g["factor"], g["value"], want.factor, want.value, b)
+		}
+	}
+	if g := got.Targets[3]; g["name"] != "p99" || g["note"] != "kept" || g["limit"] != 50.0 || g["met"] != true {
+		t.Errorf("the other fields: %v", g)
+	}
+}
+
 // TestThirds: steady's collapse check compares the means of the window's
 // first and last thirds, and leaves out what follows the window.
 func TestThirds(t *testing.T) {

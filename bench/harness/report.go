@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -204,6 +205,25 @@ type Target struct {
 	Runs int     `json:"runs,omitempty"`
 	Min  float64 `json:"min,omitempty"`
 	Max  float64 `json:"max,omitempty"`
+}
+
+// MarshalJSON writes a Factor or Value that JSON cannot carry (the +Inf
+// of a target that was not measured or of a floor measured at 0, or a
+// ratio over a zero baseline) as null, so that one such target does not
+// cost the whole report.
+func (t Target) MarshalJSON() ([]byte, error) {
+	type plain Target // without this method
+	finite := func(v float64) *float64 {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		plain
+		Factor *float64 `json:"factor"`
+		Value  *float64 `json:"value"`
+	}{plain(t), finite(t.Factor), finite(t.Value)})
 }
 
 // atLeast and atMost make a target of a floor and a ceiling.
