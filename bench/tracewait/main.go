@@ -12,6 +12,9 @@
 //	curl -o trace.out 'http://<projector -http-addr>/debug/pprof/trace?seconds=20'   (-pprof)
 //	go run ./bench/tracewait trace.out                 a summary per step
 //	go run ./bench/tracewait -slow 100ms trace.out     and each input slower than that, step by step
+//	go run ./bench/tracewait -agent -agent-slow 500ms trace.out
+//	                                                    and the agent lane's commit cycles (how often each
+//	                                                    partition commits, and where a long cycle went)
 package main
 
 import (
@@ -28,8 +31,10 @@ import (
 
 func main() {
 	slow := flag.Duration("slow", 0, "also print, step by step, each input slower than this from dispatch to reaped (0: none)")
+	agent := flag.Bool("agent", false, "also report the agent lane's commit cycles, per partition and step by step")
+	agentSlow := flag.Duration("agent-slow", 0, "with -agent, also print each commit cycle longer than this, step by step (0: none)")
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: tracewait [-slow d] trace.out")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: tracewait [-slow d] [-agent [-agent-slow d]] trace.out")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -49,6 +54,9 @@ func main() {
 		os.Exit(1)
 	}
 	report(os.Stdout, t, *slow)
+	if *agent {
+		reportAgent(os.Stdout, t, *agentSlow)
+	}
 }
 
 // step is one note of the projector's: a step of a partition's commit.
@@ -262,6 +270,27 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 			all.Round(time.Millisecond), len(p.marks))
 	}
 	fmt.Fprintln(w)
+	stepTable(w, p, ins)
+	if slow <= 0 {
+		return
+	}
+	for _, in := range ins {
+		if in.total() < slow {
+			continue
+		}
+		fmt.Fprintf(w, "\npartition %s, %v from dispatch to reaped:\n", in.partition, in.total().Round(100*time.Microsecond))
+		for i := 1; i < len(in.steps); i++ {
+			a, b := in.steps[i-1], in.steps[i]
+			s := p.split(b.g, a.at, b.at)
+			fmt.Fprintf(w, "  %8.1f ms  %-12s g%-6d ran %.1f, runnable %.1f, parked %.1f ms, in GC assist %.1f ms  %s\n", ms(b.at-in.steps[0].at), b.name, b.g,
+				ms(trace.Time(s.running)), ms(trace.Time(s.runnable)), ms(trace.Time(s.parked)), ms(trace.Time(s.assist)), top(s.why, 2))
+		}
+	}
+}
+
+// stepTable writes, for each pair of consecutive steps of ins, the time
+// between them and how the goroutine that took the second one spent it.
+func stepTable(w io.Writer, p *parsed, ins []input) {
 	// Per step: the time since the step before, and how the goroutine
 	// that took it spent that time.
 	type agg struct {
@@ -304,18 +333,69 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 		fmt.Fprintf(w, "%-28s %-40s %8.0f%% %8.0f%% %8.0f%% %9.0f%%  %s\n", k, quantiles(g.d),
 			pct(g.running), pct(g.runnable), pct(g.parked), pct(g.assist), top(g.why, 2))
 	}
+}
+
+// cycles are the agent lane's commit cycles: for each partition, the steps
+// from one a.publish up to the next (which the next cycle begins with).
+// The last cycle of each partition, with no publish after it, is left out.
+func (p *parsed) cycles() []input {
+	var out []input
+	open := map[string]*input{}
+	for _, s := range p.steps {
+		if !strings.HasPrefix(s.name, "a.") {
+			continue
+		}
+		cur := open[s.partition]
+		if s.name == "a.publish" {
+			if cur != nil {
+				cur.steps = append(cur.steps, s)
+				out = append(out, *cur)
+			}
+			open[s.partition] = &input{partition: s.partition, steps: []step{s}}
+			continue
+		}
+		if cur != nil {
+			cur.steps = append(cur.steps, s)
+		}
+	}
+	return out
+}
+
+// reportAgent writes the agent lane's commit cycles: per partition how
+// often it published, then the steps of a cycle, and with slow each cycle
+// longer than that.
+func reportAgent(w io.Writer, p *parsed, slow time.Duration) {
+	cs := p.cycles()
+	fmt.Fprintf(w, "\n%d agent-lane commit cycles (a.publish to the next) in the trace\n", len(cs))
+	if len(cs) == 0 {
+		return
+	}
+	byPart := map[string][]time.Duration{}
+	var parts []string
+	for _, c := range cs {
+		if byPart[c.partition] == nil {
+			parts = append(parts, c.partition)
+		}
+		byPart[c.partition] = append(byPart[c.partition], c.total())
+	}
+	slices.Sort(parts)
+	for _, part := range parts {
+		fmt.Fprintf(w, "partition %-3s %4d cycles: %s\n", part, len(byPart[part]), quantiles(byPart[part]))
+	}
+	fmt.Fprintln(w)
+	stepTable(w, p, cs)
 	if slow <= 0 {
 		return
 	}
-	for _, in := range ins {
-		if in.total() < slow {
+	for _, c := range cs {
+		if c.total() < slow {
 			continue
 		}
-		fmt.Fprintf(w, "\npartition %s, %v from dispatch to reaped:\n", in.partition, in.total().Round(100*time.Microsecond))
-		for i := 1; i < len(in.steps); i++ {
-			a, b := in.steps[i-1], in.steps[i]
+		fmt.Fprintf(w, "\npartition %s, a commit cycle of %v:\n", c.partition, c.total().Round(100*time.Microsecond))
+		for i := 1; i < len(c.steps); i++ {
+			a, b := c.steps[i-1], c.steps[i]
 			s := p.split(b.g, a.at, b.at)
-			fmt.Fprintf(w, "  %8.1f ms  %-12s g%-6d ran %.1f, runnable %.1f, parked %.1f ms, in GC assist %.1f ms  %s\n", ms(b.at-in.steps[0].at), b.name, b.g,
+			fmt.Fprintf(w, "  %8.1f ms  %-12s g%-6d ran %.1f, runnable %.1f, parked %.1f ms, in GC assist %.1f ms  %s\n", ms(b.at-c.steps[0].at), b.name, b.g,
 				ms(trace.Time(s.running)), ms(trace.Time(s.runnable)), ms(trace.Time(s.parked)), ms(trace.Time(s.assist)), top(s.why, 2))
 		}
 	}

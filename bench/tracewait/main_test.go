@@ -64,3 +64,49 @@ func TestReportSplitsAWait(t *testing.T) {
 		t.Errorf("the worker was parked %v of the wait, want most of 30ms:\n%s", s.parked, got)
 	}
 }
+
+// TestAgentCycles takes a trace of a worker noting two agent-lane commits
+// of partition 2 as the projector does, and a commit of partition 5 that
+// never publishes again, and checks that the report finds one cycle, from
+// the first a.publish to the second, with every step between, and prints
+// it as a cycle longer than -agent-slow.
+func TestAgentCycles(t *testing.T) {
+	var buf bytes.Buffer
+	if err := trace.Start(&buf); err != nil {
+		t.Fatalf("taking a trace: %v (is the test run with -trace?)", err)
+	}
+	note := func(part, s string) { trace.Log(context.Background(), "canopy", part+" "+s) }
+	steps := []string{"a.publish", "a.built", "a.waited", "a.prepared", "a.commit", "a.begun", "a.produced", "a.ended", "a.writing", "a.written"}
+	for _, s := range steps {
+		note("2", s)
+		note("5", s)
+	}
+	note("2", "h.dispatched")         // another lane's: not the cycle's
+	time.Sleep(20 * time.Millisecond) // the cycle's length to find, not a synchronisation
+	note("2", "a.publish")
+	note("2", "a.reaped")
+	trace.Stop()
+
+	p, err := read(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := p.cycles()
+	if len(cs) != 1 || cs[0].partition != "2" || len(cs[0].steps) != len(steps)+1 {
+		t.Fatalf("cycles %+v, want one of partition 2 with %d steps", cs, len(steps)+1)
+	}
+	if d := cs[0].total(); d < 20*time.Millisecond {
+		t.Errorf("the cycle took %v, want 20ms or more", d)
+	}
+	var out strings.Builder
+	reportAgent(&out, p, 10*time.Millisecond)
+	got := out.String()
+	for _, want := range []string{"1 agent-lane commit cycles", "partition 2      1 cycles", "a.written > a.publish", "partition 2, a commit cycle of "} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "partition 5") {
+		t.Errorf("the report counts partition 5's commit, which has no next publish:\n%s", got)
+	}
+}
