@@ -274,11 +274,17 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 	if slow <= 0 {
 		return
 	}
+	printSlow(w, p, ins, slow, "from dispatch to reaped")
+}
+
+// printSlow writes, step by step, each of ins that took slow or longer,
+// headed "partition <p>, <its time> <what>".
+func printSlow(w io.Writer, p *parsed, ins []input, slow time.Duration, what string) {
 	for _, in := range ins {
 		if in.total() < slow {
 			continue
 		}
-		fmt.Fprintf(w, "\npartition %s, %v from dispatch to reaped:\n", in.partition, in.total().Round(100*time.Microsecond))
+		fmt.Fprintf(w, "\npartition %s, %v %s:\n", in.partition, in.total().Round(100*time.Microsecond), what)
 		for i := 1; i < len(in.steps); i++ {
 			a, b := in.steps[i-1], in.steps[i]
 			s := p.split(b.g, a.at, b.at)
@@ -387,18 +393,7 @@ func reportAgent(w io.Writer, p *parsed, slow time.Duration) {
 	if slow <= 0 {
 		return
 	}
-	for _, c := range cs {
-		if c.total() < slow {
-			continue
-		}
-		fmt.Fprintf(w, "\npartition %s, a commit cycle of %v:\n", c.partition, c.total().Round(100*time.Microsecond))
-		for i := 1; i < len(c.steps); i++ {
-			a, b := c.steps[i-1], c.steps[i]
-			s := p.split(b.g, a.at, b.at)
-			fmt.Fprintf(w, "  %8.1f ms  %-12s g%-6d ran %.1f, runnable %.1f, parked %.1f ms, in GC assist %.1f ms  %s\n", ms(b.at-c.steps[0].at), b.name, b.g,
-				ms(trace.Time(s.running)), ms(trace.Time(s.runnable)), ms(trace.Time(s.parked)), ms(trace.Time(s.assist)), top(s.why, 2))
-		}
-	}
+	printSlow(w, p, cs, slow, "a commit cycle")
 }
 
 func ms(d trace.Time) float64 { return float64(d) / 1e6 }
