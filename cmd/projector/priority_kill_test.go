@@ -106,9 +106,12 @@ func testPriorityWakeOnceAcrossKill(t *testing.T, fresh bool) {
 			}
 		}
 	}
-	// wakes reads the committed wakes, from the start, until one names
-	// event id; it returns every wake read, by the event ids they name.
-	wakes := func(id string) map[string]int {
+	// wakes reads the committed wakes of both lanes, from the start, until
+	// every one of ids is named by one; it returns every wake read, by the
+	// event ids they name. Until every one: a fetch may bring one topic's
+	// records before the other's, so one id seen says nothing of the
+	// other lane's wakes.
+	wakes := func(ids ...string) map[string]int {
 		t.Helper()
 		seen := map[string]int{}
 		r, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.ConsumeTopics(names.Wakes(), names.PriorityWakes()),
@@ -119,10 +122,19 @@ func testPriorityWakeOnceAcrossKill(t *testing.T, fresh bool) {
 		defer r.Close()
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer wcancel()
-		for seen[id] == 0 {
+		missing := func() []string {
+			var out []string
+			for _, id := range ids {
+				if seen[id] == 0 {
+					out = append(out, id)
+				}
+			}
+			return out
+		}
+		for len(missing()) > 0 {
 			fs := r.PollFetches(wctx)
 			if wctx.Err() != nil {
-				t.Fatalf("no committed wake names %s (read %v)", id, seen)
+				t.Fatalf("no committed wake names %v (read %v)", missing(), seen)
 			}
 			fs.EachRecord(func(rec *kgo.Record) {
 				w, err := topics.DecodeWake(rec.Value)
@@ -185,8 +197,9 @@ func testPriorityWakeOnceAcrossKill(t *testing.T, fresh bool) {
 	produce(names.AgentEvents(), ev("failed-3", "agent-3", &topics.Failed{ErrorCode: "three"}))
 	wakes("failed-3")
 	produce(names.AgentEvents(), ev("failed-4", "agent-4", &topics.Failed{ErrorCode: "four"}))
-	seen := wakes("failed-4")
-	for _, id := range []string{"failed-1", "failed-2", "failed-3", "failed-4", "human-1"} {
+	all := []string{"failed-1", "failed-2", "failed-3", "failed-4", "human-1"}
+	seen := wakes(all...)
+	for _, id := range all {
 		if seen[id] != 1 {
 			dump()
 			t.Fatalf("%s is named by %d committed wakes, want 1 (all: %v)", id, seen[id], seen)
