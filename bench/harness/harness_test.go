@@ -400,7 +400,7 @@ func TestSummarize(t *testing.T) {
 // them as null, and the report with it still encodes.
 func TestTargetJSON(t *testing.T) {
 	ts := []Target{
-		{Scenario: "steady", Name: "gc", Want: "<= 15%", Measured: "not measured", Factor: math.Inf(1), Limit: 15, Unit: "%"},
+		unmeasured("steady", "gc", 15, "%", "no cycle ended"),
 		atLeast("priority", "drain", 0, 0.9, "x", ""),
 		atMost("priority", "p99 / idle", math.Inf(1), 2, "x", ""),
 		atMost("steady", "p99", 40, 50, " ms", "kept"),

@@ -238,6 +238,13 @@ func atLeast(scenario, name string, measured, want float64, unit, note string) T
 	return t
 }
 
+// unmeasured is the target of a ceiling that the run could not measure:
+// not met, by no factor (+Inf, written as null), with note saying why.
+func unmeasured(scenario, name string, want float64, unit, note string) Target {
+	return Target{Scenario: scenario, Name: name, Want: fmt.Sprintf("<= %s%s", num(want), unit), Measured: "not measured",
+		Factor: math.Inf(1), Note: note, Limit: want, Unit: unit}
+}
+
 func atMost(scenario, name string, measured, want float64, unit, note string) Target {
 	return Target{Scenario: scenario, Name: name, Want: fmt.Sprintf("<= %s%s", num(want), unit),
 		Measured: num(measured) + unit, Met: measured <= want, Factor: measured / want, Note: note,

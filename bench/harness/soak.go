@@ -474,16 +474,16 @@ func soakTargets(samples []soakSample, loadEnd time.Duration, rssMax, limit int6
 			n++
 		}
 		if n < 2 || first <= 0 {
-			ts = append(ts, Target{Scenario: "soak", Name: name + ", last third of the sends: largest sample / first", Want: fmt.Sprintf("<= %.2fx", soakGrowthLimit),
-				Measured: "not measured", Factor: math.Inf(1), Note: fmt.Sprintf("%d samples of it in the last third", n)})
+			ts = append(ts, unmeasured("soak", name+", last third of the sends: largest sample / first", soakGrowthLimit, "x",
+				fmt.Sprintf("%d samples of it in the last third", n)))
 			return
 		}
 		ts = append(ts, atMost("soak", name+", last third of the sends: largest sample / first", float64(most)/float64(first), soakGrowthLimit, "x",
 			fmt.Sprintf("%s MiB at most vs %s MiB at %.0f s; %d samples", mb(most), mb(first), third[0].at.Seconds(), n)))
 		start, end := trend(third, get)
 		if start <= 0 {
-			ts = append(ts, Target{Scenario: "soak", Name: name + ", last third of the sends: trend, fitted end / fitted start", Want: fmt.Sprintf("<= %.2fx", soakGrowthLimit),
-				Measured: "not measured", Factor: math.Inf(1), Note: fmt.Sprintf("the fitted line starts at %s MiB: no ratio", mb(int64(start)))})
+			ts = append(ts, unmeasured("soak", name+", last third of the sends: trend, fitted end / fitted start", soakGrowthLimit, "x",
+				fmt.Sprintf("the fitted line starts at %s MiB: no ratio", mb(int64(start)))))
 			return
 		}
 		ts = append(ts, atMost("soak", name+", last third of the sends: trend, fitted end / fitted start", end/start, soakGrowthLimit, "x",

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -271,15 +272,15 @@ func report(w io.Writer, p *parsed, slow time.Duration) {
 	}
 	fmt.Fprintln(w)
 	stepTable(w, p, ins)
-	if slow <= 0 {
-		return
-	}
 	printSlow(w, p, ins, slow, "from dispatch to reaped")
 }
 
 // printSlow writes, step by step, each of ins that took slow or longer,
-// headed "partition <p>, <its time> <what>".
+// headed "partition <p>, <its time> <what>"; none when slow is 0.
 func printSlow(w io.Writer, p *parsed, ins []input, slow time.Duration, what string) {
+	if slow <= 0 {
+		return
+	}
 	for _, in := range ins {
 		if in.total() < slow {
 			continue
@@ -377,22 +378,14 @@ func reportAgent(w io.Writer, p *parsed, slow time.Duration) {
 		return
 	}
 	byPart := map[string][]time.Duration{}
-	var parts []string
 	for _, c := range cs {
-		if byPart[c.partition] == nil {
-			parts = append(parts, c.partition)
-		}
 		byPart[c.partition] = append(byPart[c.partition], c.total())
 	}
-	slices.Sort(parts)
-	for _, part := range parts {
+	for _, part := range slices.Sorted(maps.Keys(byPart)) {
 		fmt.Fprintf(w, "partition %-3s %4d cycles: %s\n", part, len(byPart[part]), quantiles(byPart[part]))
 	}
 	fmt.Fprintln(w)
 	stepTable(w, p, cs)
-	if slow <= 0 {
-		return
-	}
 	printSlow(w, p, cs, slow, "a commit cycle")
 }
 
