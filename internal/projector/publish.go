@@ -162,7 +162,9 @@ func (w *worker) wakeRecords(j *commitJob, out []*kgo.Record) ([]*kgo.Record, er
 		// The wake's own bytes outlive the builder's, and its snapshot's
 		// nodes are in them: what reported hands the hooks is the wake's
 		// envelope and summary, and Info counts the nodes (CommittedWake).
+		j.bufs = append(j.bufs, b.Info.Framed)
 		j.built[i].Info.Encoded, j.built[i].Info.Framed = nil, nil
+		w.proj.RecycleWakeNodes(b.Wake.AgentTreeSnapshot.Nodes)
 		b.Wake.AgentTreeSnapshot.Nodes = nil
 		if err != nil {
 			return out, &poisonError{err: fmt.Errorf("projector: encoding wake %s of run %q: %w", b.Wake.WakeID, b.Wake.RunID, err), run: b.Wake.RunID}
@@ -234,6 +236,14 @@ func (w *worker) settle() bool {
 	defer j.end()
 	tlog(w.part, "a.reaped")
 	w.agent.recycle(j)
+	// The commit succeeded, so the client is done with its wakes' bytes,
+	// and nothing else kept them (reported hands the hooks no encoding).
+	if w.p.gov != nil && w.p.gov.lean.Load() {
+		w.proj.DropWakeBuffers()
+	} else {
+		w.proj.RecycleWakeBuffers(j.bufs)
+	}
+	j.bufs = nil
 	if err := w.proj.Committed(nil); err != nil {
 		w.failed(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false

@@ -64,6 +64,14 @@ type Projection struct {
 	limbo   map[string]limbo
 	// measure is the buffer split encodes triggers into to measure them.
 	measure []byte
+	// wakeBufs are wake buffers given back for reuse (wakebuf.go), of
+	// wakeBufBytes in all, and wakeNodeSlices wakes' node slices; buffer
+	// and nodes are wakeBuffer and wakeNodes as func values, made once.
+	wakeBufs       [][]byte
+	wakeBufBytes   int
+	wakeNodeSlices [][]topics.NodeDigest
+	buffer         func(n int) []byte
+	nodes          func(n int) []topics.NodeDigest
 	// content is scratch space for events' content encodings (contentHash).
 	content []byte
 	// sessions indexes a store-backed projection's runs by session
@@ -726,6 +734,10 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, part
 	// wake's bytes can be written around it (topics.WakeJSONAround). Cut
 	// triggers are no longer; if they were, the wake's encoder copies.
 	w.Room = wake.EnvelopeJSONLen()
+	if p.buffer == nil {
+		p.buffer, p.nodes = p.wakeBuffer, p.wakeNodes
+	}
+	w.Buffer, w.Nodes = p.buffer, p.nodes
 	s, info, err := snapshot.Build(r, w, p.cfg.Limits, now)
 	if err != nil {
 		return nil, info, &WakeError{Run: r.id, Err: err}

@@ -380,6 +380,15 @@ func (h *harness) flushWith(t *testing.T, out *strings.Builder, pending *Pending
 		t.Fatal(err)
 	}
 	checkParts(t, h.p.cfg, built, want, h.ids)
+	// Given back once checked, as a projector gives back a commit's wakes'
+	// buffers and nodes: the next wakes are built in memory that held
+	// these, and must still give Marshal's bytes (below).
+	defer func() {
+		for _, b := range built {
+			h.p.RecycleWakeBuffers([][]byte{b.Info.Framed})
+			h.p.RecycleWakeNodes(b.Wake.AgentTreeSnapshot.Nodes)
+		}
+	}()
 	for i, b := range built {
 		// Summarised, the first three wakes and the last two of many.
 		if summarise && len(built) > 6 && i >= 3 && i < len(built)-2 {

@@ -70,7 +70,7 @@ func Build(t Tree, w Wake, l Limits, now time.Time) (*topics.AgentTreeSnapshot, 
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
-	b := &builder{limits: l, cut: l.MaxStringLength, scratch: sc}
+	b := &builder{limits: l, cut: l.MaxStringLength, scratch: sc, nodes: w.Nodes}
 	cands := b.candidates(t, w, cache)
 	if b.err != nil {
 		return nil, Info{}, b.err
@@ -188,6 +188,8 @@ type builder struct {
 	// fields, rather than an allocation each.
 	strs []string
 	ints []int64
+	// nodes is the caller's Wake.Nodes.
+	nodes func(n int) []topics.NodeDigest
 }
 
 // scratch is a build's working memory, none of which the snapshot it
@@ -448,7 +450,13 @@ func (b *builder) check(s *topics.AgentTreeSnapshot, k, n int) bool {
 // place gives s the first k candidates' digests as its nodes.
 func (b *builder) place(s *topics.AgentTreeSnapshot, k int) {
 	b.encs, b.rems = b.encs[:k], b.rems[:k]
-	s.Nodes = make([]topics.NodeDigest, k)
+	s.Nodes = nil
+	if b.nodes != nil {
+		s.Nodes = b.nodes(k)
+	}
+	if len(s.Nodes) != k {
+		s.Nodes = make([]topics.NodeDigest, k)
+	}
 	for i, e := range b.encs {
 		s.Nodes[i] = e.d
 		if e.remAt >= 0 {
@@ -549,9 +557,17 @@ func (b *builder) finish(s *topics.AgentTreeSnapshot, measured int, w Wake, now 
 	}
 	// Encoded to check the accounting and for the wake to splice in (it
 	// is the caller's: not scratch), the nodes' encodings spliced in
-	// rather than encoded again, into a buffer of the size measured.
+	// rather than encoded again, into a buffer of the size measured or
+	// the caller's (Wake.Buffer).
 	room := max(w.Room, 0)
-	framed, err := topics.AppendSnapshotJSON(make([]byte, room, room+measured+1), s, b.appendNode)
+	var buf []byte
+	if w.Buffer != nil {
+		buf = w.Buffer(room + measured + 1)
+	}
+	if cap(buf) < room+measured+1 {
+		buf = make([]byte, 0, room+measured+1)
+	}
+	framed, err := topics.AppendSnapshotJSON(buf[:room], s, b.appendNode)
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("%w: %w", ErrEncoding, err)
 	}

@@ -30,13 +30,50 @@ func (t *cachingTree) DigestCache() *snapshot.Cache { return t.cache }
 // the encoding of a build of its refTree without a cache.
 func sameBuild(tb testing.TB, what string, ct *cachingTree, w snapshot.Wake, l snapshot.Limits, now time.Time) {
 	tb.Helper()
+	if w.Room == 0 {
+		w.Room = 37 // room for a wake's envelope, as a projection's wake has
+	}
 	want, wantInfo, werr := snapshot.Build(ct.refTree, w, l, now)
-	got, gotInfo, gerr := snapshot.Build(ct, w, l, now)
+	// The cached build encodes in a used buffer, as a projector that
+	// recycles its wakes' buffers has it do: what was there must not show.
+	used := bytes.Repeat([]byte{'x'}, max(w.Room, 0)+l.WithDefaults().MaxBytes+1)
+	wc := w
+	wc.Buffer = func(n int) []byte {
+		if n > cap(used) {
+			tb.Fatalf("%s: Build asks for a buffer of %d bytes, more than room and budget (%d)", what, n, cap(used))
+		}
+		return used[:0]
+	}
+	// And its nodes in a used slice, every field set to what no node has.
+	junk := "junk"
+	var usedNodes []topics.NodeDigest
+	wc.Nodes = func(n int) []topics.NodeDigest {
+		usedNodes = make([]topics.NodeDigest, n)
+		for i := range usedNodes {
+			usedNodes[i] = topics.NodeDigest{AgentID: junk, Role: topics.Role(junk), ParentAgentID: &junk, Status: topics.Status(junk),
+				LeaseOwner: &junk, ActiveRunID: &junk, ActiveTaskID: &junk, Capability: &junk, LastCorrelationID: &junk,
+				OpenRequestCount: 99, LastRequestKind: &junk, RecentRequestDedupeKeys: []string{junk}}
+		}
+		return usedNodes
+	}
+	got, gotInfo, gerr := snapshot.Build(ct, wc, l, now)
 	if (werr == nil) != (gerr == nil) {
 		tb.Fatalf("%s: with the cache error %v, without %v", what, gerr, werr)
 	}
 	if werr != nil {
 		return
+	}
+	room := max(w.Room, 0)
+	if &gotInfo.Framed[:1][0] != &used[0] || len(gotInfo.Framed) != room+len(gotInfo.Encoded) ||
+		!bytes.Equal(gotInfo.Framed[room:], gotInfo.Encoded) || cap(gotInfo.Framed) <= len(gotInfo.Framed) {
+		tb.Fatalf("%s: the build did not encode in the buffer given, after %d bytes of room with one to spare", what, room)
+	}
+	if len(wantInfo.Framed) != room+len(wantInfo.Encoded) {
+		tb.Fatalf("%s: the uncached build left %d bytes of room, not %d", what, len(wantInfo.Framed)-len(wantInfo.Encoded), room)
+	}
+	gotInfo.Framed, wantInfo.Framed = nil, nil
+	if len(got.Nodes) > 0 && &got.Nodes[0] != &usedNodes[0] {
+		tb.Fatalf("%s: the build did not place its nodes in the slice given", what)
 	}
 	if !bytes.Equal(gotInfo.Encoded, wantInfo.Encoded) {
 		tb.Fatalf("%s: the cached build's encoding differs from the uncached one's:\n%s", what, firstDiff(wantInfo.Encoded, gotInfo.Encoded))

@@ -124,6 +124,17 @@ type Wake struct {
 	// in place (topics.WakeJSONAround) rather than the encoding copied
 	// into the wake's. 0 (the default) leaves none.
 	Room int
+	// Buffer, when not nil, returns an empty buffer of capacity at least n
+	// for Build to encode the snapshot in (Info.Framed), so that a caller
+	// can recycle the buffers of wakes it has published rather than
+	// allocate one of some 24 KB per wake. The room before the encoding is
+	// not cleared. nil, or a buffer too small, and Build makes one.
+	Buffer func(n int) []byte
+	// Nodes, when not nil, returns a slice of length n for the snapshot's
+	// nodes, whatever it holds (Build sets every element), so that a caller
+	// that lets go of a snapshot's nodes once encoded can recycle them.
+	// nil, or a slice of another length, and Build makes one.
+	Nodes func(n int) []topics.NodeDigest
 }
 
 // Limits are seed 000's bounds. The zero value of a field means its default.
