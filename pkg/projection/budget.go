@@ -321,6 +321,35 @@ func (p *Projection) shedDigests(target int64, byAge []*Run) {
 	}
 }
 
+// idleDigestCommits is how many commits a run's digest cache outlives the
+// run's last wake by. A cache saves encoding, at the run's next wake, the
+// nodes that did not change since its last; a run not woken for this long
+// has finished or gone quiet, and its cache, some 100 KB at the default
+// limits, is memory the collector marks at every cycle for nothing: in the
+// bench's steady state the caches of such runs were a third of the live
+// heap, and the live heap paces the collector near the memory limit. A
+// projector caught up with its input commits tens of times a second, so
+// this is about a second of quiet; one with a backlog wakes its busy runs
+// at every commit, and keeps their caches.
+const idleDigestCommits = 16
+
+// dropIdleDigests counts a commit and, every idleDigestCommits commits,
+// empties the digest caches of the runs not woken in the last
+// idleDigestCommits. Which caches it drops changes no wake's bytes, only
+// how much of it the next build encodes again.
+func (p *Projection) dropIdleDigests() {
+	p.commits++
+	if p.commits%idleDigestCommits != 0 {
+		return
+	}
+	for _, r := range p.runs {
+		if r.digests.Len() > 0 && p.commits-r.woken > idleDigestCommits {
+			r.digests = snapshot.Cache{}
+			p.account(r)
+		}
+	}
+}
+
 // cacheAgainShare is the share of the budget in force under which runs
 // cache their digests again: below eviction's 80%, so that caching does
 // not start and stop at every other commit.

@@ -47,8 +47,10 @@ type Projection struct {
 	// and evictions are counted here until then.
 	hotBytes, published     int64
 	hits, misses, evictions int64
-	nodeReads, nodeDrops    int64
-	tick                    uint64
+	// commits counts Committed calls: the clock of dropIdleDigests.
+	commits              uint64
+	nodeReads, nodeDrops int64
+	tick                 uint64
 	// lastChanges is how many changes the last Prepare gathered: the next
 	// one's starting capacity.
 	lastChanges int
@@ -488,6 +490,7 @@ func (p *Projection) Committed(err error) error {
 	}
 	p.expiriesWritten()
 	p.evict()
+	p.dropIdleDigests()
 	return nil
 }
 
@@ -738,6 +741,7 @@ func (p *Projection) wake(r *Run, lane topics.Lane, trigs []topics.Trigger, part
 		p.buffer, p.nodes = p.wakeBuffer, p.wakeNodes
 	}
 	w.Buffer, w.Nodes = p.buffer, p.nodes
+	r.woken = p.commits
 	s, info, err := snapshot.Build(r, w, p.cfg.Limits, now)
 	if err != nil {
 		return nil, info, &WakeError{Run: r.id, Err: err}

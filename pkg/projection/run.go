@@ -178,8 +178,10 @@ type Run struct {
 	// max_nodes (snapshot.Cache), never persisted.
 	digests snapshot.Cache
 	// uncached is set while the projection is over its memory budget
-	// (Projection.shedDigests): builds keep no digests.
+	// (Projection.shedDigests): builds keep no digests. woken is the
+	// projection's commit count at the run's last wake (dropIdleDigests).
 	uncached bool
+	woken    uint64
 
 	// Persistence, when the run belongs to a Storage: what changed since the
 	// last commit (nil when nothing persists the run), the journal chunks
