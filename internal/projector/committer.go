@@ -36,9 +36,11 @@ type commitJob struct {
 	logAt   int
 	changes projection.Changes
 	built   []projection.Built
-	// bufs are the buffers of its wakes' encodings, given back to the
-	// projection once the commit succeeded (worker.settle).
+	// bufs are the buffers of its wakes' encodings, and mem the memory
+	// its changes are encoded in, given back to the projection once the
+	// commit succeeded (worker.settle).
 	bufs    [][]byte
+	mem     *projection.ChangeMemory
 	spans   []trace.Span
 	origins map[string]origin
 	// records are the input records the commit carries the offsets of,

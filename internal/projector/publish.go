@@ -77,7 +77,11 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	// reroutes) goes with the next commit, which carries its offset.
 	next := slices.Clone(c.out[nout:])
 	c.out = c.out[:nout]
+	// The memory the changes are encoded in goes with the commit, and
+	// back to the projection once it succeeded (settle).
+	mem := w.proj.TakeChangeMemory()
 	if len(c.out) == 0 && len(changes) == 1 && maps.Equal(offsets, at.prepared) {
+		w.proj.RecycleChangeMemory(mem) // nothing refers to the changes
 		c.out = append(c.out, next...)
 		w.poison.applied = append(records, w.poison.applied...)
 		j.end()
@@ -85,7 +89,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	}
 	j.logAt = len(c.out)
 	c.out = c.slab.Append(c.out, w.p.cfg.Names.Changelog(), w.part, changes)
-	j.out, j.changes = c.out, changes
+	j.out, j.changes, j.mem = c.out, changes, mem
 	c.out, c.spare = append(c.spare[:0], next...), nil
 	j.records = records
 	at.prepared = offsets
@@ -236,14 +240,16 @@ func (w *worker) settle() bool {
 	defer j.end()
 	tlog(w.part, "a.reaped")
 	w.agent.recycle(j)
-	// The commit succeeded, so the client is done with its wakes' bytes,
-	// and nothing else kept them (reported hands the hooks no encoding).
+	// The commit succeeded, so the client is done with its wakes' bytes
+	// and its changelog records, the store with its changes, and nothing
+	// else kept them (reported hands the hooks no encoding).
 	if w.p.gov != nil && w.p.gov.lean.Load() {
 		w.proj.DropWakeBuffers()
 	} else {
 		w.proj.RecycleWakeBuffers(j.bufs)
+		w.proj.RecycleChangeMemory(j.mem)
 	}
-	j.bufs = nil
+	j.bufs, j.mem = nil, nil
 	if err := w.proj.Committed(nil); err != nil {
 		w.failed(fmt.Errorf("projector: partition %d: %w", w.part, err))
 		return false

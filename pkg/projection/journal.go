@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -46,15 +47,25 @@ type journalEntry struct {
 // chunkRef is a stored chunk: the seqs of its first and last entries.
 type chunkRef struct{ first, last int64 }
 
-func journalKey(run string, first int64) []byte {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(first))
-	return runKey(run, 'j', string(b[:]))
+func journalKey(run string, first int64) []byte { return appendJournalKey(nil, run, first) }
+
+// appendJournalKey appends journalKey(run, first) to dst.
+func appendJournalKey(dst []byte, run string, first int64) []byte {
+	return binary.BigEndian.AppendUint64(appendRunKey(dst, run, 'j', ""), uint64(first))
 }
 
 // maxJournalBytes bounds a chunk's value: with its key (a run id at its
 // longest), a record within MaxRecordBytes.
 const maxJournalBytes = MaxRecordBytes - maxRunKeyBytes - 8
+
+// journalBytes is at most the bytes a chunk of entries takes.
+func journalBytes(entries []journalEntry) int {
+	size := 1 + binary.MaxVarintLen64
+	for i := range entries {
+		size += entryBytes(&entries[i])
+	}
+	return size
+}
 
 // entryBytes is at most the bytes e takes in a chunk.
 func entryBytes(e *journalEntry) int {
@@ -73,13 +84,8 @@ func entryBytes(e *journalEntry) int {
 // bytes, big endian), type, agent id, time (Unix ms, zigzag varint),
 // correlation id and status ("" for none), each string a uvarint length
 // and its bytes.
-func encodeJournal(entries []journalEntry) []byte {
-	size := 1 + binary.MaxVarintLen64
-	for i := range entries {
-		size += entryBytes(&entries[i])
-	}
-	b := make([]byte, 0, size)
-	b = append(b, journalVersion)
+func encodeJournal(dst []byte, entries []journalEntry) []byte {
+	b := append(slices.Grow(dst, journalBytes(entries)), journalVersion)
 	b = binary.AppendUvarint(b, uint64(len(entries)))
 	str := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -337,7 +343,7 @@ func (c *Config) journalKeep() int64 { return int64(max(c.HistorySize, c.DedupeW
 // most maxJournalBytes, and deletes of the chunks now wholly older than
 // the windows, and of the keys of the legacy encoding (one per applied id
 // and per history entry) a run loaded from it still had.
-func writeJournal(c *Changes, r *Run, d *dirt, keep int64) {
+func writeJournal(c *Changes, s *store, r *Run, d *dirt, keep int64) {
 	for _, k := range d.legacy {
 		c.del(k)
 	}
@@ -352,7 +358,9 @@ func writeJournal(c *Changes, r *Run, d *dirt, keep int64) {
 			n++
 		}
 		first, last := j[0].Seq, j[n-1].Seq
-		c.set(journalKey(r.id, first), encodeJournal(j[:n]))
+		chunk := j[:n]
+		c.set(s.encode(maxRunKeyBytes+8, func(b []byte) []byte { return appendJournalKey(b, r.id, first) }),
+			s.encode(size, func(b []byte) []byte { return encodeJournal(b, chunk) }))
 		r.chunks = append(r.chunks, chunkRef{first, last})
 		j = j[n:]
 	}

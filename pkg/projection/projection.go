@@ -355,7 +355,14 @@ func (p *Projection) Commit(offsets map[string]int64) error {
 	if err != nil {
 		return err
 	}
-	return p.Finish(c, nil)
+	mem := p.TakeChangeMemory()
+	if err := p.Finish(c, nil); err != nil {
+		return err
+	}
+	// In the store now, and c was Commit's own: its memory serves the
+	// next commit.
+	p.RecycleChangeMemory(mem)
+	return nil
 }
 
 // Prepare gathers every change since the last commit, with offsets as the
@@ -383,9 +390,18 @@ func (p *Projection) PrepareBetween(offsets map[string]int64, between func()) (C
 		return nil, nil
 	}
 	// Sized like the last commit's: appending a large commit's changes one
-	// by one reallocated the slice a dozen times.
-	c := make(Changes, 0, p.lastChanges)
-	defer func() { p.lastChanges = len(c) }()
+	// by one reallocated the slice a dozen times. In memory given back
+	// (RecycleChangeMemory) when there is some: the slice, and the arena
+	// the changes are encoded in. A previous commit's memory not taken
+	// (TakeChangeMemory) is left to its changes.
+	s := p.store
+	c := s.freeChanges
+	s.freeChanges = nil
+	if cap(c) < p.lastChanges {
+		c = make(Changes, 0, p.lastChanges)
+	}
+	s.arena, s.prepared = arena{}, nil
+	defer func() { p.lastChanges, s.prepared = len(c), c }()
 	// Room for the next commit only while memory is plentiful.
 	p.store.lean(p.shedding || p.cfg.Memory.Lean())
 	// The timer index as it is now: what events applied meanwhile change

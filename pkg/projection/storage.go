@@ -68,6 +68,8 @@ type Storage interface {
 	SeekGE(key []byte) (first []byte, ok bool, err error)
 	// Write applies changes in order and, when cp is not nil, records the
 	// checkpoint, all at once; sync makes it durable before Write returns.
+	// It keeps none of the changes' keys and values: the projection
+	// encodes later commits in their memory.
 	Write(changes Changes, cp *Checkpoint, sync bool) error
 }
 
@@ -87,6 +89,20 @@ type store struct {
 	// short is set while memory is not plentiful (the projection sheds
 	// its digest caches, or its budget says so): no room is kept then.
 	short bool
+	// arena is where the commit being prepared encodes its changes'
+	// keys and values, prepared the changes the last PrepareBetween
+	// returned (arena.go); freeChunks and freeChanges are memory of
+	// commits given back, for the next.
+	arena       arena
+	prepared    Changes
+	freeChunks  [][]byte
+	freeChanges Changes
+}
+
+// encode encodes one key or value of about n bytes, which fn appends to
+// the slice it is given, in the arena of the commit being prepared.
+func (s *store) encode(n int, fn func([]byte) []byte) []byte {
+	return s.arena.keep(fn(s.arena.room(n, &s.freeChunks)))
 }
 
 // lean sets whether memory is short of plentiful: then the free journals
@@ -96,6 +112,8 @@ func (s *store) lean(short bool) {
 	if short {
 		clear(s.journals)
 		s.journals, s.freeEntries = s.journals[:0], 0
+		clear(s.freeChunks)
+		s.freeChunks, s.freeChanges = s.freeChunks[:0], nil
 	}
 }
 
@@ -177,7 +195,13 @@ func rel(parts ...[]byte) []byte {
 
 func dueKey(run string) []byte { return rel([]byte{'d'}, []byte(run)) }
 func runKey(run string, kind byte, id string) []byte {
-	return rel([]byte{'r'}, []byte(run), []byte{0, kind}, []byte(id))
+	return appendRunKey(make([]byte, 0, len(run)+len(id)+3), run, kind, id)
+}
+
+// appendRunKey appends runKey(run, kind, id) to dst.
+func appendRunKey(dst []byte, run string, kind byte, id string) []byte {
+	dst = append(append(dst, 'r'), run...)
+	return append(append(dst, 0, kind), id...)
 }
 
 // MaxRecordBytes bounds every change a commit makes: its key and value
@@ -610,6 +634,10 @@ func (d *dirt) empty() bool {
 		len(d.steps) == 0 && len(d.journal) == 0 && len(d.legacy) == 0
 }
 
+// nodeHint is about the most bytes a node's or a run meta's record takes,
+// for the arena to have room for (a larger one is allocated on its own).
+const nodeHint = 2048
+
 // write adds the run's changes to c and clears them; keep is how many
 // journal entries the run's windows need (Config.journalKeep).
 func (s *store) write(c *Changes, r *Run, keep int64) error {
@@ -628,13 +656,15 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 	if d.meta {
 		m := metaRecord{Seq: r.seq, Clock: ms(r.clock), SessionID: r.sessionID, ThreadID: r.threadID, Root: r.root,
 			LastProgressWake: ms(r.lastProgressWake), First: ms(r.first), Diagnostics: r.diagnostics}
-		c.set(runKey(r.id, 'm', ""), encodeMeta(nil, &m))
+		c.set(s.encode(maxRunKeyBytes, func(b []byte) []byte { return appendRunKey(b, r.id, 'm', "") }),
+			s.encode(nodeHint, func(b []byte) []byte { return encodeMeta(b, &m) }))
 	}
 	for id := range d.nodes {
 		// A changed node stays in memory until written (Run.trim).
 		if n := r.nodes[id]; n != nil {
 			rec := n.record()
-			c.set(runKey(r.id, 'n', id), encodeNode(nil, &rec))
+			c.set(s.encode(maxRunKeyBytes+len(id), func(b []byte) []byte { return appendRunKey(b, r.id, 'n', id) }),
+				s.encode(nodeHint, func(b []byte) []byte { return encodeNode(b, &rec) }))
 		}
 	}
 	for id := range d.requests {
@@ -681,7 +711,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 		}
 		c.set(runKey(r.id, 'a', ""), enc)
 	}
-	writeJournal(c, r, d, keep)
+	writeJournal(c, s, r, d, keep)
 	d.reset(s)
 	return nil
 }

@@ -424,7 +424,7 @@ func TestEarlierEncodingMigrates(t *testing.T) {
 func TestJournalOfANewerVersion(t *testing.T) {
 	st := newMemStorage()
 	meta, _ := json.Marshal(metaRecord{Seq: 1, Clock: 1000})
-	chunk := encodeJournal([]journalEntry{{HistoryEntry: HistoryEntry{Seq: 1, EventID: "e1", Type: "x", AgentID: "a"}}})
+	chunk := encodeJournal(nil, []journalEntry{{HistoryEntry: HistoryEntry{Seq: 1, EventID: "e1", Type: "x", AgentID: "a"}}})
 	chunk[0] = 9
 	if err := st.Write(Changes{{Key: runKey("r", 'm', ""), Value: meta}, {Key: journalKey("r", 1), Value: chunk}}, nil, true); err != nil {
 		t.Fatal(err)
