@@ -31,7 +31,8 @@ import (
 //     (what the throughput issue's 6 µs/event target names);
 //
 //   - commit: path, plus each commit's wakes (snapshots built and encoded)
-//     and its Pebble batch, i.e. everything a worker does but produce.
+//     and its Pebble batch, i.e. everything a worker does but produce,
+//     the commit's memory given back when it is done, as a worker does.
 //
 //   - path-activity: path, for runs that also report their activity
 //     (workload.Spec.Activity: turns, calls, usage, artifacts...), about
@@ -84,6 +85,7 @@ func benchEventPath(b *testing.B, full, activity bool) {
 			var pending projection.Pending
 			var out []*kgo.Record
 			var slab changelog.Slab
+			var bufs [][]byte
 			next, n, records := 0, 0, 0
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
@@ -121,11 +123,16 @@ func benchEventPath(b *testing.B, full, activity bool) {
 						b.Fatal(err)
 					}
 					for _, w := range built {
-						v, err := topics.Marshal(w.Wake)
-						if err != nil {
-							b.Fatal(err)
+						// Written around its snapshot, its nodes then given
+						// back, as wakeRecords does.
+						v, ok := topics.WakeJSONAround(w.Info.Framed, len(w.Info.Framed)-len(w.Info.Encoded), w.Wake)
+						if !ok {
+							b.Fatal("a wake's envelope does not fit its room")
 						}
+						proj.RecycleWakeNodes(w.Wake.AgentTreeSnapshot.Nodes)
+						w.Wake.AgentTreeSnapshot.Nodes = nil
 						out = append(out, &kgo.Record{Topic: "wakes", Key: []byte(w.Wake.RunID), Value: v})
+						bufs = append(bufs, w.Info.Framed)
 					}
 				}
 				pending.Reset()
@@ -133,6 +140,7 @@ func benchEventPath(b *testing.B, full, activity bool) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				mem := proj.TakeChangeMemory()
 				out = slab.Append(out, "changelog", 0, changes)
 				records += len(changes)
 				if full {
@@ -144,11 +152,15 @@ func benchEventPath(b *testing.B, full, activity bool) {
 					// by Prepare, and nothing is read back.
 					_ = changes
 				}
-				// The commit is done with its records, as a worker's is
-				// when it reaps it (committer.recycle).
+				// The commit is done with its records and its memory, as a
+				// worker's is when it reaps it (committer.recycle, settle).
 				clear(out)
 				out = out[:0]
 				slab.Reset()
+				proj.RecycleChangeMemory(mem)
+				proj.RecycleWakeBuffers(bufs)
+				clear(bufs)
+				bufs = bufs[:0]
 			}
 			runtime.ReadMemStats(&ms1)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
