@@ -79,11 +79,11 @@ func entryBytes(e *journalEntry) int {
 	return n
 }
 
-// encodeJournal encodes entries (consecutive seqs, oldest first) as a chunk:
-// the version, the count, then each entry's event id, content hash (8
-// bytes, big endian), type, agent id, time (Unix ms, zigzag varint),
-// correlation id and status ("" for none), each string a uvarint length
-// and its bytes.
+// encodeJournal appends to dst the encoding of entries (consecutive seqs,
+// oldest first) as a chunk: the version, the count, then each entry's
+// event id, content hash (8 bytes, big endian), type, agent id, time (Unix
+// ms, zigzag varint), correlation id and status ("" for none), each string
+// a uvarint length and its bytes.
 func encodeJournal(dst []byte, entries []journalEntry) []byte {
 	b := append(slices.Grow(dst, journalBytes(entries)), journalVersion)
 	b = binary.AppendUvarint(b, uint64(len(entries)))

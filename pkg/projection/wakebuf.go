@@ -51,8 +51,8 @@ func (p *Projection) RecycleWakeBuffers(bufs [][]byte) {
 	}
 }
 
-// DropWakeBuffers lets go of the buffers and node slices kept for reuse: while memory is
-// short they are better garbage.
+// DropWakeBuffers lets go of the buffers and node slices kept for reuse:
+// while memory is short they are better garbage.
 func (p *Projection) DropWakeBuffers() {
 	clear(p.wakeBufs)
 	p.wakeBufs, p.wakeBufBytes = p.wakeBufs[:0], 0
