@@ -242,13 +242,10 @@ func (w *worker) settle() bool {
 	w.agent.recycle(j)
 	// The commit succeeded, so the client is done with its wakes' bytes
 	// and its changelog records, the store with its changes, and nothing
-	// else kept them (reported hands the hooks no encoding).
-	if w.p.gov != nil && w.p.gov.lean.Load() {
-		w.proj.DropWakeBuffers()
-	} else {
-		w.proj.RecycleWakeBuffers(j.bufs)
-		w.proj.RecycleChangeMemory(j.mem)
-	}
+	// else kept them (reported hands the hooks no encoding). The
+	// projection keeps none of it while memory is short.
+	w.proj.RecycleWakeBuffers(j.bufs)
+	w.proj.RecycleChangeMemory(j.mem)
 	j.bufs, j.mem = nil, nil
 	if err := w.proj.Committed(nil); err != nil {
 		w.failed(fmt.Errorf("projector: partition %d: %w", w.part, err))

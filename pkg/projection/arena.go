@@ -39,12 +39,8 @@ func (a *arena) room(n int, free *[][]byte) []byte {
 			return c[len(c):len(c):cap(c)]
 		}
 	}
-	var c []byte
-	if k := len(*free); k > 0 {
-		c = (*free)[k-1][:0]
-		(*free)[k-1] = nil
-		*free = (*free)[:k-1]
-	} else {
+	c, ok := takeLast(free, 0)
+	if !ok {
 		c = make([]byte, 0, arenaChunk)
 	}
 	a.chunks = append(a.chunks, c)
@@ -94,7 +90,7 @@ func (p *Projection) TakeChangeMemory() *ChangeMemory {
 // (the budget's lean) it is let go instead.
 func (p *Projection) RecycleChangeMemory(m *ChangeMemory) {
 	s := p.store
-	if m == nil || s == nil || s.short {
+	if m == nil || s == nil || p.lean() {
 		return
 	}
 	for _, c := range m.chunks {

@@ -134,3 +134,32 @@ func applied(changes Changes) map[string]string {
 	}
 	return m
 }
+
+// TestChangeMemoryLean checks that no commit memory is kept while memory is
+// short.
+func TestChangeMemoryLean(t *testing.T) {
+	budget := NewBudget(64 << 20)
+	budget.SetLean(true)
+	p, err := Open(Config{Memory: budget}, newMemStorage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range workload.Generate(workload.Spec{Nodes: 50, Seed: 2}) {
+		p.Apply(&ev)
+	}
+	c, err := p.Prepare(map[string]int64{"t": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := p.TakeChangeMemory()
+	if len(mem.chunks) == 0 {
+		t.Fatal("the commit encoded nothing in its arena")
+	}
+	if err := p.Finish(c, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.RecycleChangeMemory(mem)
+	if len(p.store.freeChunks) != 0 || p.store.freeChanges != nil {
+		t.Fatalf("lean, the projection kept %d chunks and a change slice of %d", len(p.store.freeChunks), cap(p.store.freeChanges))
+	}
+}

@@ -403,7 +403,7 @@ func (p *Projection) PrepareBetween(offsets map[string]int64, between func()) (C
 	s.arena, s.prepared = arena{}, nil
 	defer func() { p.lastChanges, s.prepared = len(c), c }()
 	// Room for the next commit only while memory is plentiful.
-	p.store.lean(p.shedding || p.cfg.Memory.Lean())
+	p.store.lean(p.lean())
 	// The timer index as it is now: what events applied meanwhile change
 	// in it goes with the next commit.
 	var dues Changes

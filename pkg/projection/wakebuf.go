@@ -24,15 +24,31 @@ func (p *Projection) wakeBufferSize() int { return p.cfg.Limits.MaxBytes + 8<<10
 // snapshot (snapshot.Wake.Buffer): a recycled one when the one on top is
 // large enough, else a new one.
 func (p *Projection) wakeBuffer(n int) []byte {
-	if k := len(p.wakeBufs); k > 0 && cap(p.wakeBufs[k-1]) >= n {
-		b := p.wakeBufs[k-1]
-		p.wakeBufs[k-1] = nil
-		p.wakeBufs = p.wakeBufs[:k-1]
+	if b, ok := takeLast(&p.wakeBufs, n); ok {
 		p.wakeBufBytes -= cap(b)
-		return b[:0]
+		return b
 	}
 	return make([]byte, 0, max(n, p.wakeBufferSize()))
 }
+
+// takeLast takes the last of the slices kept in *list, emptied, when its
+// capacity holds n: the pop of the projection's free lists.
+func takeLast[T any](list *[][]T, n int) ([]T, bool) {
+	k := len(*list)
+	if k == 0 || cap((*list)[k-1]) < n {
+		return nil, false
+	}
+	s := (*list)[k-1]
+	(*list)[k-1] = nil
+	*list = (*list)[:k-1]
+	return s[:0], true
+}
+
+// lean reports whether memory is short of plentiful (the projection sheds
+// its digest caches, or its budget says so): then no memory is kept for
+// later commits, since near the limit it is heap the collector works
+// around.
+func (p *Projection) lean() bool { return p.shedding || p.cfg.Memory.Lean() }
 
 // RecycleWakeBuffers gives back the buffers of wakes this projection built
 // (each wake's snapshot.Info.Framed, the whole of it), once nothing refers
@@ -40,8 +56,13 @@ func (p *Projection) wakeBuffer(n int) []byte {
 // their produce finished, and no reader kept them. Later wakes may be
 // encoded in them, so a buffer given back while something still reads it
 // would see that change under it. Only buffers of the usual size are kept
-// (a wake of many triggers takes a larger one), up to a bound.
+// (a wake of many triggers takes a larger one), up to a bound, and none
+// while memory is short (then those kept are let go too).
 func (p *Projection) RecycleWakeBuffers(bufs [][]byte) {
+	if p.lean() {
+		p.dropWakeMemory()
+		return
+	}
 	size := p.wakeBufferSize()
 	for _, b := range bufs {
 		if c := cap(b); c >= size && c <= 2*size && p.wakeBufBytes+c <= maxRecycledWakeBytes {
@@ -51,9 +72,9 @@ func (p *Projection) RecycleWakeBuffers(bufs [][]byte) {
 	}
 }
 
-// DropWakeBuffers lets go of the buffers and node slices kept for reuse:
-// while memory is short they are better garbage.
-func (p *Projection) DropWakeBuffers() {
+// dropWakeMemory lets go of the wake buffers and node slices kept for
+// reuse: while memory is short they are better garbage.
+func (p *Projection) dropWakeMemory() {
 	clear(p.wakeBufs)
 	p.wakeBufs, p.wakeBufBytes = p.wakeBufs[:0], 0
 	clear(p.wakeNodeSlices)
@@ -69,10 +90,7 @@ const maxRecycledWakeNodes = 64
 // (snapshot.Wake.Nodes): a recycled one when the one on top is large
 // enough, else a new one with room for max_nodes.
 func (p *Projection) wakeNodes(n int) []topics.NodeDigest {
-	if k := len(p.wakeNodeSlices); k > 0 && cap(p.wakeNodeSlices[k-1]) >= n {
-		s := p.wakeNodeSlices[k-1]
-		p.wakeNodeSlices[k-1] = nil
-		p.wakeNodeSlices = p.wakeNodeSlices[:k-1]
+	if s, ok := takeLast(&p.wakeNodeSlices, n); ok {
 		return s[:n]
 	}
 	return make([]topics.NodeDigest, n, max(n, p.cfg.Limits.MaxNodes))
@@ -82,9 +100,10 @@ func (p *Projection) wakeNodes(n int) []topics.NodeDigest {
 // projection built (its AgentTreeSnapshot.Nodes), once nothing reads them
 // any more: the wake was encoded, and its snapshot's nodes dropped from it.
 // Later wakes' nodes may be written in them. They are cleared here, so
-// that a slice kept does not keep the digests it pointed to.
+// that a slice kept does not keep the digests it pointed to. None is kept
+// while memory is short.
 func (p *Projection) RecycleWakeNodes(nodes []topics.NodeDigest) {
-	if cap(nodes) == 0 || cap(nodes) > p.cfg.Limits.MaxNodes || len(p.wakeNodeSlices) == maxRecycledWakeNodes {
+	if cap(nodes) == 0 || p.lean() || cap(nodes) > p.cfg.Limits.MaxNodes || len(p.wakeNodeSlices) == maxRecycledWakeNodes {
 		return
 	}
 	nodes = nodes[:cap(nodes)]

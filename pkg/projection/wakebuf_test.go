@@ -12,9 +12,9 @@ import (
 
 // TestRecycleWakeBuffers checks that a wake is encoded in a buffer given
 // back, its nodes placed in a slice given back, and comes out byte for byte
-// as in new ones; that only buffers a
-// wake could have come in are kept, and a bounded number of them; and that
-// DropWakeBuffers lets them go.
+// as in new ones; that only buffers a wake could have come in are kept,
+// and a bounded number of them; and that none are kept while memory is
+// short.
 func TestRecycleWakeBuffers(t *testing.T) {
 	events := workload.Generate(workload.Spec{Nodes: 300, Seed: 7})
 	fresh, _ := New(Config{})
@@ -82,7 +82,8 @@ func TestRecycleWakeBuffers(t *testing.T) {
 		t.Fatalf("of %d wakes, %d were encoded in a buffer given back and %d had their nodes in a slice given back", wakes, reused, reusedNodes)
 	}
 
-	p, _ := New(Config{})
+	budget := NewBudget(64 << 20)
+	p, _ := New(Config{Memory: budget})
 	size := p.wakeBufferSize()
 	p.RecycleWakeBuffers([][]byte{make([]byte, 10), make([]byte, 0, size-1), make([]byte, 0, 2*size+1), nil})
 	if len(p.wakeBufs) != 0 {
@@ -115,8 +116,12 @@ func TestRecycleWakeBuffers(t *testing.T) {
 	if n := p.wakeNodes(5); len(n) != 5 || len(p.wakeNodeSlices) != maxRecycledWakeNodes-1 {
 		t.Fatalf("5 nodes got a slice of %d, leaving %d kept", len(n), len(p.wakeNodeSlices))
 	}
-	p.DropWakeBuffers()
+	// While memory is short, what was kept is let go and nothing more is
+	// kept.
+	budget.SetLean(true)
+	p.RecycleWakeBuffers([][]byte{make([]byte, 0, size)})
+	p.RecycleWakeNodes(make([]topics.NodeDigest, 3, p.cfg.Limits.MaxNodes))
 	if len(p.wakeBufs) != 0 || p.wakeBufBytes != 0 || len(p.wakeNodeSlices) != 0 {
-		t.Fatalf("DropWakeBuffers left %d buffers (%d bytes) and %d node slices", len(p.wakeBufs), p.wakeBufBytes, len(p.wakeNodeSlices))
+		t.Fatalf("lean, the projection kept %d buffers (%d bytes) and %d node slices", len(p.wakeBufs), p.wakeBufBytes, len(p.wakeNodeSlices))
 	}
 }
