@@ -470,15 +470,22 @@ func (b *builder) place(s *topics.AgentTreeSnapshot, k int) {
 // for the next build when it can be reused.
 func (b *builder) digest(n *Node, s *slot) (*digestEnc, error) {
 	maxKeys := b.limits.MaxDedupeKeys
-	if s != nil && s.e != nil && s.e.matches(n, b.cut, maxKeys) {
-		return s.e, nil
+	var mem []byte
+	if s != nil {
+		if c := s.cached(); c != nil && c.matches(n, b.cut, maxKeys) {
+			return c, nil
+		}
+		// The digest this one replaces in s is in no candidate of this
+		// build (a slot is a candidate once), and its encoding in no
+		// snapshot: its memory takes the new encoding.
+		mem = s.mem()
 	}
-	e, err := newDigestEnc(n, b.cut, maxKeys, &b.buf)
+	e, err := newDigestEnc(n, b.cut, maxKeys, &b.buf, mem)
 	if err != nil {
 		return nil, err
 	}
 	if s != nil && e.cuts == 0 {
-		s.e = e
+		s.e, s.evicted = e, false // e is in mem, when it had room
 	}
 	return e, nil
 }

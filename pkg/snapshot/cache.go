@@ -59,7 +59,28 @@ type slot struct {
 	gen uint64
 	// used: read since the eviction hand last passed.
 	used bool
-	e    *digestEnc // nil until a build made one that can be reused
+	// evicted: e is the digest of the node the slot held before the hand
+	// evicted it, kept only for its memory (slot.mem), never reused.
+	evicted bool
+	e       *digestEnc // nil until a build made one that can be reused
+}
+
+// mem returns the memory the next digest kept in s may encode in: that
+// of the digest it replaces, which no build reads once replaced (a
+// digest's encoding, unlike its fields, never leaves the builder).
+func (s *slot) mem() []byte {
+	if s.e == nil {
+		return nil
+	}
+	return s.e.enc
+}
+
+// cached returns the digest s holds for its node, nil if none.
+func (s *slot) cached() *digestEnc {
+	if s.evicted {
+		return nil
+	}
+	return s.e
 }
 
 // cacheSize is how many nodes a cache keeps under a max_nodes bound: the
@@ -109,7 +130,7 @@ func (c *Cache) insert(id string, maxNodes int) *slot {
 	i := c.victim()
 	s := c.clock[i]
 	delete(c.slots, s.id)
-	*s = slot{id: id} // no candidate of this build points to it
+	*s = slot{id: id, evicted: true, e: s.e} // no candidate of this build points to it
 	c.slots[id] = s
 	c.hand = i + 1
 	return s
@@ -135,10 +156,12 @@ func (c *Cache) victim() int {
 }
 
 // digestEnc is a node's digest under a string cut and a dedupe-key bound,
-// with its JSON encoding. It is immutable once made: snapshots that Build
-// returned share the digest's pointers, so a node that changed gets a new
-// digestEnc rather than an update of its old one. Its size is 480 bytes
-// plus its encoding (some 300 to 550 bytes at the default limits).
+// with its JSON encoding. Its digest is immutable once made: snapshots
+// that Build returned share the digest's pointers, so a node that changed
+// gets a new digestEnc rather than an update of its old one. Its encoding
+// only the builder reads, so the digest that replaces it in a cache slot
+// takes that memory over (slot.mem). Its size is 480 bytes plus its
+// encoding (some 300 to 550 bytes at the default limits).
 type digestEnc struct {
 	// d's LeaseRemainingMs is nil: it depends on the wake's At, and each
 	// build sets it.
@@ -197,12 +220,17 @@ func intLen(v int64) int {
 
 // newDigestEnc makes n's digest under string cut cut and at most maxKeys
 // dedupe keys, and encodes it, in *scratch first so that the encoding has
-// one allocation of its exact size. A node the wire format cannot say (a
-// time outside years 0000-9999) is an error wrapping ErrEncoding.
-func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte) (*digestEnc, error) {
+// one allocation of its exact size. A digest that cut no string (the one a
+// cache keeps) is encoded in mem instead when it has room: memory the
+// caller will not read again. A node the wire format cannot say (a time
+// outside years 0000-9999) is an error wrapping ErrEncoding.
+func newDigestEnc(n *Node, cut, maxKeys int, scratch *[]byte, mem []byte) (*digestEnc, error) {
 	e := &digestEnc{cut: cut, maxKeys: maxKeys}
 	e.digest(n)
-	if err := e.encode(scratch); err != nil {
+	if e.cuts != 0 {
+		mem = nil
+	}
+	if err := e.encode(scratch, mem); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -282,8 +310,9 @@ func (e *digestEnc) digest(n *Node) {
 
 // encode sets e.enc to e.d's encoding without lease_remaining_ms's value,
 // and e.remAt to where that value goes (-1 without a lease), encoding in
-// *scratch first so that e.enc is one allocation of its exact size.
-func (e *digestEnc) encode(scratch *[]byte) error {
+// *scratch first so that e.enc is one allocation of its exact size, or
+// mem's when it has room.
+func (e *digestEnc) encode(scratch *[]byte, mem []byte) error {
 	d := &e.d
 	enc, err := d.AppendJSON((*scratch)[:0])
 	if err != nil {
@@ -302,7 +331,11 @@ func (e *digestEnc) encode(scratch *[]byte) error {
 		e.remAt = i + len(key)
 		enc = append(enc[:e.remAt], enc[e.remAt+len("null"):]...)
 	}
-	e.enc = bytes.Clone(enc)
+	if cap(mem) >= len(enc) {
+		e.enc = append(mem[:0], enc...)
+	} else {
+		e.enc = bytes.Clone(enc)
+	}
 	return nil
 }
 

@@ -51,7 +51,7 @@ func randomNode(rng *rand.Rand, i int) Node {
 
 func mustDigestEnc(t *testing.T, n *Node, cut, maxKeys int, scratch *[]byte) *digestEnc {
 	t.Helper()
-	e, err := newDigestEnc(n, cut, maxKeys, scratch)
+	e, err := newDigestEnc(n, cut, maxKeys, scratch, nil)
 	if err != nil {
 		t.Fatalf("node %+v: %v", n, err)
 	}
@@ -189,5 +189,73 @@ func TestIntLen(t *testing.T) {
 		if got, want := intLen(v), len(strconv.FormatInt(v, 10)); got != want {
 			t.Fatalf("intLen(%d) = %d, want %d", v, got, want)
 		}
+	}
+}
+
+// TestDigestTakesOverReplacedMemory: a node that changed is digested in
+// the memory of the digest it replaces in its slot, and a slot the hand
+// evicted lends its memory to the next node's digest without ever giving
+// that node the evicted one. A digest that cut a string, which no slot
+// keeps, leaves the slot's digest whole.
+func TestDigestTakesOverReplacedMemory(t *testing.T) {
+	b := &builder{limits: Limits{}.WithDefaults(), scratch: new(scratch)}
+	b.cut = b.limits.MaxStringLength
+	var c Cache
+	n := Node{AgentID: "worker-1", Status: topics.StatusRunning, Capability: "web.search", ActiveTaskID: "task-1"}
+	digest := func(n Node, want string) *digestEnc {
+		t.Helper()
+		c.begin(1)
+		s, _ := c.candidate(n.AgentID, 1)
+		e, err := b.digest(&n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := mustDigestEnc(t, &n, b.cut, b.limits.MaxDedupeKeys, new([]byte))
+		if !bytes.Equal(e.enc, fresh.enc) || e.remAt != fresh.remAt {
+			t.Fatalf("%s: digest %s, want %s", want, e.enc, fresh.enc)
+		}
+		return e
+	}
+	first := digest(n, "first")
+	if again := digest(n, "unchanged"); again != first {
+		t.Fatal("an unchanged node was digested again")
+	}
+	n.ActiveTaskID = "task-2"
+	second := digest(n, "changed")
+	if second == first || &second.enc[0] != &first.enc[0] {
+		t.Fatal("a changed node's digest was not encoded in the memory of the one it replaced")
+	}
+	// Cut strings: the slot keeps its digest, whose memory the cut one
+	// must not take.
+	long := n
+	long.Capability = strings.Repeat("x", b.limits.MaxStringLength+10)
+	kept := append([]byte(nil), second.enc...)
+	if cut := digest(long, "cut"); cut.cuts == 0 || &cut.enc[0] == &second.enc[0] {
+		t.Fatalf("a digest with %d cut strings took its slot's memory", cut.cuts)
+	}
+	if !bytes.Equal(second.enc, kept) || c.slots[n.AgentID].cached() != second {
+		t.Fatal("a cut digest changed its slot's")
+	}
+	// Eviction: max_nodes 1 keeps cacheSize(1) = 2 slots; a third node
+	// evicts one, and is digested in its memory, as itself.
+	c.begin(1)
+	other := Node{AgentID: "worker-2", Status: topics.StatusBlocked}
+	digest(other, "other")
+	c.begin(1)
+	third := Node{AgentID: "worker-3", Status: topics.StatusFailed, Capability: "web.search"}
+	s, _ := c.candidate(third.AgentID, 1)
+	if !s.evicted || s.cached() != nil {
+		t.Fatalf("the third node's slot: evicted %v, cached %v", s.evicted, s.cached() != nil)
+	}
+	mem := &s.mem()[0]
+	e, err := b.digest(&third, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &e.enc[0] != mem || s.cached() != e || s.evicted {
+		t.Fatal("the evicted slot's memory was not taken over by its new node's digest")
+	}
+	if fresh := mustDigestEnc(t, &third, b.cut, b.limits.MaxDedupeKeys, new([]byte)); !bytes.Equal(e.enc, fresh.enc) {
+		t.Fatalf("digest %s, want %s", e.enc, fresh.enc)
 	}
 }
