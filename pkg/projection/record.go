@@ -95,7 +95,11 @@ func fromMs(v int64) topics.Time {
 	return topics.UnixMilliTime(v)
 }
 
-func (n *node) record() nodeRecord {
+// record returns n's record. A dispatched node's watchdog record goes in
+// *wd, or a new one when wd is nil: a caller that encodes each record
+// before it makes the next passes the same wd every time (store.write),
+// rather than allocate one per dispatched node of every commit.
+func (n *node) record(wd *wdRecord) nodeRecord {
 	r := nodeRecord{
 		AgentID: n.AgentID, Role: string(n.Role), Parent: n.ParentAgentID, Status: string(n.Status),
 		StatusAt: ms(n.StatusUpdatedAt), StatusReason: n.statusReason, LeaseOwner: n.LeaseOwner,
@@ -105,7 +109,11 @@ func (n *node) record() nodeRecord {
 		RecentDedupeKeys: n.RecentDedupeKeys, Requests: n.requests, Created: n.created, Depth: n.depth,
 	}
 	if w := n.watchdog; w.Dispatched {
-		r.Watchdog = &wdRecord{
+		if wd == nil {
+			wd = new(wdRecord)
+		}
+		r.Watchdog = wd
+		*wd = wdRecord{
 			DispatchAt: ms(w.DispatchAt), ExpectedBy: ms(w.ExpectedBy), ChildRunID: w.ChildRunID,
 			ChildSessionKey: w.ChildSessionKey, CompletionAt: ms(w.CompletionReceivedAt), Forwarded: w.ForwardedToMain,
 			ResultSource: w.ResultSource, Status: string(w.Status), StatusAt: ms(w.StatusUpdatedAt),

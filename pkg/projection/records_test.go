@@ -374,7 +374,7 @@ func TestEarlierPlansAndMetaMigrate(t *testing.T) {
 		{Index: 0, StepCount: 2, Steps: []Step{{StepID: "s0", Index: 0, ChildAgentID: "c0"}, {StepID: "s1", Index: 1}}},
 		{Index: 1, Parallelizable: true, StepCount: 1, Steps: []Step{{StepID: "s2", Index: 0, ChildAgentID: "c2"}}},
 	}})
-	node, _ := json.Marshal((&node{created: true, depth: 0}).record())
+	node, _ := json.Marshal((&node{created: true, depth: 0}).record(nil))
 	// Written directly, as an earlier build did (memStorage.Write would
 	// refuse the meta record: it is over the bound).
 	st.m[string(runKey(run, 'm', ""))] = meta

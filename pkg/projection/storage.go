@@ -97,6 +97,9 @@ type store struct {
 	prepared    Changes
 	freeChunks  [][]byte
 	freeChanges Changes
+	// wd holds the watchdog record of the node record being encoded
+	// (node.record).
+	wd wdRecord
 }
 
 // encode encodes one key or value of about n bytes, which fn appends to
@@ -662,7 +665,7 @@ func (s *store) write(c *Changes, r *Run, keep int64) error {
 	for id := range d.nodes {
 		// A changed node stays in memory until written (Run.trim).
 		if n := r.nodes[id]; n != nil {
-			rec := n.record()
+			rec := n.record(&s.wd)
 			c.set(s.encode(maxRunKeyBytes+len(id), func(b []byte) []byte { return appendRunKey(b, r.id, 'n', id) }),
 				s.encode(nodeHint, func(b []byte) []byte { return encodeNode(b, &rec) }))
 		}

@@ -371,7 +371,7 @@ func TestEarlierEncodingMigrates(t *testing.T) {
 	run := "run-old"
 	// The legacy encoding of a run of three events.
 	meta, _ := json.Marshal(metaRecord{Seq: 3, Clock: 3000, SessionID: "s", Root: "root"})
-	node, _ := json.Marshal((&node{Node: snapshot.Node{AgentID: "root", Role: topics.RoleConductor, Status: topics.StatusRunning}, created: true}).record())
+	node, _ := json.Marshal((&node{Node: snapshot.Node{AgentID: "root", Role: topics.RoleConductor, Status: topics.StatusRunning}, created: true}).record(nil))
 	old := Changes{{Key: runKey(run, 'm', ""), Value: meta}, {Key: runKey(run, 'n', "root"), Value: node}}
 	for i := int64(1); i <= 3; i++ {
 		id := fmt.Sprintf("ev-%d", i)
