@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/store"
@@ -67,6 +68,10 @@ type worker struct {
 	// poison is what the worker knows of its failures (poison.go).
 	poison poisonState
 	tracer trace.Tracer
+	// tracing is false when the tracer is OpenTelemetry's no-op, which
+	// records nothing: batchSpan and wakeSpan then build no names or
+	// attributes for it.
+	tracing bool
 }
 
 // position is where a worker stands in its input, and how far its state
@@ -108,6 +113,8 @@ func newWorker(p *Projector, part int32) (*worker, error) {
 		store: store.New(p.db, part), at: position{behind: make(map[string]bool)},
 		poison: newPoisonState(), tracer: p.cfg.TracerProvider.Tracer(tracerName),
 	}
+	_, off := p.cfg.TracerProvider.(noop.TracerProvider)
+	w.tracing = !off
 	w.in.init()
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	agent, prio := p.prod, p.prod
