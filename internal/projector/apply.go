@@ -182,7 +182,7 @@ func (w *worker) source(now topics.Time) topics.Time {
 		return now
 	}
 	var src, newest time.Time
-	for i, topic := range [2]string{w.p.cfg.Names.AgentEvents(), w.p.cfg.Names.HumanInput()} {
+	for i, topic := range [2]string{w.p.agentTopic, w.p.humanTopic} {
 		at := w.at.lastAt[i]
 		if at.IsZero() {
 			continue

@@ -119,7 +119,7 @@ func (w *worker) publishPriority() bool {
 		return false
 	}
 	j := &commitJob{built: built, spans: make([]trace.Span, len(built)), origins: c.origins, done: make(chan struct{}),
-		marks: c.marks, builtAt: time.Now(), woken: w.at.offsets[w.p.cfg.Names.HumanInput()]}
+		marks: c.marks, builtAt: time.Now(), woken: w.at.offsets[w.p.humanTopic]}
 	c.origins = make(map[string]origin)
 	if j.out, err = w.wakeRecords(j, nil); err != nil {
 		j.end()
@@ -128,7 +128,7 @@ func (w *worker) publishPriority() bool {
 	}
 	j.changes = projection.Changes{projection.WokenChange(j.woken)}
 	j.logAt = len(j.out)
-	j.out = append(j.out, changelog.Records(w.p.cfg.Names.Changelog(), w.part, j.changes)...)
+	j.out = append(j.out, changelog.Records(w.p.changelogTopic, w.part, j.changes)...)
 	// One priority transaction at a time.
 	if !w.settlePriority() {
 		j.end()

@@ -56,6 +56,10 @@ type Projector struct {
 	prod       *kgo.Client // at least once: wakes, dead letters, reroutes, changelog
 	common     []kgo.Opt   // Config.Kafka.Opts(), for the clients made after New (a partition's producers, its restore)
 	partitions int32
+	// agentTopic, humanTopic and changelogTopic are Config.Names' topics,
+	// named once: the worker compares and produces to them for every
+	// record and commit, and Names builds each name anew.
+	agentTopic, humanTopic, changelogTopic string
 	// trust is how old a checkpoint may be and still be resumed from:
 	// half the changelog's delete.retention.ms (checkpointTrust).
 	trust time.Duration
@@ -125,7 +129,8 @@ func New(ctx context.Context, cfg Config) (*Projector, error) {
 // steps before it opened.
 func newInstance(ctx context.Context, cfg Config) (*Projector, error) {
 	p := &Projector{cfg: cfg, log: cfg.Logger, workers: make(map[int32]*worker), failed: make(chan error, 1),
-		ready: make(chan struct{}), progress: cfg.progress, common: cfg.Kafka.Opts()}
+		ready: make(chan struct{}), progress: cfg.progress, common: cfg.Kafka.Opts(),
+		agentTopic: cfg.Names.AgentEvents(), humanTopic: cfg.Names.HumanInput(), changelogTopic: cfg.Names.Changelog()}
 	p.gov = newGovernor(p)
 	p.gate = newGate(&p.stats.GatePauses, &p.stats.GatePausedNanos)
 	p.hooks = tee{&p.stats, cfg.Hooks}

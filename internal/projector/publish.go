@@ -88,7 +88,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 		return true // nothing happened: no commit
 	}
 	j.logAt = len(c.out)
-	c.out = c.slab.Append(c.out, w.p.cfg.Names.Changelog(), w.part, changes)
+	c.out = c.slab.Append(c.out, w.p.changelogTopic, w.part, changes)
 	j.out, j.changes, j.mem = c.out, changes, mem
 	c.out, c.spare = append(c.spare[:0], next...), nil
 	j.records = records

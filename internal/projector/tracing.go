@@ -93,7 +93,7 @@ func (w *worker) wakeSpan(batchCtx context.Context, rec *kgo.Record, wake *topic
 
 // topicIndex is the index into worker.lag of an input topic.
 func (w *worker) topicIndex(topic string) int {
-	if topic == w.p.cfg.Names.HumanInput() {
+	if topic == w.p.humanTopic {
 		return 1
 	}
 	return 0
