@@ -6,7 +6,7 @@ FUZZTIME  ?= 60s
 BENCHTIME ?= 1s
 BIN       := bin
 
-.PHONY: all build run test tools vet staticcheck fmt-check unit priority fuzz bench microbench examples clean
+.PHONY: all build run test tools vet staticcheck fmt-check unit priority norace fuzz bench microbench examples clean
 
 # Tools the tests need beyond Go's module cache land in bin/tools (helm),
 # tools/kafka/lib (Apache Kafka's jars, from Maven Central) or come from
@@ -36,7 +36,7 @@ run: build
 # themselves (CANOPY_TEST_BROKERS=kfake or kafka narrows it). tools installs
 # what the interop, dashboard, chart and Apache Kafka tests need, if it is
 # missing.
-test: tools fmt-check vet staticcheck unit priority
+test: tools fmt-check vet staticcheck unit priority norace
 
 tools:
 	./tools/install.sh
@@ -67,6 +67,12 @@ unit:
 # slows Pebble tenfold).
 priority:
 	$(GO) test -count=1 -run '^TestPriorityLaneOvertakesBacklog$$' ./internal/projector
+
+# norace runs the tests that count allocations once more without the race
+# detector, whose runtime allocates for its own bookkeeping (under -race
+# they check all but the count).
+norace:
+	$(GO) test -count=1 -run '^(TestSnapshotEventsShareTheirAttributes|TestKafkaBatchMetrics)$$' ./pkg/telemetry
 
 # fuzz runs each fuzz target for FUZZTIME; new interesting inputs land in the
 # Go cache (copy them to testdata/fuzz/ to keep them).

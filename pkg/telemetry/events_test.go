@@ -67,7 +67,7 @@ func TestSnapshotEventsShareTheirAttributes(t *testing.T) {
 	}
 	// Against a handler that keeps nothing: slog's record slices alone.
 	quiet := telemetry.NewEvents(nil, slog.New(discard{}), nil)
-	if n := testing.AllocsPerRun(100, func() { quiet.Snapshot(context.Background(), m) }); n > 3 {
+	if n := testing.AllocsPerRun(100, func() { quiet.Snapshot(context.Background(), m) }); n > 3 && !raceDetectorOn {
 		t.Errorf("a snapshot's three events allocated %v times, want at most slog's 3", n)
 	}
 }

@@ -28,12 +28,14 @@ import (
 func KafkaHooks(reg prometheus.Registerer) func(role string) []kgo.Hook {
 	r := &clientRegisterer{reg: reg, live: make(map[prometheus.Collector]struct{})}
 	return func(role string) []kgo.Hook {
-		return []kgo.Hook{kprom.NewMetrics(Namespace+"_kafka", kprom.Registerer(r),
+		batches := &batchCounters{reg: r}
+		m := kprom.NewMetrics(Namespace+"_kafka", kprom.Registerer(batches),
 			kprom.WithStaticLabel(prometheus.Labels{"client": role}),
 			// Records and batches per topic, not per broker: what the
 			// dashboards ask, at a cardinality that does not grow with the
-			// cluster.
-			kprom.FetchAndProduceDetail(kprom.ByTopic, kprom.Records, kprom.Batches, kprom.UncompressedBytes, kprom.ConsistentNaming))}
+			// cluster. kafkaMetrics counts them (kafkabatch.go).
+			kprom.FetchAndProduceDetail(kprom.ByTopic, kprom.Records, kprom.Batches, kprom.UncompressedBytes, kprom.ConsistentNaming))
+		return []kgo.Hook{kafkaMetrics{Metrics: m, batches: batches}}
 	}
 }
 
@@ -115,27 +117,8 @@ func (r *clientRegisterer) Unregister(c prometheus.Collector) bool {
 // canopy_kafka_buffered_produce_records and
 // canopy_kafka_buffered_fetch_records. Any other collector is left alone.
 func renameGauge(c prometheus.Collector) (prometheus.Collector, bool) {
-	descs := make(chan *prometheus.Desc, 4)
-	c.Describe(descs)
-	close(descs)
-	var name string
-	for d := range descs {
-		// Desc exposes its name only through String: fqName: "...".
-		s := d.String()
-		i := strings.Index(s, `fqName: "`)
-		if i < 0 {
-			return nil, false
-		}
-		s = s[i+len(`fqName: "`):]
-		if j := strings.IndexByte(s, '"'); j >= 0 {
-			s = s[:j]
-		}
-		if name != "" || !strings.Contains(s, "_buffered_") || !strings.HasSuffix(s, "_records_total") {
-			return nil, false
-		}
-		name = s
-	}
-	if name == "" {
+	name, ok := descName(c)
+	if !ok || !strings.Contains(name, "_buffered_") || !strings.HasSuffix(name, "_records_total") {
 		return nil, false
 	}
 	return &gaugeRename{c: c, name: strings.TrimSuffix(name, "_total")}, true

@@ -154,3 +154,84 @@ func TestKafkaMetricsPassPromtool(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaBatchMetrics: the records, batches and uncompressed bytes of
+// each topic a client fetches and produces are counted under kprom's
+// names and labels, and counting a batch allocates nothing once its topic
+// was seen (kprom made a label map per batch).
+func TestKafkaBatchMetrics(t *testing.T) {
+	cluster := brokertest.NewKfake(t, kfake.SeedTopics(1, "t")).Cluster
+	reg := prometheus.NewRegistry()
+	hooks := telemetry.KafkaHooks(reg)("role")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.WithHooks(hooks...),
+		kgo.DefaultProduceTopic("t"), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 5 {
+		if err := cl.ProduceSync(ctx, kgo.StringRecord("0123456789")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got := 0; got < 5; {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		got += fs.NumRecords()
+	}
+	value := func(name string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if len(labels) != 2 || labels["client"] != "role" || labels["topic"] != "t" {
+					t.Fatalf("%s has labels %v, want client and topic", name, labels)
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	// Each produce is a batch; the hooks may run just after it returns.
+	deadline := time.Now().Add(10 * time.Second)
+	for value("canopy_kafka_produce_batches_total") < 5 || value("canopy_kafka_fetch_records_total") < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("produce batches %v, fetched records %v, want 5 each", value("canopy_kafka_produce_batches_total"), value("canopy_kafka_fetch_records_total"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for name, want := range map[string]float64{
+		"canopy_kafka_produce_records_total": 5, "canopy_kafka_produce_batches_total": 5, "canopy_kafka_fetch_records_total": 5,
+	} {
+		if got := value(name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	for _, name := range []string{"canopy_kafka_produce_uncompressed_bytes_total", "canopy_kafka_fetch_uncompressed_bytes_total", "canopy_kafka_fetch_batches_total"} {
+		if value(name) < 1 {
+			t.Errorf("%s not counted", name)
+		}
+	}
+	fetched, ok := hooks[0].(kgo.HookFetchBatchRead)
+	if !ok {
+		t.Fatal("the hooks count no fetched batches")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		fetched.OnFetchBatchRead(kgo.BrokerMetadata{}, "t", 0, kgo.FetchBatchMetrics{NumRecords: 1, UncompressedBytes: 10})
+	}); n != 0 && !raceDetectorOn {
+		t.Errorf("counting a fetched batch allocated %v times", n)
+	}
+}
