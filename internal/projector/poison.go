@@ -152,6 +152,11 @@ type poisonState struct {
 	// applied when a rewind was asked for; lost are the records of a commit
 	// that failed.
 	applied, rest, lost []applied
+	// spare is the records slice of the last commit that succeeded,
+	// emptied, for the next commit's (recycle): growing each commit's
+	// slice again from nothing was 3% of what steady's projector
+	// allocated.
+	spare []applied
 	// cause is the failure that asks for a rewind, nil otherwise; stopping
 	// is set once a failure that no rewind mends stopped the instance.
 	cause    error
@@ -192,6 +197,20 @@ func (ps *poisonState) committed(records []applied) {
 		delete(ps.attempts, keyOf(a))
 		delete(ps.last, keyOf(a))
 	}
+}
+
+// maxSpareApplied bounds the slice recycle keeps: a commit of the default
+// -max-batch (5,000 records) fits, a rare larger one is let go.
+const maxSpareApplied = 8192
+
+// recycle keeps the records slice of a commit that succeeded for the next
+// commit's records; nothing reads it once the commit is reaped.
+func (ps *poisonState) recycle(records []applied) {
+	if cap(records) > maxSpareApplied {
+		return
+	}
+	clear(records) // the records some of them hold
+	ps.spare = records[:0]
 }
 
 // failed handles a failure of the worker's processing: a poisonable one

@@ -340,3 +340,26 @@ func TestRewindWithoutPoison(t *testing.T) {
 	stop()
 	e.checkCommitted(ref, true)
 }
+
+// TestCommittedRecordsRecycled: the records slice of a commit that
+// succeeded serves the next commit's, emptied and holding no record; one
+// grown past maxSpareApplied by an outsized commit is let go.
+func TestCommittedRecordsRecycled(t *testing.T) {
+	ps := newPoisonState()
+	rec := &kgo.Record{Topic: "agent-events", Offset: 7}
+	records := make([]applied, 0, 16)
+	records = append(records, appliedOf(rec, false, true, true), appliedOf(rec, true, true, false))
+	ps.recycle(records)
+	if len(ps.spare) != 0 || cap(ps.spare) != 16 || &ps.spare[:1][0] != &records[0] {
+		t.Fatalf("spare: len %d cap %d, want records' memory, emptied", len(ps.spare), cap(ps.spare))
+	}
+	for i, a := range records {
+		if a != (applied{}) {
+			t.Errorf("record %d still held after recycling: %+v", i, a)
+		}
+	}
+	ps.recycle(make([]applied, 3, maxSpareApplied+1))
+	if cap(ps.spare) != 16 {
+		t.Errorf("an outsized slice was kept (cap %d)", cap(ps.spare))
+	}
+}

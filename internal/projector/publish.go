@@ -60,7 +60,7 @@ func (w *worker) publish(now time.Time, source topics.Time) bool {
 	// before it began: its offsets, the input records it carries (for a
 	// rewind) and the records it produces, taken now.
 	offsets, records, nout := maps.Clone(at.offsets), w.poison.applied, len(c.out)
-	w.poison.applied = nil
+	w.poison.applied, w.poison.spare = w.poison.spare, nil
 	changes, err := w.proj.PrepareBetween(offsets, w.between)
 	if err == nil && (w.poison.stopping || w.rewinding()) {
 		err = errStopped
@@ -252,6 +252,8 @@ func (w *worker) settle() bool {
 		return false
 	}
 	w.poison.committed(j.records)
+	w.poison.recycle(j.records)
+	j.records = nil
 	w.p.progressed(w.part, w.at.prepared) // j's offsets until the next publish
 	w.reported(j)
 	return true
