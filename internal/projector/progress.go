@@ -192,7 +192,7 @@ func (g *progress) kept(part int32, i int) int64 {
 // index, -1 for a topic it has none of.
 func (p *Projector) offsetsOf(offs map[string]int64) [2]int64 {
 	out := [2]int64{-1, -1}
-	for i, topic := range []string{p.cfg.Names.AgentEvents(), p.cfg.Names.HumanInput()} {
+	for i, topic := range [2]string{p.agentTopic, p.humanTopic} {
 		if n, ok := offs[topic]; ok {
 			out[i] = n
 		}
