@@ -78,7 +78,7 @@ func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
 			w.failed(w.recovered(fmt.Sprintf("applying %s/%d@%d", r.Topic, r.Partition, r.Offset), v, run))
 		}
 	}()
-	ev, err := decodeRecord(r, w.p.cfg.redaction, w.redacted)
+	ev, err := decodeRecord(r, w.p.cfg.redaction, w.redacted, &w.ev)
 	if err != nil {
 		w.refuse(r, err)
 		return
@@ -113,11 +113,12 @@ func (w *worker) applyRecord(r *kgo.Record, human bool, span trace.Span) {
 	w.gather(r, ev.RunID, trigs, human, span)
 }
 
-// decodeRecord decodes r's event and redacts it (Config.Redaction): from
-// here on, the state, the wakes, the logs and the spans only ever see the
-// redacted text. redacted, when not nil, is told each replacement's rule.
-func decodeRecord(r *kgo.Record, policy *redact.Policy, redacted func(rule string)) (*topics.Event, error) {
-	ev, err := topics.DecodeRecord(r.Key, r.Value, r.Headers)
+// decodeRecord decodes r's event into dst and redacts it
+// (Config.Redaction): from here on, the state, the wakes, the logs and the
+// spans only ever see the redacted text. redacted, when not nil, is told
+// each replacement's rule.
+func decodeRecord(r *kgo.Record, policy *redact.Policy, redacted func(rule string), dst *topics.Event) (*topics.Event, error) {
+	ev, err := topics.DecodeRecordInto(dst, r.Key, r.Value, r.Headers)
 	if err == nil {
 		policy.Event(ev, redacted)
 	}

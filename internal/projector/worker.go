@@ -15,6 +15,7 @@ import (
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/pkg/projection"
+	"github.com/canopy-dev/canopy/pkg/topics"
 )
 
 // A partition's worker, in rooms:
@@ -68,6 +69,11 @@ type worker struct {
 	// poison is what the worker knows of its failures (poison.go).
 	poison poisonState
 	tracer trace.Tracer
+	// ev is the event of the record being applied, decoded into the same
+	// memory for every record (topics.DecodeRecordInto): nothing keeps an
+	// event once its record is applied, and an Event per record was 4.6%
+	// of what steady's projector allocated.
+	ev topics.Event
 	// tracing is false when the tracer is OpenTelemetry's no-op, which
 	// records nothing: batchSpan and wakeSpan then build no names or
 	// attributes for it.

@@ -63,7 +63,7 @@ var snakeHints = map[string]string{
 // ErrInvalidUTF8 when a string of the value is not valid UTF-8 (then its
 // problems are those alone, docs/CONTRACT.md "Text").
 func DecodeEvent(value []byte) (*Event, error) {
-	return decodeEvent(value, fastPath)
+	return decodeEvent(value, fastPath, nil)
 }
 
 // decodePath is how the decoder splits a JSON object into its members and
@@ -87,8 +87,8 @@ type decodePath struct {
 
 var fastPath = decodePath{object: decodeObject, event: decodeEventObject, payload: decodeFast}
 
-// decodeEvent is DecodeEvent by path.
-func decodeEvent(value []byte, path decodePath) (*Event, error) {
+// decodeEvent is DecodeEvent by path, into dst when it is not nil.
+func decodeEvent(value []byte, path decodePath, dst *Event) (*Event, error) {
 	var (
 		attrs members
 		ds    dataSplit
@@ -149,7 +149,7 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 			}
 		}
 	}
-	return decode(get, data, ds.of(data), "", ps, path)
+	return decode(get, data, ds.of(data), "", ps, path, dst)
 }
 
 // DecodeRecord decodes an event from a Kafka record in either CloudEvents
@@ -159,6 +159,21 @@ func decodeEvent(value []byte, path decodePath) (*Event, error) {
 // The key, the value's strings and a binary-mode record's ce_* headers
 // must be valid UTF-8 (ErrInvalidUTF8).
 func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error) {
+	return decodeRecord(key, value, headers, nil)
+}
+
+// DecodeRecordInto is DecodeRecord decoding into *dst rather than a new
+// Event: the event it returns, when not nil, is dst, every field decoded
+// anew; after an error dst holds nothing to use. A consumer done with
+// each event before it decodes the next (a projector's worker) saves an
+// allocation per record. The event's strings and payload are new, as
+// DecodeRecord's, and may be kept after dst is reused.
+func DecodeRecordInto(dst *Event, key, value []byte, headers []kgo.RecordHeader) (*Event, error) {
+	return decodeRecord(key, value, headers, dst)
+}
+
+// decodeRecord is DecodeRecord, into dst when it is not nil.
+func decodeRecord(key, value []byte, headers []kgo.RecordHeader, dst *Event) (*Event, error) {
 	var binary bool
 	for _, h := range headers {
 		if h.Key == "ce_"+attrSpecVersion {
@@ -167,7 +182,7 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 		}
 	}
 	if !binary {
-		ev, err := DecodeEvent(value)
+		ev, err := decodeEvent(value, fastPath, dst)
 		if p := textProblem(key); p != "" {
 			return nil, keyTextError(ev, err, p)
 		}
@@ -202,7 +217,7 @@ func DecodeRecord(key, value []byte, headers []kgo.RecordHeader) (*Event, error)
 			}
 		}
 	}
-	ev, err := decode(get, data, nil, "ce_", ps, fastPath)
+	ev, err := decode(get, data, nil, "ce_", ps, fastPath, dst)
 	if ev, err = checkKey(ev, err, key); err == nil {
 		setTraceID(ev, headers)
 	}
@@ -340,9 +355,10 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 
 // decode is shared by both modes: get returns an attribute's string form
 // (whether present, and a problem with its JSON type, if any); split, when
-// not nil, is data's members, split already.
-func decode(get attrGetter, data []byte, split *members, prefix string, ps problems, path decodePath) (*Event, error) {
-	a := attrReader{get: get, prefix: prefix, ps: &ps}
+// not nil, is data's members, split already. The event is dst, when it
+// is not nil.
+func decode(get attrGetter, data []byte, split *members, prefix string, ps problems, path decodePath, dst *Event) (*Event, error) {
+	a := attrReader{get: get, prefix: prefix, ps: &ps, dst: dst}
 	ev := a.envelope()
 	kind := a.schemaVersion(ev)
 	if ev.Type != "" && !ev.Type.Known() && len(ps) == 0 {
@@ -370,6 +386,8 @@ type attrReader struct {
 	get    attrGetter
 	prefix string
 	ps     *problems
+	// dst is the event envelope fills, nil for a new one.
+	dst *Event
 }
 
 // attr returns an attribute's value, adding a problem when it is required
@@ -396,7 +414,12 @@ func (a attrReader) attr(name string, required bool) string {
 // schemaversion and the payload.
 func (a attrReader) envelope() *Event {
 	ps, prefix := a.ps, a.prefix
-	ev := &Event{}
+	ev := a.dst
+	if ev == nil {
+		ev = &Event{}
+	} else {
+		*ev = Event{}
+	}
 	if v := a.attr(attrSpecVersion, true); v != "" && v != SpecVersion {
 		ps.add(prefix+attrSpecVersion, "want \"1.0\", got "+quote(v))
 	}

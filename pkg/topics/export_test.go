@@ -9,5 +9,5 @@ func DecodeEventOracle(value []byte) (*Event, error) {
 	return decodeEvent(value, decodePath{
 		object:  decodeObjectTwoPass,
 		payload: func(Payload, members) bool { return false },
-	})
+	}, nil)
 }

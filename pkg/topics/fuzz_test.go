@@ -3,6 +3,7 @@ package topics_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -208,6 +209,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		hs := splitHeaders(blob)
 		ev, err := topics.DecodeRecord(key, value, hs)
 		checkDecodeResult(t, ev, err)
+		sameDecodeInto(t, ev, err, key, value, hs)
 		if err != nil {
 			return
 		}
@@ -229,6 +231,29 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("record round trip:\n%s\n%s", a, b)
 		}
 	})
+}
+
+// sameDecodeInto checks that DecodeRecordInto, into an event holding every
+// field of another, gives what DecodeRecord gave (ev, err): the same error,
+// or dst itself holding the same event, no field of the other left.
+func sameDecodeInto(t *testing.T, ev *topics.Event, err error, key, value []byte, hs []kgo.RecordHeader) {
+	t.Helper()
+	dst := &topics.Event{ID: "stale-id", Source: "/stale", Type: topics.TypeNodeCreated, Time: topics.UnixMilliTime(1),
+		RunID: "stale-run", AgentID: "stale-agent", SchemaVersion: 9, SessionID: "stale-session", ThreadID: "stale-thread",
+		CorrelationID: "stale-corr", CausationID: "stale-cause", Data: &topics.NodeCreated{Role: topics.RoleWorker}, TraceID: "stale-trace"}
+	into, intoErr := topics.DecodeRecordInto(dst, key, value, hs)
+	if fmt.Sprint(intoErr) != fmt.Sprint(err) || !reflect.DeepEqual(intoErr, err) {
+		t.Fatalf("DecodeRecordInto: error %v, DecodeRecord's %v", intoErr, err)
+	}
+	if (into == nil) != (ev == nil) {
+		t.Fatalf("DecodeRecordInto: event %v, DecodeRecord's %v", into, ev)
+	}
+	if into == nil {
+		return
+	}
+	if into != dst || !reflect.DeepEqual(*into, *ev) {
+		t.Fatalf("DecodeRecordInto: %+v (into dst: %v), DecodeRecord: %+v", *into, into == dst, *ev)
+	}
 }
 
 // FuzzDecodeDifferential: the decoder with its fast paths and the oracle
