@@ -73,6 +73,7 @@ priority:
 # they check all but the count).
 norace:
 	$(GO) test -count=1 -run '^(TestSnapshotEventsShareTheirAttributes|TestKafkaBatchMetrics)$$' ./pkg/telemetry
+	$(GO) test -count=1 -run '^TestDecodeRecordIntoAllocatesNoEvent$$' ./pkg/topics
 
 # fuzz runs each fuzz target for FUZZTIME; new interesting inputs land in the
 # Go cache (copy them to testdata/fuzz/ to keep them).

@@ -55,3 +55,19 @@ func BenchmarkDecodeRecord(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeRecordInto is BenchmarkDecodeRecord decoding every record
+// into the same Event, as a projector's worker does.
+func BenchmarkDecodeRecordInto(b *testing.B) {
+	events := benchEvents(b)
+	key := []byte("run-thousand")
+	headers := []kgo.RecordHeader{{Key: topics.HeaderContentType, Value: []byte(topics.ContentTypeCloudEvents)}}
+	var ev topics.Event
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := topics.DecodeRecordInto(&ev, key, events[i%len(events)], headers); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -358,8 +358,8 @@ func checkKey(ev *Event, err error, key []byte) (*Event, error) {
 // not nil, is data's members, split already. The event is dst, when it
 // is not nil.
 func decode(get attrGetter, data []byte, split *members, prefix string, ps problems, path decodePath, dst *Event) (*Event, error) {
-	a := attrReader{get: get, prefix: prefix, ps: &ps, dst: dst}
-	ev := a.envelope()
+	a := attrReader{get: get, prefix: prefix, ps: &ps}
+	ev := a.envelope(dst)
 	kind := a.schemaVersion(ev)
 	if ev.Type != "" && !ev.Type.Known() && len(ps) == 0 {
 		return ev, &DecodeError{kind: ErrUnknownType, EventID: ev.ID, Type: string(ev.Type),
@@ -386,8 +386,6 @@ type attrReader struct {
 	get    attrGetter
 	prefix string
 	ps     *problems
-	// dst is the event envelope fills, nil for a new one.
-	dst *Event
 }
 
 // attr returns an attribute's value, adding a problem when it is required
@@ -411,10 +409,13 @@ func (a attrReader) attr(name string, required bool) string {
 }
 
 // envelope returns the event with its attributes, each checked, but for
-// schemaversion and the payload.
-func (a attrReader) envelope() *Event {
+// schemaversion and the payload: dst, or a new one when dst is nil. (dst
+// is not a field of a: a field that flows to the result would make the
+// escape analysis send all of a, and the getter closure with it, to the
+// heap.)
+func (a attrReader) envelope(dst *Event) *Event {
 	ps, prefix := a.ps, a.prefix
-	ev := a.dst
+	ev := dst
 	if ev == nil {
 		ev = &Event{}
 	} else {
