@@ -258,12 +258,12 @@ func (c *committer) commit(j *commitJob) {
 func (c *committer) produce(ctx context.Context, j *commitJob) error {
 	if !c.txn {
 		if j.logAt > 0 {
-			if err := c.blame(c.prod.ProduceSync(ctx, j.out[:j.logAt]...)); err != nil {
+			if err := c.blame(c.produceSync(ctx, j.out[:j.logAt])); err != nil {
 				return fmt.Errorf("producing the %scommit's wakes: %w", c.what, err)
 			}
 		}
 		j.produced = time.Now()
-		if err := c.prod.ProduceSync(ctx, j.out[j.logAt:]...).FirstErr(); err != nil {
+		if err := c.produceSync(ctx, j.out[j.logAt:]).FirstErr(); err != nil {
 			return fmt.Errorf("producing the %scommit's changelog: %w", c.what, err)
 		}
 		return nil
@@ -272,7 +272,7 @@ func (c *committer) produce(ctx context.Context, j *commitJob) error {
 		return fmt.Errorf("beginning a %stransaction: %w", c.what, err)
 	}
 	tlog(c.part, c.tag()+"begun")
-	err := c.blame(c.prod.ProduceSync(ctx, j.out...))
+	err := c.blame(c.produceSync(ctx, j.out))
 	j.produced = time.Now()
 	tlog(c.part, c.tag()+"produced")
 	how := kgo.TryCommit
@@ -290,6 +290,32 @@ func (c *committer) produce(ctx context.Context, j *commitJob) error {
 		return fmt.Errorf("producing the %stransaction: %w", c.what, err)
 	}
 	return nil
+}
+
+// produceSync is kgo's ProduceSync keeping only the records that failed,
+// in the order they failed: all the committer reads (FirstErr, blame).
+// ProduceSync's result for every record, a slice the length of the
+// commit, was 2% of what steady's projector allocated.
+func (c *committer) produceSync(ctx context.Context, rs []*kgo.Record) kgo.ProduceResults {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed kgo.ProduceResults
+	)
+	promise := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			failed = append(failed, kgo.ProduceResult{Record: r, Err: err})
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	wg.Add(len(rs))
+	for _, r := range rs {
+		c.prod.Produce(ctx, r, promise)
+	}
+	wg.Wait()
+	return failed
 }
 
 // blame returns the first error of a produce, naming the run whose wake

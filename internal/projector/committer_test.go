@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/canopy-dev/canopy/internal/brokertest"
 	"github.com/canopy-dev/canopy/internal/changelog"
 	"github.com/canopy-dev/canopy/internal/store"
 	"github.com/canopy-dev/canopy/internal/testenv"
@@ -194,5 +197,33 @@ func TestCheckpointWaitsForTheWatermark(t *testing.T) {
 	recs := agentCommit("a-3")
 	if got, want := checkpoint(), recs[len(recs)-1].Offset+1; got != want {
 		t.Errorf("checkpoint after the watermark is in Pebble: %d, want %d", got, want)
+	}
+}
+
+// TestProduceSyncKeepsFailures: a commit's produce reports the records
+// that failed, in the order they failed, and nothing of those that
+// succeeded; every record is produced before it returns.
+func TestProduceSyncKeepsFailures(t *testing.T) {
+	cluster := brokertest.NewKfake(t, kfake.SeedTopics(1, "t")).Cluster
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ProducerBatchMaxBytes(1<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	c := &committer{prod: cl}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	big := &kgo.Record{Topic: "t", Value: make([]byte, 4<<10)} // over the batch limit: refused by the client
+	rs := []*kgo.Record{{Topic: "t", Value: []byte("a")}, big, {Topic: "t", Value: []byte("b")}}
+	failed := c.produceSync(ctx, rs)
+	if len(failed) != 1 || failed[0].Record != big || !errors.Is(failed[0].Err, kerr.MessageTooLarge) {
+		t.Fatalf("failed: %+v, want only the large record, too large", failed)
+	}
+	// Both small records are in the partition, in order, when it returns.
+	if rs[0].Offset != 0 || rs[2].Offset != 1 {
+		t.Errorf("offsets %d and %d, want the small records at 0 and 1", rs[0].Offset, rs[2].Offset)
+	}
+	if failed := c.produceSync(ctx, rs[:1]); failed != nil || failed.FirstErr() != nil {
+		t.Errorf("a produce that succeeded reported %+v", failed)
 	}
 }
